@@ -1,0 +1,40 @@
+"""drkernel: judge, serve and train LLM-written Triton kernels against PyTorch references."""
+
+from drkernel.errors import ConfigError, DrKernelError, ExecutorError, PolicyError, ProblemError
+from drkernel.types import (
+    EvalOptions,
+    EvalOutcome,
+    EvalRequest,
+    EvalResult,
+    EvalStatus,
+    Problem,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "DrKernelError",
+    "EvalOptions",
+    "EvalOutcome",
+    "EvalRequest",
+    "EvalResult",
+    "EvalStatus",
+    "ExecutorError",
+    "PolicyError",
+    "Problem",
+    "ProblemError",
+    "__version__",
+    "evaluate",
+]
+
+
+def evaluate(reference_code: str, kernel_code: str, options: EvalOptions | None = None) -> EvalResult:
+    """Judge one candidate in a fresh judge (spawns its sandbox processes; use Judge to reuse them)."""
+    from drkernel.sandbox.judge import Judge
+
+    opts = options or EvalOptions()
+    with Judge(device=opts.device) as judge:
+        return judge.evaluate(
+            EvalRequest(reference_code=reference_code, kernel_code=kernel_code, options=opts)
+        )

@@ -1,0 +1,85 @@
+"""`drkernel` command line: eval | serve | bench | optimize | audit | suite | train.
+
+Each subcommand lives beside the stage it drives and exposes `register(subparsers)`, which adds
+its parser and sets `func(args) -> int`. Commands whose extra is not installed say so in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from drkernel.errors import DrKernelError
+
+__all__ = ["main"]
+
+# name -> (module, extra that provides its dependencies)
+COMMANDS: dict[str, tuple[str, str | None]] = {
+    "eval": ("drkernel.sandbox.cli", None),
+    "serve": ("drkernel.server.cli", "server"),
+    "bench": ("drkernel.agent.cli_bench", "agent"),
+    "optimize": ("drkernel.agent.cli_optimize", "agent"),
+    "audit": ("drkernel.problems.cli_audit", None),
+    "suite": ("drkernel.problems.cli_suite", None),
+    "train": ("drkernel.rl.cli", "train"),
+}
+
+
+def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="drkernel", description="Judge, serve and train LLM-written Triton kernels."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = next((a for a in argv if a in COMMANDS), None)
+    for name, (module, extra) in COMMANDS.items():
+        if wanted is not None and name != wanted:
+            sub.add_parser(name, help=f"see `drkernel {name} --help`")
+            continue
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("drkernel"):
+                continue  # command not built yet in this checkout
+            hint = f" (pip install 'drkernel[{extra}]')" if extra else ""
+            p = sub.add_parser(name, help=f"unavailable: missing {exc.name}{hint}")
+            p.set_defaults(func=_missing(name, str(exc.name), hint))
+            continue
+        mod.register(sub)
+    return parser
+
+
+def _missing(name: str, module: str, hint: str):  # type: ignore[no-untyped-def]
+    def run(args: argparse.Namespace) -> int:
+        print(f"drkernel {name}: needs the Python package '{module}'{hint}", file=sys.stderr)
+        return 2
+
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _build_parser(argv)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except DrKernelError as exc:
+        print(f"drkernel {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"drkernel {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

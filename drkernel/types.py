@@ -1,0 +1,322 @@
+"""Shared nouns of the data flow: problems, evaluation requests and results.
+
+No logic lives here beyond (de)serialisation. Every stage imports these types; this module imports
+nothing from the rest of the package except the error tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "DeviceInfo",
+    "ErrorInfo",
+    "EvalOptions",
+    "EvalOutcome",
+    "EvalRequest",
+    "EvalResult",
+    "EvalStatus",
+    "KernelTime",
+    "Problem",
+    "TimingStats",
+    "TrialReport",
+]
+
+
+class EvalStatus(StrEnum):
+    """Coarse status of the result contract: did the judge reach a verdict?"""
+
+    COMPLETED = "completed"  # a verdict was reached (correct, incorrect or hacked)
+    FAILED = "failed"  # the candidate could not be judged (does not compile, crashes, ...)
+    TIMEOUT = "timeout"  # the evaluation ran past its wall-clock budget
+
+    def is_error(self) -> bool:
+        return self is not EvalStatus.COMPLETED
+
+
+class EvalOutcome(StrEnum):
+    """Fine-grained verdict. `docs/errors.md` is the table of these."""
+
+    OK = "ok"  # correct, no hack detected
+    INCORRECT = "incorrect"  # ran, but outputs do not match the reference
+    HACK_DETECTED = "hack_detected"  # a hack check fired; always incorrect, reward 0
+    COMPILE_ERROR = "compile_error"  # syntax error, import error, no ModelNew, Triton compile error
+    RUNTIME_ERROR = "runtime_error"  # exception in __init__/forward, crash, CUDA fault, memory limit
+    TIMEOUT = "timeout"
+    INFRA_ERROR = "infra_error"  # the judge or the reference failed: not the candidate's fault
+
+    @property
+    def status(self) -> EvalStatus:
+        if self in (EvalOutcome.OK, EvalOutcome.INCORRECT, EvalOutcome.HACK_DETECTED):
+            return EvalStatus.COMPLETED
+        if self is EvalOutcome.TIMEOUT:
+            return EvalStatus.TIMEOUT
+        return EvalStatus.FAILED
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A KernelBench-format reference: source defining Model, get_inputs, get_init_inputs."""
+
+    name: str
+    reference_code: str
+    entry_point: str = "Model"
+    level: int | None = None
+    # Alternative input-shape variants, each a Python snippet that redefines module-level sizes
+    # (e.g. "batch_size = 7") before get_inputs() is called. Used for held-out-shape checks.
+    shape_variants: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def code_hash(self) -> str:
+        return hashlib.sha256(self.reference_code.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalOptions:
+    """Knobs of one evaluation. Defaults are ours; `paper()` gives the paper's preset."""
+
+    device: str | None = None  # "cpu" | "cuda" | "cuda:N"; None: cuda when present
+    num_correct_trials: int = 5  # paper-spec §3.2
+    num_perf_trials: int | None = None  # None: 100 on GPU, 3 under the interpreter
+    num_warmup: int = 3  # paper-spec §3.2
+    num_profile_calls: int = 5
+    num_verified_timed_calls: int = 3  # timed calls whose outputs are checked (replay defence)
+    timeout_s: float = 180.0
+    atol: float | None = None  # None: per-dtype defaults (sandbox/correctness.py)
+    rtol: float | None = None
+    check_relative_error: bool = True  # global ||out-ref||/||ref|| bound per dtype
+    reference_backend: str = "eager"  # "eager" | "compile"
+    profile: bool = True
+    static_policy: bool = True  # AST gate on imports, introspection, monkeypatching
+    seed: int | None = None  # None: fresh random trial seeds per evaluation
+    memory_limit_mb: int = 8192  # host memory (RSS) per sandbox
+    gpu_memory_fraction: float = 0.9
+    reward_preset: str = "paper"  # "paper" | "released" | "eval" (reward/speedup.py)
+    speedup_cap: float = 3.0  # paper-spec §4.1
+    coverage_weight: float = 1.0
+    check_shape_variants: bool = False
+    entry_point: str = "Model"
+
+    @classmethod
+    def paper(cls, **overrides: Any) -> EvalOptions:
+        """The paper's settings: 5 trials, atol=rtol=1e-2 for every dtype, its reward."""
+        base = dict(
+            num_correct_trials=5,
+            atol=1e-2,
+            rtol=1e-2,
+            check_relative_error=False,
+            reward_preset="paper",
+            speedup_cap=3.0,
+        )
+        base.update(overrides)
+        return cls(**base)  # type: ignore[arg-type]
+
+    def replace(self, **changes: Any) -> EvalOptions:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalOptions:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            from drkernel.errors import ConfigError
+
+            raise ConfigError(f"unknown evaluation option(s): {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalRequest:
+    """One candidate against one reference."""
+
+    reference_code: str
+    kernel_code: str
+    options: EvalOptions = field(default_factory=EvalOptions)
+    task_id: str | None = None
+    problem_name: str | None = None
+    shape_variants: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reference_code": self.reference_code,
+            "kernel_code": self.kernel_code,
+            "options": self.options.to_dict(),
+            "task_id": self.task_id,
+            "problem_name": self.problem_name,
+            "shape_variants": list(self.shape_variants),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalRequest:
+        return cls(
+            reference_code=data["reference_code"],
+            kernel_code=data["kernel_code"],
+            options=EvalOptions.from_dict(data.get("options") or {}),
+            task_id=data.get("task_id"),
+            problem_name=data.get("problem_name"),
+            shape_variants=tuple(data.get("shape_variants") or ()),
+        )
+
+
+@dataclass(slots=True)
+class ErrorInfo:
+    kind: str  # short machine code, e.g. "syntax_error", "forward_error", "crash", "memory_limit"
+    message: str
+    traceback: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "traceback": self.traceback}
+
+
+@dataclass(slots=True)
+class DeviceInfo:
+    kind: str  # "cuda" | "cpu"
+    name: str  # e.g. "NVIDIA H200" or "cpu"
+    interpreter: bool  # True: Triton interpreter, timings are interpreter timings
+    torch_version: str = ""
+    triton_version: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(slots=True)
+class TimingStats:
+    median_ms: float
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    n: int
+    host_median_ms: float | None = None  # in-sandbox host clock, with device-wide sync
+    external_ms_per_call: float | None = None  # judge-side clock over a back-to-back window
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(slots=True)
+class KernelTime:
+    name: str
+    device_us: float
+    calls: int
+    own: bool  # launched by the submission's own Triton kernels
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(slots=True)
+class TrialReport:
+    seed: int
+    passed: bool
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    rel_l2: float | None = None
+    issue: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(slots=True)
+class EvalResult:
+    """The verdict on one candidate. `to_dict()` is the JSON result contract."""
+
+    outcome: EvalOutcome
+    compiled: bool = False
+    correct: bool = False
+    hacks: list[str] = field(default_factory=list)
+    speedup: float | None = None
+    reference_ms: float | None = None
+    kernel_ms: float | None = None
+    coverage: float | None = None
+    reward: float = 0.0
+    error: ErrorInfo | None = None
+    device: DeviceInfo | None = None
+    # details
+    hack_details: dict[str, str] = field(default_factory=dict)
+    trials: list[TrialReport] = field(default_factory=list)
+    kernel_timing: TimingStats | None = None
+    reference_timing: TimingStats | None = None
+    kernels: list[KernelTime] = field(default_factory=list)  # top kernels by device time
+    launched_kernels: list[str] = field(default_factory=list)
+    shape_variants_passed: int | None = None
+    shape_variants_total: int | None = None
+    sandbox_output: str = ""  # what the candidate printed (truncated), never on our stdout
+    wall_s: float | None = None
+    task_id: str | None = None
+
+    @property
+    def status(self) -> EvalStatus:
+        return self.outcome.status
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "outcome": self.outcome.value,
+            "compiled": self.compiled,
+            "correct": self.correct,
+            "hacks": list(self.hacks),
+            "speedup": self.speedup,
+            "reference_ms": self.reference_ms,
+            "kernel_ms": self.kernel_ms,
+            "coverage": self.coverage,
+            "reward": self.reward,
+            "error": self.error.to_dict() if self.error else None,
+            "device": self.device.to_dict() if self.device else None,
+            "hack_details": dict(self.hack_details),
+            "trials": [t.to_dict() for t in self.trials],
+            "kernel_timing": self.kernel_timing.to_dict() if self.kernel_timing else None,
+            "reference_timing": self.reference_timing.to_dict() if self.reference_timing else None,
+            "kernels": [k.to_dict() for k in self.kernels],
+            "launched_kernels": list(self.launched_kernels),
+            "shape_variants_passed": self.shape_variants_passed,
+            "shape_variants_total": self.shape_variants_total,
+            "sandbox_output": self.sandbox_output,
+            "wall_s": self.wall_s,
+            "task_id": self.task_id,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EvalResult:
+        err = d.get("error")
+        dev = d.get("device")
+        kt = d.get("kernel_timing")
+        rt = d.get("reference_timing")
+        return cls(
+            outcome=EvalOutcome(d["outcome"]),
+            compiled=bool(d.get("compiled", False)),
+            correct=bool(d.get("correct", False)),
+            hacks=list(d.get("hacks") or []),
+            speedup=d.get("speedup"),
+            reference_ms=d.get("reference_ms"),
+            kernel_ms=d.get("kernel_ms"),
+            coverage=d.get("coverage"),
+            reward=float(d.get("reward") or 0.0),
+            error=ErrorInfo(**err) if err else None,
+            device=DeviceInfo(**dev) if dev else None,
+            hack_details=dict(d.get("hack_details") or {}),
+            trials=[TrialReport(**t) for t in d.get("trials") or []],
+            kernel_timing=TimingStats(**kt) if kt else None,
+            reference_timing=TimingStats(**rt) if rt else None,
+            kernels=[KernelTime(**k) for k in d.get("kernels") or []],
+            launched_kernels=list(d.get("launched_kernels") or []),
+            shape_variants_passed=d.get("shape_variants_passed"),
+            shape_variants_total=d.get("shape_variants_total"),
+            sandbox_output=d.get("sandbox_output") or "",
+            wall_s=d.get("wall_s"),
+            task_id=d.get("task_id"),
+        )
+
+    @classmethod
+    def failure(cls, outcome: EvalOutcome, kind: str, message: str, **kw: Any) -> EvalResult:
+        return cls(outcome=outcome, error=ErrorInfo(kind=kind, message=message), **kw)
