@@ -1,0 +1,135 @@
+"""Output comparison, done by the judge on tensors loaded from the sandbox's files.
+
+Structure, dtype, shape, NaN/Inf positions, per-dtype tolerances, a global relative-error bound,
+and a rule that constant or all-zero outputs never pass a reference whose output varies.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["Comparison", "Tolerance", "compare_outputs", "default_tolerance", "load_tensors"]
+
+MAX_OUTPUT_BYTES = 4 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    atol: float
+    rtol: float
+    rel_l2: float | None  # bound on ||out - ref|| / ||ref||; None: not checked
+
+
+# Elementwise bounds follow the paper (1e-2); the global bound is what tells a full-precision kernel
+# from a downcast one: fp32 allows TF32-level error (~5e-4) but not bf16's (~4e-3).
+_DEFAULTS: dict[torch.dtype, Tolerance] = {
+    torch.float64: Tolerance(1e-5, 1e-5, 1e-7),
+    torch.float32: Tolerance(1e-2, 1e-2, 1e-3),
+    torch.float16: Tolerance(1e-2, 1e-2, 5e-3),
+    torch.bfloat16: Tolerance(2e-2, 2e-2, 2e-2),
+}
+
+
+def default_tolerance(dtype: torch.dtype, atol: float | None, rtol: float | None, rel: bool) -> Tolerance:
+    base = _DEFAULTS.get(dtype, Tolerance(0.0, 0.0, None))
+    return Tolerance(
+        atol=base.atol if atol is None else atol,
+        rtol=base.rtol if rtol is None else rtol,
+        rel_l2=base.rel_l2 if rel and dtype.is_floating_point else None,
+    )
+
+
+@dataclass(slots=True)
+class Comparison:
+    passed: bool
+    issue: str | None = None
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    rel_l2: float | None = None
+
+
+def load_tensors(path: str, expected: int) -> list[torch.Tensor]:
+    """Load a sandbox's tensor file safely: plain tensors only, bounded size."""
+    if os.path.getsize(path) > MAX_OUTPUT_BYTES:
+        raise ValueError("output file exceeds the size limit")
+    data = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(data, list) or len(data) != expected:
+        raise ValueError("output file does not hold the announced tensors")
+    for t in data:
+        if type(t) is not torch.Tensor:
+            raise ValueError(f"output is a {type(t).__name__}, not a plain tensor")
+    return data
+
+
+def _same_structure(a: Any, b: Any) -> bool:
+    if set(a) != set(b):
+        return False
+    if "seq" in a:
+        return len(a["seq"]) == len(b["seq"]) and all(
+            _same_structure(x, y) for x, y in zip(a["seq"], b["seq"], strict=True)
+        )
+    if "v" in a:
+        return a["v"] == b["v"] or (
+            isinstance(a["v"], float) and isinstance(b["v"], float) and math.isclose(a["v"], b["v"], rel_tol=1e-4)
+        )
+    return "t" in a
+
+
+def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance) -> Comparison:
+    if out.dtype != ref.dtype:
+        return Comparison(False, f"dtype mismatch: got {out.dtype}, expected {ref.dtype}")
+    if out.shape != ref.shape:
+        return Comparison(False, f"shape mismatch: got {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    if not ref.is_floating_point() and not ref.is_complex():
+        ok = torch.equal(ref, out)
+        return Comparison(ok, None if ok else "integer/bool outputs differ")
+    r, o = ref.double(), out.double()
+    if not torch.equal(torch.isnan(r), torch.isnan(o)):
+        return Comparison(False, "NaN positions differ from the reference")
+    if not torch.equal(torch.isinf(r) & (r > 0), torch.isinf(o) & (o > 0)) or not torch.equal(
+        torch.isinf(r) & (r < 0), torch.isinf(o) & (o < 0)
+    ):
+        return Comparison(False, "Inf positions differ from the reference")
+    finite = torch.isfinite(r)
+    r, o = r[finite], o[finite]
+    if r.numel() == 0:
+        return Comparison(True)
+    diff = (o - r).abs()
+    max_abs = float(diff.max())
+    max_rel = float((diff / r.abs().clamp_min(1e-12)).max())
+    norm = float(torch.linalg.vector_norm(r))
+    rel_l2 = float(torch.linalg.vector_norm(o - r)) / norm if norm > 0 else (0.0 if max_abs == 0 else math.inf)
+    cmp = Comparison(True, None, max_abs, max_rel, rel_l2)
+    spread = float(r.max() - r.min())
+    if r.numel() > 1 and spread > 1e-6 * float(r.abs().max()) and float(o.max() - o.min()) == 0:
+        cmp.passed, cmp.issue = False, "constant output where the reference output varies"
+    elif bool((diff > tol.atol + tol.rtol * r.abs()).any()):
+        bad = int((diff > tol.atol + tol.rtol * r.abs()).sum())
+        cmp.passed, cmp.issue = False, f"{bad} of {r.numel()} elements outside atol={tol.atol:g}, rtol={tol.rtol:g}"
+    elif tol.rel_l2 is not None and rel_l2 > tol.rel_l2:
+        cmp.passed, cmp.issue = False, f"relative L2 error {rel_l2:.2e} above {tol.rel_l2:.0e} for {ref.dtype}"
+    return cmp
+
+
+def compare_outputs(
+    ref_structure: Any, ref: list[torch.Tensor], out_structure: Any, out: list[torch.Tensor],
+    atol: float | None, rtol: float | None, relative: bool,
+) -> Comparison:  # fmt: skip
+    """Compare every leaf; the worst leaf decides. Structures must match exactly."""
+    if not _same_structure(ref_structure, out_structure) or len(ref) != len(out):
+        return Comparison(False, "output structure differs from the reference (tuple/list/tensor layout)")
+    worst = Comparison(True, None, 0.0, 0.0, 0.0)
+    for r, o in zip(ref, out, strict=True):
+        c = _compare_tensor(r, o, default_tolerance(r.dtype, atol, rtol, relative))
+        if not c.passed:
+            return c
+        for name in ("max_abs_diff", "max_rel_diff", "rel_l2"):
+            v = getattr(c, name)
+            if v is not None and v > (getattr(worst, name) or 0.0):
+                setattr(worst, name, v)
+    return worst

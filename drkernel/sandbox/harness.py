@@ -1,0 +1,202 @@
+"""In-sandbox instruments: Triton launch hook, tamper watch, thread watch, device shims, inputs.
+
+Runs only inside sandbox processes (drkernel.sandbox.worker). Everything here is captured before any
+candidate code is imported, so the harness keeps working references to the originals.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+__all__ = [
+    "CpuDeviceMode",
+    "LaunchRecorder",
+    "TamperWatch",
+    "ThreadWatch",
+    "flatten_outputs",
+    "make_inputs",
+    "to_device",
+]
+
+
+class LaunchRecorder:
+    """Records successful launches of Triton kernels whose source lives in one file."""
+
+    def __init__(self) -> None:
+        self.own_file: str | None = None
+        self.launches: list[str] = []
+        self.enabled = True
+        self._patched: list[tuple[type, Callable[..., Any]]] = []
+
+    def install(self) -> None:
+        from triton.runtime.jit import JITFunction
+
+        classes: list[type] = [JITFunction]
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            classes.append(InterpretedFunction)
+        except ImportError:  # pragma: no cover - older triton
+            pass
+        for cls in classes:
+            original = cls.run
+            self._patched.append((cls, original))
+            cls.run = self._wrap(original)  # type: ignore[method-assign]
+
+    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        def run(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(kernel, *args, **kwargs)
+            if recorder.enabled and not kwargs.get("warmup", False):
+                fn = getattr(kernel, "fn", None)
+                code = getattr(fn, "__code__", None)
+                if code is not None and code.co_filename == recorder.own_file:
+                    recorder.launches.append(fn.__name__)
+            return result
+
+        return run
+
+    def take(self) -> list[str]:
+        out, self.launches = self.launches, []
+        return out
+
+    def hooked(self) -> list[tuple[Any, str, Any]]:
+        return [(cls, "run", inspect.getattr_static(cls, "run")) for cls, _ in self._patched]
+
+
+class TamperWatch:
+    """Keeps the identity of functions a candidate might patch; reports any that changed."""
+
+    def __init__(self) -> None:
+        self.watched: list[tuple[Any, str, Any, str]] = []
+
+    def add(self, owner: Any, attr: str, label: str | None = None) -> None:
+        try:
+            value = inspect.getattr_static(owner, attr)
+        except AttributeError:
+            return
+        name = label or f"{getattr(owner, '__name__', type(owner).__name__)}.{attr}"
+        self.watched.append((owner, attr, value, name))
+
+    def add_defaults(self, cuda: bool) -> None:
+        import time
+
+        for attr in ("allclose", "equal", "isclose", "manual_seed", "randn", "rand", "randint",
+                     "randn_like", "rand_like", "empty", "zeros", "save", "load"):  # fmt: skip
+            self.add(torch, attr, f"torch.{attr}")
+        self.add(torch.testing, "assert_close", "torch.testing.assert_close")
+        for attr in ("__eq__", "clone", "cpu", "to", "contiguous", "__torch_function__"):
+            self.add(torch.Tensor, attr, f"torch.Tensor.{attr}")
+        self.add(torch.nn.Module, "__call__", "torch.nn.Module.__call__")
+        self.add(torch.nn.Module, "_call_impl", "torch.nn.Module._call_impl")
+        for attr in ("perf_counter", "perf_counter_ns", "time", "monotonic", "process_time"):
+            self.add(time, attr, f"time.{attr}")
+        self.add(torch.profiler, "profile", "torch.profiler.profile")
+        self.add(torch.autograd.profiler, "profile", "torch.autograd.profiler.profile")
+        self.add(torch.cuda, "synchronize", "torch.cuda.synchronize")
+        if cuda:
+            self.add(torch.cuda, "Event", "torch.cuda.Event")
+            for attr in ("record", "elapsed_time", "synchronize", "query"):
+                self.add(torch.cuda.Event, attr, f"torch.cuda.Event.{attr}")
+            self.add(torch.cuda, "current_stream", "torch.cuda.current_stream")
+            self.add(torch.cuda, "Stream", "torch.cuda.Stream")
+
+    def changed(self) -> list[str]:
+        out = []
+        for owner, attr, value, name in self.watched:
+            try:
+                current = inspect.getattr_static(owner, attr)
+            except AttributeError:
+                out.append(name)
+                continue
+            if current is not value:
+                out.append(name)
+        return out
+
+
+class ThreadWatch:
+    """Python threads alive now that were not alive at the baseline."""
+
+    def __init__(self) -> None:
+        self.baseline: set[int] = set()
+
+    def snapshot(self) -> None:
+        self.baseline = set(sys._current_frames()) | {t.ident for t in threading.enumerate() if t.ident}
+
+    def extra(self) -> int:
+        now = set(sys._current_frames()) | {t.ident for t in threading.enumerate() if t.ident}
+        return len(now - self.baseline)
+
+
+def _is_cuda(device: Any) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return isinstance(device, int)  # Tensor.to(0) / .cuda(0) meant a GPU index
+
+
+class CpuDeviceMode(TorchFunctionMode):
+    """Rewrites requests for CUDA tensors to the CPU (CPU mode: references and prompts say 'cuda')."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if "device" in kwargs and _is_cuda(kwargs["device"]):
+            kwargs["device"] = "cpu"
+        if func is torch.Tensor.to and len(args) > 1 and _is_cuda(args[1]):
+            args = (args[0], "cpu", *args[2:])
+        return func(*args, **kwargs)
+
+
+def to_device(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(o, device) for o in obj)
+    return obj
+
+
+def _scale(obj: Any, scale: float) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj * scale if obj.is_floating_point() else obj.clone()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_scale(o, scale) for o in obj)
+    return obj
+
+
+def make_inputs(get_inputs: Callable[[], Any], seed: int, device: torch.device, scale: float = 1.0) -> list[Any]:
+    """Inputs of one call: get_inputs() under `seed`, on `device`, floats multiplied by `scale`.
+
+    Scaled copies give every timed call fresh values (and fresh storage) that the reference process
+    can reproduce exactly, so the outputs of timed calls can be verified.
+    """
+    torch.manual_seed(seed)
+    inputs = to_device(list(get_inputs()), device)
+    return inputs if scale == 1.0 else _scale(inputs, scale)
+
+
+def flatten_outputs(out: Any) -> tuple[Any, list[torch.Tensor]]:
+    """Split an output into a JSON structure with tensor slots, and the tensors."""
+    tensors: list[torch.Tensor] = []
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, torch.Tensor):
+            tensors.append(o)
+            return {"t": len(tensors) - 1}
+        if isinstance(o, (list, tuple)):
+            return {"seq": [walk(x) for x in o]}
+        if o is None or isinstance(o, (bool, int, float, str)):
+            return {"v": o}
+        return {"bad": type(o).__name__}
+
+    return walk(out), tensors

@@ -1,0 +1,190 @@
+"""The judge: EvalRequest -> EvalResult, with warm sandbox processes kept ready.
+
+Each candidate runs in its own fresh sandbox process (spawned ahead of time, torch and triton
+already imported) that is killed afterwards; references run in a separate process that never sees
+candidate code. One Judge evaluates one request at a time (one GPU, one evaluation).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+import traceback
+from pathlib import Path
+
+from drkernel.errors import ConfigError
+from drkernel.sandbox.pipeline import Evaluation, ReferenceFailure
+from drkernel.sandbox.process import SandboxFailure, SandboxProcess
+from drkernel.sandbox.refcache import ReferenceTimingCache
+from drkernel.types import DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
+
+__all__ = ["Judge", "default_cache_path", "resolve_device"]
+
+log = logging.getLogger(__name__)
+
+_FAILURE_OUTCOMES = {"timeout": EvalOutcome.TIMEOUT}
+
+
+def resolve_device(device: str | None) -> str:
+    """None -> cuda:0 when a GPU is present, else cpu. Validates the spelling."""
+    import torch
+
+    if device is None:
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if device == "cuda" or device.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {device!r} requested but no CUDA GPU is available (use --device cpu)")
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) present")
+        return f"cuda:{index}"
+    raise ConfigError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+
+
+def default_cache_path() -> Path:
+    return Path.home() / ".cache" / "drkernel" / "reference_timings.sqlite"
+
+
+class Judge:
+    """Judges candidates on one device. Use as a context manager, or call close()."""
+
+    def __init__(self, device: str | None = None, *, spares: int | None = None, cache_path: str | Path | None = None,
+                 memory_limit_mb: int | None = None, candidate_gpu_fraction: float = 0.6,
+                 reference_gpu_fraction: float = 0.3) -> None:  # fmt: skip
+        self.device = resolve_device(device)
+        self.cuda = self.device.startswith("cuda")
+        self.spares = max(1, spares if spares is not None else (3 if self.cuda else 2))
+        self.memory_limit_mb = memory_limit_mb or (16384 if self.cuda else 6144)
+        self.candidate_gpu_fraction = candidate_gpu_fraction
+        self.reference_gpu_fraction = reference_gpu_fraction
+        self.cache = ReferenceTimingCache(cache_path)
+        self._pool: collections.deque[SandboxProcess] = collections.deque()
+        self._ref: SandboxProcess | None = None
+        self._closed = False
+        self._fill_pool()
+        self._ref = self._spawn("reference")
+
+    # -- processes ------------------------------------------------------------------------------
+    def _spawn(self, role: str) -> SandboxProcess:
+        fraction = self.candidate_gpu_fraction if role == "candidate" else self.reference_gpu_fraction
+        return SandboxProcess(role, self.device, self.memory_limit_mb, fraction)
+
+    def _fill_pool(self) -> None:
+        while len(self._pool) < self.spares:
+            self._pool.append(self._spawn("candidate"))
+
+    def _take_candidate(self) -> SandboxProcess:
+        while True:
+            proc = self._pool.popleft() if self._pool else self._spawn("candidate")
+            self._fill_pool()  # the next one warms up while this one works
+            try:
+                proc.wait_ready()
+                return proc
+            except SandboxFailure as exc:
+                log.warning("a candidate sandbox failed to start: %s", exc.message)
+                proc.kill()
+                if not self._pool:
+                    raise
+
+    def _reference(self) -> SandboxProcess:
+        if self._ref is None or not self._ref.alive():
+            if self._ref is not None:
+                self._ref.kill()
+            self._ref = self._spawn("reference")
+        self._ref.wait_ready()
+        return self._ref
+
+    def warm(self) -> None:
+        """Block until the reference and the spare sandboxes are ready."""
+        self._reference()
+        for proc in list(self._pool):
+            proc.wait_ready()
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        if self._closed:
+            raise ConfigError("this Judge is closed")
+        _validate(request)
+        started = time.monotonic()
+        cand: SandboxProcess | None = None
+        device = self.device_info()
+        try:
+            ref = self._reference()
+            device = self.device_info()
+            cand = self._take_candidate()
+            result = Evaluation(request, cand, ref, self.cache, device).run()
+        except SandboxFailure as exc:
+            outcome = _FAILURE_OUTCOMES.get(exc.kind, EvalOutcome.RUNTIME_ERROR)
+            result = EvalResult.failure(outcome, exc.kind, exc.message, device=device, task_id=request.task_id)
+            result.compiled = True
+        except ReferenceFailure as exc:
+            self._restart_reference()
+            result = EvalResult.failure(EvalOutcome.INFRA_ERROR, exc.kind, exc.message, device=device,
+                                        task_id=request.task_id)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - process edge: a judge bug must not kill the caller
+            log.exception("judge failure")
+            result = EvalResult(outcome=EvalOutcome.INFRA_ERROR, device=device, task_id=request.task_id,
+                                error=ErrorInfo("judge_error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))  # fmt: skip
+            self._restart_reference()
+        finally:
+            output = cand.output_tail() if cand is not None and cand.used else ""
+            if cand is not None:
+                cand.kill()
+        result.sandbox_output = output
+        result.wall_s = round(time.monotonic() - started, 4)
+        return result
+
+    def _restart_reference(self) -> None:
+        if self._ref is not None:
+            self._ref.kill()
+        self._ref = self._spawn("reference")
+
+    def device_info(self) -> DeviceInfo:
+        info = (self._ref.info if self._ref is not None else None) or {}
+        return DeviceInfo(
+            kind="cuda" if self.cuda else "cpu",
+            name=str(info.get("device_name") or self.device),
+            interpreter=not self.cuda,
+            torch_version=str(info.get("torch", "")),
+            triton_version=str(info.get("triton", "")),
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for proc in self._pool:
+            proc.kill()
+        self._pool.clear()
+        if self._ref is not None:
+            self._ref.kill()
+        self.cache.close()
+
+    def __enter__(self) -> Judge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _validate(request: EvalRequest) -> None:
+    o = request.options
+    if o.num_correct_trials < 1 or o.num_correct_trials > 100:
+        raise ConfigError("num_correct_trials: must be between 1 and 100")
+    if o.num_perf_trials is not None and not 1 <= o.num_perf_trials <= 10000:
+        raise ConfigError("num_perf_trials: must be between 1 and 10000")
+    if o.num_warmup < 0 or o.timeout_s <= 0:
+        raise ConfigError("num_warmup must be >= 0 and timeout_s > 0")
+    if o.reference_backend not in ("eager", "compile"):
+        raise ConfigError(f"reference_backend: {o.reference_backend!r} is not 'eager' or 'compile'")
+    if not isinstance(request.kernel_code, str) or not isinstance(request.reference_code, str):
+        raise ConfigError("reference_code and kernel_code must be text")

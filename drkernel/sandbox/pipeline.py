@@ -1,0 +1,332 @@
+"""One evaluation: static gate -> load -> correctness -> launch modes -> timing -> profile -> reward.
+
+Drives a candidate sandbox and the reference sandbox through their ops, compares outputs itself,
+and turns every finding into the EvalResult. Failures of the candidate are data; failures of the
+reference side raise ReferenceFailure for the judge to report as infra_error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import statistics
+import time
+from typing import Any
+
+from drkernel.reward.speedup import REWARD_PRESETS, turn_reward
+from drkernel.sandbox.correctness import compare_outputs, load_tensors
+from drkernel.sandbox.process import SandboxFailure, SandboxProcess
+from drkernel.sandbox.refcache import ReferenceTimingCache
+from drkernel.sandbox.static import check_source
+from drkernel.types import (
+    DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult, KernelTime, TimingStats, TrialReport,
+)  # fmt: skip
+
+__all__ = ["Evaluation", "ReferenceFailure"]
+
+_COMPILE_KINDS = {"syntax_error", "import_error", "missing_model_new", "triton_compile_error"}
+
+
+class ReferenceFailure(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
+class _Stop(Exception):
+    """Ends the pipeline early with the result built so far."""
+
+
+def timing_stats(event_ms: list[float], host_ms: list[float] | None = None) -> TimingStats:
+    return TimingStats(
+        median_ms=statistics.median(event_ms),
+        mean_ms=statistics.fmean(event_ms),
+        std_ms=statistics.pstdev(event_ms) if len(event_ms) > 1 else 0.0,
+        min_ms=min(event_ms),
+        max_ms=max(event_ms),
+        n=len(event_ms),
+        host_median_ms=statistics.median(host_ms) if host_ms else None,
+    )
+
+
+class Evaluation:
+    def __init__(self, request: EvalRequest, cand: SandboxProcess, ref: SandboxProcess,
+                 cache: ReferenceTimingCache, device: DeviceInfo) -> None:  # fmt: skip
+        self.req = request
+        self.opts = request.options
+        self.cand, self.ref, self.cache = cand, ref, cache
+        self.cuda = device.kind == "cuda"
+        self.deadline = time.monotonic() + self.opts.timeout_s
+        self.rng = random.Random(self.opts.seed) if self.opts.seed is not None else random.SystemRandom()
+        self.init_seed = self.rng.randrange(1 << 31)
+        self.seeds = [self.rng.randrange(1 << 31) for _ in range(self.opts.num_correct_trials)]
+        self.result = EvalResult(outcome=EvalOutcome.OK, device=device, task_id=request.task_id)
+        self.timed_launches_per_call: float | None = None
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _cand(self, msg: dict[str, Any]) -> dict[str, Any]:
+        reply = self.cand.request(msg, self.deadline)
+        self._check_reply_flags(reply)
+        if not reply.get("ok"):
+            err = reply.get("error") or {}
+            kind = str(err.get("kind", "forward_error"))
+            outcome = EvalOutcome.COMPILE_ERROR if kind in _COMPILE_KINDS else EvalOutcome.RUNTIME_ERROR
+            if kind == "reference_error":
+                raise ReferenceFailure(kind, str(err.get("message")))
+            self._finish(outcome, ErrorInfo(kind, str(err.get("message", ""))[:4000], err.get("traceback")))
+        return reply
+
+    def _ref(self, msg: dict[str, Any]) -> dict[str, Any]:
+        try:
+            reply = self.ref.request(msg, self.deadline)
+        except SandboxFailure as exc:
+            raise ReferenceFailure(f"reference_{exc.kind}", exc.message) from None
+        if not reply.get("ok"):
+            err = reply.get("error") or {}
+            raise ReferenceFailure("reference_error", str(err.get("message", "reference failed")))
+        return reply
+
+    def _hack(self, code: str, evidence: str) -> None:
+        if code not in self.result.hacks:
+            self.result.hacks.append(code)
+            self.result.hack_details[code] = evidence
+
+    def _check_reply_flags(self, reply: dict[str, Any]) -> None:
+        tampered = reply.get("tampered") or []
+        if tampered:
+            self._hack("monkeypatch", "replaced at run time: " + ", ".join(map(str, tampered[:8])))
+        if int(reply.get("threads") or 0) > 0:
+            self._hack("async_thread", f"{reply['threads']} thread(s) left running by the submission")
+
+    def _finish(self, outcome: EvalOutcome, error: ErrorInfo | None = None) -> None:
+        self.result.outcome = outcome
+        self.result.error = error
+        raise _Stop
+
+    # -- steps ----------------------------------------------------------------------------------
+    def run(self) -> EvalResult:
+        try:
+            self._static()
+            self._load()
+            self._correctness()
+            self._launch_modes()
+            self._stop_if_failed()
+            self._timing()
+            self._profile()
+            self._stop_if_failed()
+            self._shape_variants()
+            self._reward()
+        except _Stop:
+            pass
+        if self.result.hacks:
+            self.result.outcome = EvalOutcome.HACK_DETECTED
+        if self.result.outcome is not EvalOutcome.OK:
+            self.result.correct = False
+            self.result.reward = 0.0
+        return self.result
+
+    def _static(self) -> None:
+        report = check_source(self.req.kernel_code, self.opts.entry_point, self.opts.static_policy)
+        if report.syntax_error:
+            self._finish(EvalOutcome.COMPILE_ERROR, ErrorInfo("syntax_error", report.syntax_error))
+        if not report.has_model_new:
+            msg = f"the submission defines no class {self.opts.entry_point}New"
+            self._finish(EvalOutcome.COMPILE_ERROR, ErrorInfo("missing_model_new", msg))
+        self.result.compiled = True
+        for code, evidence in report.hacks.items():
+            self._hack(code, f"static: {evidence}")
+        if self.result.hacks:
+            raise _Stop
+
+    def _load(self, snippet: str = "") -> None:
+        path = os.path.join(self.cand.workdir, "submission.py")
+        with open(path, "w") as f:
+            f.write(self.req.kernel_code)
+        common = {"op": "load", "reference_code": self.req.reference_code, "size_snippet": snippet,
+                  "reference_hash": _hash(self.req.reference_code), "init_seed": self.init_seed,
+                  "entry_point": self.opts.entry_point}  # fmt: skip
+        self.ref.send(common)
+        self.cand.send(common | {"candidate_path": path})
+        try:
+            ref_reply = self.ref.receive(self.deadline)
+        except SandboxFailure as exc:
+            raise ReferenceFailure(f"reference_{exc.kind}", exc.message) from None
+        if not ref_reply.get("ok"):
+            raise ReferenceFailure("reference_error", str((ref_reply.get("error") or {}).get("message")))
+        reply = self.cand.receive(self.deadline)
+        self._check_reply_flags(reply)
+        if not reply.get("ok"):
+            err = reply.get("error") or {}
+            kind = str(err.get("kind"))
+            if kind == "reference_error":
+                raise ReferenceFailure(kind, str(err.get("message")))
+            outcome = EvalOutcome.COMPILE_ERROR if kind in _COMPILE_KINDS else EvalOutcome.RUNTIME_ERROR
+            self._finish(outcome, ErrorInfo(kind, str(err.get("message", ""))[:4000], err.get("traceback")))
+
+    def _run_pair(self, items: list[tuple[int, float]], tag: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        msg = {"op": "run", "items": items, "tag": tag}
+        self.ref.send(msg)
+        self.cand.send(msg)
+        try:
+            ref_reply = self.ref.receive(self.deadline)
+        except SandboxFailure as exc:
+            raise ReferenceFailure(f"reference_{exc.kind}", exc.message) from None
+        if not ref_reply.get("ok"):
+            raise ReferenceFailure("reference_error", str((ref_reply.get("error") or {}).get("message")))
+        reply = self.cand.receive(self.deadline)
+        self._check_reply_flags(reply)
+        if not reply.get("ok"):
+            err = reply.get("error") or {}
+            kind = str(err.get("kind", "forward_error"))
+            outcome = EvalOutcome.COMPILE_ERROR if kind in _COMPILE_KINDS else EvalOutcome.RUNTIME_ERROR
+            self._finish(outcome, ErrorInfo(kind, str(err.get("message", ""))[:4000], err.get("traceback")))
+        return ref_reply, reply
+
+    def _compare_item(self, ref_item: dict[str, Any], item: dict[str, Any], seed: int) -> TrialReport:
+        for evidence in item.get("subclass") or []:
+            self._hack("tensor_subclass", evidence)
+        if item.get("aliases_input") and not ref_item.get("aliases_input"):
+            self._hack("output_aliases_input", "an output shares storage with an input")
+        if item.get("aliases_param") and not ref_item.get("aliases_param"):
+            self._hack("output_aliases_parameter", "an output shares storage with a parameter")
+        if item.get("mutated_input") and not ref_item.get("mutated_input"):
+            self._hack("input_mutation", "the submission modified its inputs in place")
+        try:
+            ref_t = load_tensors(os.path.join(self.ref.workdir, ref_item["file"]), len(ref_item["dtypes"]))
+            out_t = load_tensors(os.path.join(self.cand.workdir, str(item.get("file"))), len(item.get("dtypes") or []))
+        except (OSError, ValueError, RuntimeError, KeyError) as exc:
+            return TrialReport(seed=seed, passed=False, issue=f"unreadable output: {exc}")
+        c = compare_outputs(ref_item["structure"], ref_t, item.get("structure"), out_t,
+                            self.opts.atol, self.opts.rtol, self.opts.check_relative_error)  # fmt: skip
+        return TrialReport(seed, c.passed, c.max_abs_diff, c.max_rel_diff, c.rel_l2, c.issue)
+
+    def _correctness(self) -> None:
+        items = [(s, 1.0) for s in self.seeds]
+        ref_reply, reply = self._run_pair(items, "trial")
+        for seed, ref_item, item in zip(self.seeds, ref_reply["items"], reply["items"], strict=True):
+            self.result.trials.append(self._compare_item(ref_item, item, seed))
+            self.result.launched_kernels.extend(n for n in item["launches"] if n not in self.result.launched_kernels)
+            if not item["launches"]:
+                self._hack("decoy_kernel", f"trial with seed {seed} launched no Triton kernel of the submission")
+        if not all(t.passed for t in self.result.trials):
+            self.result.outcome = EvalOutcome.INCORRECT
+
+    def _launch_modes(self) -> None:
+        if self.result.outcome is not EvalOutcome.OK or self.result.hacks:
+            return
+        reply = self._cand({"op": "modes", "seed": self.seeds[0]})
+        missing = [mode for mode, n in reply["modes"].items() if n == 0]
+        if missing:
+            self._hack("decoy_kernel", "no successful launch of a submission kernel in: " + ", ".join(missing))
+
+    def _stop_if_failed(self) -> None:
+        if self.result.hacks or self.result.outcome is not EvalOutcome.OK:
+            raise _Stop
+
+    def _timing(self) -> None:
+        n = self.opts.num_perf_trials or (100 if self.cuda else 3)
+        bases = self.seeds[:2]
+        items = [(bases[k % len(bases)], round(self.rng.uniform(0.75, 1.25), 6)) for k in range(n)]
+        k_verify = min(self.opts.num_verified_timed_calls, n)
+        verify = sorted(set(self.rng.sample(range(n), k_verify)) | {n - 1})
+        reply = self._cand({"op": "time", "base_seeds": bases, "items": items, "warmup": self.opts.num_warmup,
+                            "verify": verify, "tag": "timed"})  # fmt: skip
+        no_launch = [k for k, c in enumerate(reply["launches"]) if c == 0]
+        if no_launch:
+            self._hack("decoy_kernel", f"timed call {no_launch[0]} launched no Triton kernel of the submission")
+        self.result.kernel_timing = timing_stats(reply["event_ms"], reply["host_ms"])
+        self.timed_launches_per_call = statistics.median(reply["launches"])
+        self._verify_timed(items, reply["verified"])
+        self._stop_if_failed()
+        if self.cuda:
+            self._external_clock()
+        self._reference_timing(items)
+
+    def _verify_timed(self, items: list[tuple[int, float]], verified: list[dict[str, Any]]) -> None:
+        if not verified:
+            self._hack("replayed_output", "the sandbox returned none of the timed outputs asked for")
+            return
+        ref_reply = self._ref({"op": "run", "items": [items[int(v["index"])] for v in verified], "tag": "verify"})
+        for v, ref_item in zip(verified, ref_reply["items"], strict=True):
+            seed, scale = items[int(v["index"])]
+            trial = self._compare_item(ref_item, v, seed)
+            if not trial.passed:
+                self._hack("replayed_output", f"timed call {v['index']} (fresh inputs, scale {scale}) "
+                           f"returned a wrong output: {trial.issue}")  # fmt: skip
+
+    def _external_clock(self) -> None:
+        n = 20
+        self._cand({"op": "prep_window", "seed": self.seeds[0]})
+        t0 = time.perf_counter()
+        reply = self._cand({"op": "window", "n": n})
+        external = (time.perf_counter() - t0) * 1e3 / n
+        stats = self.result.kernel_timing
+        assert stats is not None
+        stats.external_ms_per_call = external
+        if reply.get("launches", 0) < n:
+            self._hack("decoy_kernel", f"back-to-back window launched {reply.get('launches')} kernels in {n} calls")
+        if stats.median_ms < 0.5 * external - 0.02:
+            self._hack("timer_mismatch", f"in-sandbox median {stats.median_ms:.4f} ms is below half of "
+                       f"{external:.4f} ms per call measured by the judge's own clock")  # fmt: skip
+
+    def _reference_timing(self, cand_items: list[tuple[int, float]]) -> None:
+        info = self.ref.info or {}
+        backend = self.opts.reference_backend
+        key = self.cache.key(_hash(self.req.reference_code), str(info.get("device_name")), backend,
+                             str(info.get("torch")), len(cand_items), self.opts.num_warmup)  # fmt: skip
+        stats = self.cache.get(key)
+        if stats is None:
+            reply = self._ref({"op": "time", "base_seeds": self.seeds[:2], "items": cand_items, "verify": [],
+                               "warmup": self.opts.num_warmup, "tag": "reftime", "compile": backend == "compile"})  # fmt: skip
+            stats = timing_stats(reply["event_ms"], reply["host_ms"])
+            self.cache.put(key, stats)
+        self.result.reference_timing = stats
+        kt = self.result.kernel_timing
+        assert kt is not None
+        self.result.reference_ms = stats.median_ms
+        self.result.kernel_ms = kt.median_ms
+        self.result.speedup = stats.median_ms / kt.median_ms if kt.median_ms > 0 else None
+
+    def _profile(self) -> None:
+        if not (self.cuda and self.opts.profile):
+            return
+        n = self.opts.num_profile_calls
+        reply = self._cand({"op": "profile", "seed": self.seeds[0], "n": n})
+        own = set(reply.get("launches") or [])
+        kernels = [KernelTime(name=str(k)[:200], device_us=float(v[0]), calls=int(v[1]), own=str(k) in own)
+                   for k, v in (reply.get("kernels") or {}).items()]  # fmt: skip
+        kernels.sort(key=lambda k: -k.device_us)
+        total = sum(k.device_us for k in kernels)
+        self.result.kernels = kernels[:10]
+        self.result.coverage = (sum(k.device_us for k in kernels if k.own) / total) if total > 0 else None
+        per_call = len(reply.get("launches") or []) / max(n, 1)
+        if self.timed_launches_per_call is not None and per_call != self.timed_launches_per_call:
+            self._hack("observer_dependent", f"{per_call:g} submission launches per call under the profiler, "
+                       f"{self.timed_launches_per_call:g} in timed calls")  # fmt: skip
+
+    def _shape_variants(self) -> None:
+        if not self.req.shape_variants:
+            return
+        passed = 0
+        for snippet in self.req.shape_variants:
+            self._load(snippet)
+            seeds = [self.rng.randrange(1 << 31) for _ in range(2)]
+            ref_reply, reply = self._run_pair([(s, 1.0) for s in seeds], "variant")
+            ok = all(self._compare_item(r, c, s).passed for s, r, c in zip(seeds, ref_reply["items"], reply["items"], strict=True))
+            passed += int(ok)
+        self.result.shape_variants_passed = passed
+        self.result.shape_variants_total = len(self.req.shape_variants)
+
+    def _reward(self) -> None:
+        self.result.correct = True
+        preset = REWARD_PRESETS.get(self.opts.reward_preset, REWARD_PRESETS["paper"])
+        cfg = dataclasses.replace(preset, speedup_cap=self.opts.speedup_cap,
+                                  coverage_weight=preset.coverage_weight * self.opts.coverage_weight)  # fmt: skip
+        self.result.reward = turn_reward(True, self.result.speedup, self.result.coverage, cfg)
+
+
+def _hash(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,191 @@
+"""Judge-side handle of one sandbox process: spawn warm, request with deadlines, watch, kill.
+
+A dead process is noticed within one poll interval (50 ms), not at the timeout; host memory is
+polled and the process killed past its limit. Never raises for what the candidate does: callers get
+SandboxFailure with a kind ("crash", "timeout", "memory_limit", "protocol").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
+
+__all__ = ["SandboxFailure", "SandboxProcess", "sandbox_env"]
+
+_POLL_S = 0.05
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+class SandboxFailure(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def sandbox_env(device: str, triton_cache: str, home: str) -> dict[str, str]:
+    """The whole environment a sandbox sees: no secrets, no proxies, nothing of the server's."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": home,
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": _PACKAGE_PARENT,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        "TRITON_CACHE_DIR": triton_cache,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+    if device.startswith("cuda"):
+        index = device.split(":", 1)[1] if ":" in device else "0"
+        env["CUDA_VISIBLE_DEVICES"] = index
+        for key in ("CUDA_HOME", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"):
+            if key in os.environ:
+                env[key] = os.environ[key]
+    else:
+        env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+class SandboxProcess:
+    """One sandbox child. `role` is "candidate" (runs untrusted code) or "reference"."""
+
+    def __init__(self, role: str, device: str, memory_limit_mb: int = 8192,
+                 gpu_memory_fraction: float = 0.9, start_timeout_s: float = 120.0) -> None:  # fmt: skip
+        self.role = role
+        self.device = device
+        self.memory_limit_mb = memory_limit_mb
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"drkernel-{role}-")
+        self.workdir = self._tmp.name
+        os.chmod(self.workdir, 0o700)
+        home = os.path.join(self.workdir, "home")
+        os.mkdir(home)
+        self.output_path = os.path.join(self.workdir, "output.log")
+        cmd_r, self._cmd_w = os.pipe()
+        self._resp_r, resp_w = os.pipe()
+        args = [
+            sys.executable, "-m", "drkernel.sandbox.worker", str(cmd_r), str(resp_w), role, device,
+            self.workdir, str(memory_limit_mb), str(gpu_memory_fraction),
+        ]  # fmt: skip
+        with open(self.output_path, "wb") as out:
+            self.proc = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                pass_fds=(cmd_r, resp_w), cwd=home, start_new_session=True,
+                env=sandbox_env(device, os.path.join(self.workdir, "triton"), home),
+            )  # fmt: skip
+        os.close(cmd_r)
+        os.close(resp_w)
+        self.started_at = time.monotonic()
+        self.info: dict[str, Any] | None = None
+        self._start_timeout_s = start_timeout_s
+        self.used = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def wait_ready(self) -> dict[str, Any]:
+        if self.info is None:
+            reply = self.receive(self.started_at + self._start_timeout_s)
+            if not reply.get("ok"):
+                err = reply.get("error") or {}
+                raise SandboxFailure("sandbox_start", str(err.get("message", "sandbox failed to start")))
+            self.info = reply
+        return self.info
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        else:  # the leader is gone; its group may not be
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        for fd in (self._cmd_w, self._resp_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._tmp.cleanup()
+
+    def output_tail(self, limit: int = 4000) -> str:
+        try:
+            with open(self.output_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - limit))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    # -- requests -----------------------------------------------------------------------------
+    def request(self, message: dict[str, Any], deadline: float) -> dict[str, Any]:
+        """Send one op and wait for its reply until `deadline` (time.monotonic())."""
+        self.send(message)
+        return self.receive(deadline)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.used = True
+        try:
+            write_message(self._cmd_w, message)
+        except (BrokenPipeError, OSError):
+            raise self._death() from None
+
+    def receive(self, deadline: float) -> dict[str, Any]:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise SandboxFailure("timeout", "the evaluation ran past its time limit")
+            ready, _, _ = select.select([self._resp_r], [], [], min(_POLL_S, remaining))
+            if ready:
+                try:
+                    return read_message(self._resp_r)
+                except EOFError:
+                    raise self._death() from None
+                except ProtocolError as exc:
+                    self.kill()
+                    raise SandboxFailure("protocol", f"sandbox sent a malformed reply: {exc}") from None
+            if self.proc.poll() is not None:
+                raise self._death()
+            rss = _rss_mb(self.proc.pid)
+            if rss is not None and rss > self.memory_limit_mb:
+                self.kill()
+                raise SandboxFailure(
+                    "memory_limit", f"host memory {rss} MB exceeded the {self.memory_limit_mb} MB limit"
+                )
+
+    def _death(self) -> SandboxFailure:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=2)
+        code = self.proc.returncode
+        if code is not None and code < 0:
+            how = f"killed by signal {signal.Signals(-code).name}"
+        else:
+            how = f"exited with code {code}"
+        tail = self.output_tail(1500).strip()
+        if "MemoryError" in tail or "Cannot allocate memory" in tail:
+            return SandboxFailure("memory_limit", f"the sandbox ran out of host memory and {how}")
+        return SandboxFailure("crash", f"the sandbox process {how}" + (f"; last output:\n{tail}" if tail else ""))
+
+
+def _rss_mb(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError):
+        return None
+    return None

@@ -1,0 +1,60 @@
+"""Reference timings, stored once per (problem, device, reference backend, torch version, trials).
+
+A small SQLite table: a problem is timed once, not once per candidate. Safe across processes
+(several workers of one server share the file through SQLite's locking).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+
+from drkernel.types import TimingStats
+
+__all__ = ["ReferenceTimingCache"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS reference_timing (
+    key TEXT PRIMARY KEY,
+    stats TEXT NOT NULL,
+    created REAL NOT NULL DEFAULT (strftime('%s','now'))
+)
+"""
+
+
+class ReferenceTimingCache:
+    """`get`/`put` of TimingStats by key; `path=None` keeps it in memory only."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self._lock = threading.Lock()
+        if path is None:
+            self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        else:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(_SCHEMA)
+        self._db.commit()
+
+    @staticmethod
+    def key(problem_hash: str, device_name: str, backend: str, torch_version: str, trials: int, warmup: int) -> str:
+        return json.dumps([problem_hash, device_name, backend, torch_version, trials, warmup])
+
+    def get(self, key: str) -> TimingStats | None:
+        with self._lock:
+            row = self._db.execute("SELECT stats FROM reference_timing WHERE key = ?", (key,)).fetchone()
+        return TimingStats(**json.loads(row[0])) if row else None
+
+    def put(self, key: str, stats: TimingStats) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO reference_timing (key, stats) VALUES (?, ?)",
+                (key, json.dumps(stats.to_dict())),
+            )
+            self._db.commit()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

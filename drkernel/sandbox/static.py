@@ -1,0 +1,183 @@
+"""Static gate on candidate source: parse, find ModelNew, and flag hack patterns from the AST.
+
+Source text in, a StaticReport out; runs in the judge without importing the candidate. Each finding
+is a hack code from the catalogue (shared/spec/field.md §2) with a line number as evidence.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+__all__ = ["ALLOWED_IMPORT_ROOTS", "StaticReport", "check_source"]
+
+ALLOWED_IMPORT_ROOTS = frozenset(
+    {
+        "torch", "triton", "math", "typing", "typing_extensions", "functools", "itertools",
+        "operator", "dataclasses", "collections", "enum", "abc", "__future__", "numbers",
+        "numpy", "einops",
+    }
+)  # fmt: skip
+
+# import root -> hack code
+_BANNED_IMPORTS = {
+    "threading": "thread_injection",
+    "_thread": "thread_injection",
+    "multiprocessing": "thread_injection",
+    "concurrent": "thread_injection",
+    "asyncio": "thread_injection",
+    "gc": "introspection",
+    "inspect": "introspection",
+    "sys": "introspection",
+    "traceback": "introspection",
+    "time": "timer_tamper",
+    "timeit": "timer_tamper",
+}
+_DYNAMIC_CALLS = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
+_MONKEYPATCH_CALLS = {"setattr", "delattr"}
+_INTROSPECTION_ATTRS = {
+    "__class__", "__subclasses__", "__globals__", "__dict__", "__code__", "__builtins__",
+    "__closure__", "__bases__", "__mro__", "__self__", "__func__", "__getattribute__",
+    "f_back", "f_globals", "f_locals", "f_code", "gi_frame", "cr_frame", "tb_frame",
+    "_getframe", "get_referrers", "get_objects", "get_referents",
+}  # fmt: skip
+_STREAM_ATTRS = {"Stream", "stream", "wait_stream", "record_stream", "ExternalStream", "set_stream"}
+_GRAPH_ATTRS = {"CUDAGraph", "graph", "make_graphed_callables"}
+_SUBCLASS_DEFS = {"__torch_function__", "__torch_dispatch__"}
+
+
+@dataclass(slots=True)
+class StaticReport:
+    syntax_error: str | None = None
+    has_model_new: bool = False
+    hacks: dict[str, str] = field(default_factory=dict)  # code -> first evidence
+
+    def flag(self, code: str, evidence: str) -> None:
+        self.hacks.setdefault(code, evidence)
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.value if not isinstance(node, ast.Call) else node.func
+    return node.id if isinstance(node, ast.Name) else None
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self, report: StaticReport, entry_point: str) -> None:
+        self.report = report
+        self.entry_point = entry_point
+        self.module_aliases: set[str] = set()
+
+    def _import(self, module: str, alias: str | None, line: int) -> None:
+        root = module.split(".")[0]
+        self.module_aliases.add(alias or root)
+        if root in _BANNED_IMPORTS:
+            self.report.flag(_BANNED_IMPORTS[root], f"line {line}: import {module}")
+        elif root not in ALLOWED_IMPORT_ROOTS:
+            self.report.flag("forbidden_import", f"line {line}: import {module}")
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            self._import(a.name, a.asname.split(".")[0] if a.asname else None, node.lineno)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            self.report.flag("forbidden_import", f"line {node.lineno}: relative import")
+            return
+        module = node.module or ""
+        self._import(module, None, node.lineno)
+        for a in node.names:
+            self.module_aliases.add(a.asname or a.name)
+            if module.split(".")[0] == "torch" and a.name in _STREAM_ATTRS:
+                self.report.flag("stream_injection", f"line {node.lineno}: from {module} import {a.name}")
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Name):
+            if node.func.id in _DYNAMIC_CALLS:
+                self.report.flag("dynamic_code", f"line {node.lineno}: {node.func.id}(...)")
+            elif node.func.id in _MONKEYPATCH_CALLS:
+                self.report.flag("monkeypatch", f"line {node.lineno}: {node.func.id}(...)")
+            elif node.func.id == "getattr" and len(node.args) >= 2:
+                if not isinstance(node.args[1], ast.Constant):
+                    self.report.flag("dynamic_code", f"line {node.lineno}: getattr with a computed name")
+                elif str(node.args[1].value) in _INTROSPECTION_ATTRS:
+                    self.report.flag("introspection", f"line {node.lineno}: getattr(..., {node.args[1].value!r})")
+            elif node.func.id == "open":
+                self.report.flag("file_access", f"line {node.lineno}: open(...)")
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        attr = node.attr
+        if attr in _INTROSPECTION_ATTRS:
+            self.report.flag("introspection", f"line {node.lineno}: .{attr}")
+        elif attr in _STREAM_ATTRS and _root_name(node) in self.module_aliases:
+            self.report.flag("stream_injection", f"line {node.lineno}: .{attr}")
+        elif attr in _GRAPH_ATTRS and _root_name(node) in self.module_aliases:
+            self.report.flag("graph_capture", f"line {node.lineno}: .{attr}")
+        elif attr == "_make_subclass":
+            self.report.flag("tensor_subclass", f"line {node.lineno}: ._make_subclass")
+        self.generic_visit(node)
+
+    def _check_target(self, target: ast.AST, line: int) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for t in target.elts:
+                self._check_target(t, line)
+        elif isinstance(target, ast.Attribute) and _root_name(target) in self.module_aliases:
+            self.report.flag("monkeypatch", f"line {line}: assignment to {ast.unparse(target)}")
+        elif isinstance(target, ast.Name) and target.id == "__builtins__":
+            self.report.flag("monkeypatch", f"line {line}: assignment to __builtins__")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for t in node.targets:
+            self._check_target(t, node.lineno)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._check_target(node.target, node.lineno)
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        for t in node.targets:
+            self._check_target(t, node.lineno)
+        self.generic_visit(node)
+
+    def visit_Global(self, node: ast.Global) -> None:
+        self.generic_visit(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        bases = [ast.unparse(b) for b in node.bases]
+        if node.name == f"{self.entry_point}New":
+            self.report.has_model_new = True
+            if any(b.split(".")[-1] == self.entry_point for b in bases):
+                self.report.flag("inheritance_bypass", f"line {node.lineno}: {node.name}({', '.join(bases)})")
+        if any(b.endswith("Tensor") for b in bases):
+            self.report.flag("tensor_subclass", f"line {node.lineno}: class {node.name}({', '.join(bases)})")
+        for item in node.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in _SUBCLASS_DEFS:
+                self.report.flag("tensor_subclass", f"line {item.lineno}: defines {item.name}")
+        self.generic_visit(node)
+
+
+def check_source(source: str, entry_point: str = "Model", policy: bool = True) -> StaticReport:
+    """Parse `source`; report syntax errors, whether `<entry_point>New` exists, and hack patterns.
+
+    >>> check_source("import gc\\nclass ModelNew: pass").hacks
+    {'introspection': 'line 1: import gc'}
+    """
+    report = StaticReport()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        report.syntax_error = f"line {exc.lineno}: {exc.msg}"
+        return report
+    except (ValueError, RecursionError) as exc:
+        report.syntax_error = str(exc)
+        return report
+    visitor = _Visitor(report, entry_point)
+    if policy:
+        visitor.visit(tree)
+    else:
+        report.has_model_new = any(
+            isinstance(n, ast.ClassDef) and n.name == f"{entry_point}New" for n in ast.walk(tree)
+        )
+    return report

@@ -1,0 +1,379 @@
+"""Sandbox process: loads one reference (and, in the candidate role, one candidate) and runs ops.
+
+Started by drkernel.sandbox.process with a clean environment; talks JSON on two inherited pipe fds
+and writes tensors as files. Never trusted by the judge: every answer is re-checked outside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import resource
+import sys
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from drkernel.sandbox import harness
+from drkernel.sandbox.protocol import read_message, write_message
+
+_perf = time.perf_counter  # captured before any candidate code runs
+
+
+def _error(kind: str, exc: BaseException | None = None, message: str | None = None) -> dict[str, Any]:
+    tb = traceback.format_exc(limit=12) if exc is not None else None
+    msg = message or (f"{type(exc).__name__}: {exc}" if exc is not None else kind)
+    return {"ok": False, "error": {"kind": kind, "message": msg[:4000], "traceback": (tb or "")[-6000:]}}
+
+
+def _classify_forward_error(exc: BaseException) -> str:
+    text = f"{type(exc).__name__} {exc}"
+    if type(exc).__module__.startswith("triton") and "Compil" in type(exc).__name__:
+        return "triton_compile_error"
+    if "CUDA error" in text or "illegal memory access" in text or "AcceleratorError" in text:
+        return "cuda_error"
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text:
+        return "out_of_memory"
+    return "forward_error"
+
+
+class Sandbox:
+    def __init__(self, role: str, device: str, workdir: str) -> None:
+        self.role = role
+        self.cuda = device.startswith("cuda")
+        self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
+        self.workdir = workdir
+        self.recorder = harness.LaunchRecorder()
+        self.watch = harness.TamperWatch()
+        self.threads = harness.ThreadWatch()
+        self.mode: contextlib.AbstractContextManager[Any] = (
+            contextlib.nullcontext() if self.cuda else harness.CpuDeviceMode()
+        )
+        self.model: Any = None
+        self.get_inputs: Any = None
+        self.loaded_key: str | None = None
+        self._sync = torch.cuda.synchronize if self.cuda else (lambda *a, **k: None)
+        if self.cuda:
+            self._event = torch.cuda.Event
+            self._record = torch.cuda.Event.record
+            self._elapsed = torch.cuda.Event.elapsed_time
+            self._event_sync = torch.cuda.Event.synchronize
+        else:
+            torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
+
+    # -- start-up -------------------------------------------------------------------------
+    def warm_up(self, gpu_memory_fraction: float) -> dict[str, Any]:
+        import triton
+
+        if self.cuda:
+            torch.cuda.set_device(0)
+            torch.cuda.set_per_process_memory_fraction(gpu_memory_fraction, 0)
+            x = torch.randn(1024, device=self.device)
+            (x * 2).sum().item()
+            self._flush_buf = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device=self.device)
+            with torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            ):
+                (x + 1).sum().item()
+            self._sync()
+            name = torch.cuda.get_device_name(0)
+        else:
+            name = "cpu"
+        if self.role == "candidate":
+            self.recorder.install()
+        self.watch.add_defaults(self.cuda)
+        for owner, attr, _ in self.recorder.hooked():
+            self.watch.add(owner, attr, f"{owner.__name__}.{attr}")
+        return {"ok": True, "device_name": name, "torch": torch.__version__, "triton": triton.__version__}
+
+    # -- loading ---------------------------------------------------------------------------
+    def load(self, msg: dict[str, Any]) -> dict[str, Any]:
+        key = f"{msg['reference_hash']}:{msg.get('size_snippet', '')}:{msg['init_seed']}"
+        if self.role == "reference" and key == self.loaded_key:
+            return {"ok": True, "cached": True}
+        entry = msg.get("entry_point", "Model")
+        ns: dict[str, Any] = {"__name__": "drkernel_reference", "__builtins__": __builtins__}
+        try:
+            with self.mode:
+                exec(compile(msg["reference_code"], "<reference>", "exec"), ns)
+                if msg.get("size_snippet"):
+                    exec(compile(msg["size_snippet"], "<size>", "exec"), ns)
+                self.get_inputs = ns["get_inputs"]
+                torch.manual_seed(msg["init_seed"])
+                init_inputs = list(ns["get_init_inputs"]())
+        except Exception as exc:  # the reference itself is broken
+            return _error("reference_error", exc)
+        if self.role == "reference":
+            return self._build(ns[entry], init_inputs, msg["init_seed"], "reference_error", key)
+        ns.pop(entry, None)  # keep the reference class out of the candidate's reach
+        self.threads.snapshot()
+        path = msg["candidate_path"]
+        self.recorder.own_file = path
+        try:
+            with self.mode:
+                spec = importlib.util.spec_from_file_location("drkernel_candidate", path)
+                assert spec is not None and spec.loader is not None
+                module = importlib.util.module_from_spec(spec)
+                sys.modules["drkernel_candidate"] = module
+                spec.loader.exec_module(module)
+        except BaseException as exc:  # noqa: BLE001 - candidate code may raise anything
+            return _error("import_error", exc)
+        cls = getattr(module, f"{entry}New", None)
+        if cls is None:
+            return _error("missing_model_new", message=f"the submission defines no class {entry}New")
+        return self._build(cls, init_inputs, msg["init_seed"], "init_error", key)
+
+    def _build(self, cls: Any, init_inputs: list[Any], seed: int, kind: str, key: str) -> dict[str, Any]:
+        try:
+            with self.mode:
+                torch.manual_seed(seed)
+                model = cls(*init_inputs)
+                if isinstance(model, torch.nn.Module):
+                    model = model.to(self.device)
+        except BaseException as exc:  # noqa: BLE001
+            return _error(kind, exc)
+        self.model = model
+        self.loaded_key = key
+        self.recorder.take()
+        return {"ok": True, "tampered": self.watch.changed(), "threads": self.threads.extra()}
+
+    # -- calls -------------------------------------------------------------------------------
+    def _inputs(self, seed: int, scale: float) -> list[Any]:
+        with self.mode:
+            return harness.make_inputs(self.get_inputs, seed, self.device, scale)
+
+    def _forward(self, inputs: list[Any]) -> Any:
+        with self.mode:
+            return self.model(*inputs)
+
+    def _save(self, out: Any, name: str) -> dict[str, Any]:
+        structure, tensors = harness.flatten_outputs(out)
+        info: dict[str, Any] = {"structure": structure, "subclass": [], "dtypes": []}
+        plain = []
+        for i, t in enumerate(tensors):
+            if type(t) is not torch.Tensor:
+                info["subclass"].append(f"output {i} is {type(t).__name__}")
+                t = torch.Tensor(t.detach().cpu()) if hasattr(t, "detach") else torch.empty(0)
+            info["dtypes"].append(str(t.dtype))
+            plain.append(t.detach().to("cpu", copy=True).contiguous())
+        path = os.path.join(self.workdir, name)
+        torch.save(plain, path)
+        info["file"] = name
+        return info
+
+    def _poison(self) -> None:
+        """Fill memory the allocator will hand out next with NaN (stale-memory defence)."""
+        if self.cuda:
+            torch.cuda.empty_cache()
+            free = max(torch.cuda.mem_get_info(0)[0] // 8, 64 << 20)
+            block = torch.empty(min(free, 2 << 30) // 4, dtype=torch.float32, device=self.device)
+            block.fill_(float("nan"))
+            del block
+        else:
+            block = torch.full((16 << 20,), float("nan"))
+            del block
+
+    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Forward each (seed, scale) item; save outputs; report aliasing, mutation, launches."""
+        items = []
+        for k, (seed, scale) in enumerate(msg["items"]):
+            inputs = self._inputs(seed, scale)
+            saved = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+            self._poison()
+            self.recorder.take()
+            try:
+                with torch.no_grad():
+                    out = self._forward(inputs)
+                self._sync()
+            except BaseException as exc:  # noqa: BLE001
+                return _error(_classify_forward_error(exc), exc)
+            launches = self.recorder.take()
+            _, outs = harness.flatten_outputs(out)
+            params = [p for p in self.model.parameters()] if isinstance(self.model, torch.nn.Module) else []
+            item = self._save(out, f"{msg['tag']}_{k}.pt")
+            item["launches"] = launches
+            item["aliases_input"] = _overlaps(outs, [t for t in inputs if isinstance(t, torch.Tensor)])
+            item["aliases_param"] = _overlaps(outs, params)
+            item["mutated_input"] = any(
+                isinstance(a, torch.Tensor) and not _same(a, b) for a, b in zip(inputs, saved, strict=True)
+            )
+            item["threads"] = self.threads.extra()
+            items.append(item)
+        return {"ok": True, "items": items, "tampered": self.watch.changed()}
+
+    def modes(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Own launches in train/eval x grad/no-grad (paper-spec §3.3 recommendation)."""
+        inputs = self._inputs(msg["seed"], 1.0)
+        result = {}
+        module = self.model if isinstance(self.model, torch.nn.Module) else None
+        for training in (True, False):
+            for grad in (False, True):
+                if module is not None:
+                    module.train(training)
+                self.recorder.take()
+                try:
+                    with torch.set_grad_enabled(grad):
+                        self._forward(inputs)
+                    self._sync()
+                    result[f"{'train' if training else 'eval'}/{'grad' if grad else 'no_grad'}"] = len(
+                        self.recorder.take()
+                    )
+                except BaseException as exc:  # noqa: BLE001
+                    return _error(_classify_forward_error(exc), exc)
+        if module is not None:
+            module.train(True)
+        return {"ok": True, "modes": result, "tampered": self.watch.changed(), "threads": self.threads.extra()}
+
+    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Warm-up, then one timed call per (seed, scale) item on fresh inputs and a flushed L2."""
+        bases = {s: self._inputs(s, 1.0) for s in msg["base_seeds"]}
+        verify = set(msg.get("verify", []))
+        eager = self.model
+        try:
+            if msg.get("compile"):
+                self.model = torch.compile(eager)
+            with torch.no_grad():
+                for _ in range(msg["warmup"]):
+                    self._forward(bases[msg["base_seeds"][0]])
+                    self._sync()
+                event_ms, host_ms, launches, saved = [], [], [], []
+                for k, (seed, scale) in enumerate(msg["items"]):
+                    inputs = harness._scale(bases[seed], scale) if scale != 1.0 else bases[seed]
+                    e, h, out = self._timed_call(inputs)
+                    event_ms.append(e)
+                    host_ms.append(h)
+                    launches.append(len(self.recorder.take()))
+                    if k in verify:
+                        saved.append(self._save(out, f"{msg['tag']}_{k}.pt") | {"index": k})
+                    del out
+        except BaseException as exc:  # noqa: BLE001
+            return _error(_classify_forward_error(exc), exc)
+        finally:
+            self.model = eager
+        return {
+            "ok": True, "event_ms": event_ms, "host_ms": host_ms, "launches": launches,
+            "verified": saved, "tampered": self.watch.changed(), "threads": self.threads.extra(),
+        }  # fmt: skip
+
+    def _timed_call(self, inputs: list[Any]) -> tuple[float, float, Any]:
+        if not self.cuda:
+            t0 = _perf()
+            out = self._forward(inputs)
+            ms = (_perf() - t0) * 1e3
+            return ms, ms, out
+        self._flush_buf.zero_()
+        self._sync()
+        start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+        t0 = _perf()
+        self._record(start)
+        out = self._forward(inputs)
+        self._sync()  # device-wide: work on any stream lands inside the window
+        self._record(end)
+        self._event_sync(end)
+        host = (_perf() - t0) * 1e3
+        return self._elapsed(start, end), host, out
+
+    def prep_window(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self._window_inputs = self._inputs(msg["seed"], 1.0)
+        self._sync()
+        return {"ok": True}
+
+    def window(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Back-to-back calls with one final sync; the judge times this op with its own clock."""
+        self.recorder.take()
+        with torch.no_grad():
+            for _ in range(msg["n"]):
+                self._forward(self._window_inputs)
+            self._sync()
+        return {"ok": True, "launches": len(self.recorder.take())}
+
+    def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
+        inputs = [self._inputs(msg["seed"], 1.0) for _ in range(1)][0]
+        self.recorder.take()
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.no_grad(), torch.profiler.profile(activities=acts) as prof:
+            for _ in range(msg["n"]):
+                self._forward(inputs)
+            self._sync()
+        launches = self.recorder.take()
+        kernels: dict[str, list[float]] = {}
+        for evt in prof.events():
+            if getattr(evt, "device_type", None) != torch.autograd.DeviceType.CUDA:
+                continue
+            us = float(getattr(evt, "device_time", None) or evt.time_range.elapsed_us())
+            slot = kernels.setdefault(evt.name, [0.0, 0])
+            slot[0] += us
+            slot[1] += 1
+        return {"ok": True, "kernels": kernels, "launches": launches, "tampered": self.watch.changed()}
+
+
+def _storages(ts: list[Any]) -> list[tuple[int, int]]:
+    spans = []
+    for t in ts:
+        if isinstance(t, torch.Tensor) and t.numel():
+            try:
+                s = t.untyped_storage()
+                spans.append((s.data_ptr(), s.data_ptr() + s.nbytes()))
+            except (RuntimeError, NotImplementedError):
+                continue
+    return spans
+
+
+def _overlaps(a: list[Any], b: list[Any]) -> bool:
+    sb = _storages(b)
+    return any(x0 < y1 and y0 < x1 for x0, x1 in _storages(a) for y0, y1 in sb)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(torch.equal(a.view(-1).view(torch.uint8), b.view(-1).view(torch.uint8))) if a.is_contiguous() and b.is_contiguous() else bool(torch.equal(a.nan_to_num(), b.nan_to_num()))
+
+
+def _limits(memory_limit_mb: int, cuda: bool) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 30, 8 << 30))
+    if not cuda and memory_limit_mb > 0:  # CUDA reserves address space; the judge polls RSS there
+        with contextlib.suppress(ValueError, OSError):
+            limit = (memory_limit_mb + 2048) << 20
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
+OPS = {"load": Sandbox.load, "run": Sandbox.run, "modes": Sandbox.modes, "time": Sandbox.time,
+       "prep_window": Sandbox.prep_window, "window": Sandbox.window, "profile": Sandbox.profile}  # fmt: skip
+
+
+def main() -> None:
+    cmd_fd, resp_fd = int(sys.argv[1]), int(sys.argv[2])
+    role, device, workdir = sys.argv[3], sys.argv[4], sys.argv[5]
+    memory_limit_mb, gpu_fraction = int(sys.argv[6]), float(sys.argv[7])
+    _limits(memory_limit_mb, device.startswith("cuda"))
+    try:
+        box = Sandbox(role, device, workdir)
+        write_message(resp_fd, box.warm_up(gpu_fraction))
+    except Exception as exc:  # noqa: BLE001 - process edge
+        write_message(resp_fd, _error("sandbox_start", exc))
+        return
+    while True:
+        try:
+            msg = read_message(cmd_fd)
+        except EOFError:
+            return
+        op = OPS.get(msg.get("op", ""))
+        if op is None:
+            return
+        try:
+            reply = op(box, msg)
+        except BaseException as exc:  # noqa: BLE001 - process edge: report, never die silently
+            reply = _error("harness_error", exc)
+        write_message(resp_fd, reply)
+
+
+if __name__ == "__main__":
+    main()
