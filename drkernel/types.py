@@ -253,6 +253,7 @@ class EvalResult:
     shape_variants_total: int | None = None
     sandbox_output: str = ""  # what the candidate printed (truncated), never on our stdout
     wall_s: float | None = None
+    stage_s: dict[str, float] = field(default_factory=dict)  # wall seconds per pipeline stage
     task_id: str | None = None
 
     @property
@@ -283,6 +284,7 @@ class EvalResult:
             "shape_variants_total": self.shape_variants_total,
             "sandbox_output": self.sandbox_output,
             "wall_s": self.wall_s,
+            "stage_s": dict(self.stage_s),
             "task_id": self.task_id,
         }
 
@@ -314,6 +316,7 @@ class EvalResult:
             shape_variants_total=d.get("shape_variants_total"),
             sandbox_output=d.get("sandbox_output") or "",
             wall_s=d.get("wall_s"),
+            stage_s=dict(d.get("stage_s") or {}),
             task_id=d.get("task_id"),
         )
 

@@ -53,13 +53,16 @@ class Judge:
 
     def __init__(self, device: str | None = None, *, spares: int | None = None, cache_path: str | Path | None = None,
                  memory_limit_mb: int | None = None, candidate_gpu_fraction: float = 0.6,
-                 reference_gpu_fraction: float = 0.3) -> None:  # fmt: skip
+                 reference_gpu_fraction: float = 0.3, shared_triton_cache: str | None = None) -> None:  # fmt: skip
         self.device = resolve_device(device)
         self.cuda = self.device.startswith("cuda")
         self.spares = max(1, spares if spares is not None else (3 if self.cuda else 2))
         self.memory_limit_mb = memory_limit_mb or (16384 if self.cuda else 6144)
         self.candidate_gpu_fraction = candidate_gpu_fraction
         self.reference_gpu_fraction = reference_gpu_fraction
+        # None: every sandbox compiles into its own fresh cache (a candidate cannot plant binaries
+        # for the next one); a shared directory trades that isolation for no recompilation.
+        self.shared_triton_cache = shared_triton_cache
         self.cache = ReferenceTimingCache(cache_path)
         self._pool: collections.deque[SandboxProcess] = collections.deque()
         self._ref: SandboxProcess | None = None
@@ -70,7 +73,8 @@ class Judge:
     # -- processes ------------------------------------------------------------------------------
     def _spawn(self, role: str) -> SandboxProcess:
         fraction = self.candidate_gpu_fraction if role == "candidate" else self.reference_gpu_fraction
-        return SandboxProcess(role, self.device, self.memory_limit_mb, fraction)
+        return SandboxProcess(role, self.device, self.memory_limit_mb, fraction,
+                              triton_cache=self.shared_triton_cache)  # fmt: skip
 
     def _fill_pool(self) -> None:
         while len(self._pool) < self.spares:

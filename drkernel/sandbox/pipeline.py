@@ -66,26 +66,40 @@ class Evaluation:
 
     # -- plumbing -------------------------------------------------------------------------------
     def _cand(self, msg: dict[str, Any]) -> dict[str, Any]:
-        reply = self.cand.request(msg, self.deadline)
+        return self._cand_reply(self.cand.request(msg, self.deadline))
+
+    def _cand_reply(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """Check a candidate reply; a failure ends the pipeline with the matching outcome."""
         self._check_reply_flags(reply)
         if not reply.get("ok"):
             err = reply.get("error") or {}
             kind = str(err.get("kind", "forward_error"))
-            outcome = EvalOutcome.COMPILE_ERROR if kind in _COMPILE_KINDS else EvalOutcome.RUNTIME_ERROR
             if kind == "reference_error":
                 raise ReferenceFailure(kind, str(err.get("message")))
+            outcome = EvalOutcome.COMPILE_ERROR if kind in _COMPILE_KINDS else EvalOutcome.RUNTIME_ERROR
             self._finish(outcome, ErrorInfo(kind, str(err.get("message", ""))[:4000], err.get("traceback")))
         return reply
 
     def _ref(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.ref.send(msg)
+        return self._ref_receive()
+
+    def _ref_receive(self) -> dict[str, Any]:
         try:
-            reply = self.ref.request(msg, self.deadline)
+            reply = self.ref.receive(self.deadline)
         except SandboxFailure as exc:
             raise ReferenceFailure(f"reference_{exc.kind}", exc.message) from None
         if not reply.get("ok"):
             err = reply.get("error") or {}
             raise ReferenceFailure("reference_error", str(err.get("message", "reference failed")))
         return reply
+
+    def _both(self, ref_msg: dict[str, Any], cand_msg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Run an op in both sandboxes concurrently."""
+        self.ref.send(ref_msg)
+        self.cand.send(cand_msg)
+        ref_reply = self._ref_receive()
+        return ref_reply, self._cand_reply(self.cand.receive(self.deadline))
 
     def _hack(self, code: str, evidence: str) -> None:
         if code not in self.result.hacks:
@@ -106,17 +120,14 @@ class Evaluation:
 
     # -- steps ----------------------------------------------------------------------------------
     def run(self) -> EvalResult:
+        steps = (self._static, self._load, self._correctness, self._launch_modes, self._stop_if_failed,
+                 self._timing, self._profile, self._stop_if_failed, self._shape_variants, self._reward)  # fmt: skip
         try:
-            self._static()
-            self._load()
-            self._correctness()
-            self._launch_modes()
-            self._stop_if_failed()
-            self._timing()
-            self._profile()
-            self._stop_if_failed()
-            self._shape_variants()
-            self._reward()
+            for step in steps:
+                t0 = time.monotonic()
+                step()
+                name = step.__name__.strip("_")
+                self.result.stage_s[name] = round(self.result.stage_s.get(name, 0.0) + time.monotonic() - t0, 4)
         except _Stop:
             pass
         if self.result.hacks:
@@ -146,42 +157,11 @@ class Evaluation:
         common = {"op": "load", "reference_code": self.req.reference_code, "size_snippet": snippet,
                   "reference_hash": _hash(self.req.reference_code), "init_seed": self.init_seed,
                   "entry_point": self.opts.entry_point}  # fmt: skip
-        self.ref.send(common)
-        self.cand.send(common | {"candidate_path": path})
-        try:
-            ref_reply = self.ref.receive(self.deadline)
-        except SandboxFailure as exc:
-            raise ReferenceFailure(f"reference_{exc.kind}", exc.message) from None
-        if not ref_reply.get("ok"):
-            raise ReferenceFailure("reference_error", str((ref_reply.get("error") or {}).get("message")))
-        reply = self.cand.receive(self.deadline)
-        self._check_reply_flags(reply)
-        if not reply.get("ok"):
-            err = reply.get("error") or {}
-            kind = str(err.get("kind"))
-            if kind == "reference_error":
-                raise ReferenceFailure(kind, str(err.get("message")))
-            outcome = EvalOutcome.COMPILE_ERROR if kind in _COMPILE_KINDS else EvalOutcome.RUNTIME_ERROR
-            self._finish(outcome, ErrorInfo(kind, str(err.get("message", ""))[:4000], err.get("traceback")))
+        self._both(common, common | {"candidate_path": path})
 
     def _run_pair(self, items: list[tuple[int, float]], tag: str) -> tuple[dict[str, Any], dict[str, Any]]:
         msg = {"op": "run", "items": items, "tag": tag}
-        self.ref.send(msg)
-        self.cand.send(msg)
-        try:
-            ref_reply = self.ref.receive(self.deadline)
-        except SandboxFailure as exc:
-            raise ReferenceFailure(f"reference_{exc.kind}", exc.message) from None
-        if not ref_reply.get("ok"):
-            raise ReferenceFailure("reference_error", str((ref_reply.get("error") or {}).get("message")))
-        reply = self.cand.receive(self.deadline)
-        self._check_reply_flags(reply)
-        if not reply.get("ok"):
-            err = reply.get("error") or {}
-            kind = str(err.get("kind", "forward_error"))
-            outcome = EvalOutcome.COMPILE_ERROR if kind in _COMPILE_KINDS else EvalOutcome.RUNTIME_ERROR
-            self._finish(outcome, ErrorInfo(kind, str(err.get("message", ""))[:4000], err.get("traceback")))
-        return ref_reply, reply
+        return self._both(msg, msg)
 
     def _compare_item(self, ref_item: dict[str, Any], item: dict[str, Any], seed: int) -> TrialReport:
         for evidence in item.get("subclass") or []:
@@ -231,17 +211,31 @@ class Evaluation:
         k_verify = min(self.opts.num_verified_timed_calls, n)
         verify = sorted(set(self.rng.sample(range(n), k_verify)) | {n - 1})
         reply = self._cand({"op": "time", "base_seeds": bases, "items": items, "warmup": self.opts.num_warmup,
-                            "verify": verify, "tag": "timed"})  # fmt: skip
+                            "warmup_s": self._warmup_s, "verify": verify, "tag": "timed"})  # fmt: skip
         no_launch = [k for k, c in enumerate(reply["launches"]) if c == 0]
         if no_launch:
             self._hack("decoy_kernel", f"timed call {no_launch[0]} launched no Triton kernel of the submission")
         self.result.kernel_timing = timing_stats(reply["event_ms"], reply["host_ms"])
         self.timed_launches_per_call = statistics.median(reply["launches"])
+        self._stream_check(reply["event_ms"], reply["host_ms"])
         self._verify_timed(items, reply["verified"])
         self._stop_if_failed()
         if self.cuda:
             self._external_clock()
         self._reference_timing(items)
+
+    @property
+    def _warmup_s(self) -> float:
+        return 0.1 if self.cuda else 0.0  # GPU clocks ramp up: warm up for time, not just calls
+
+    def _stream_check(self, event_ms: list[float], host_ms: list[float]) -> None:
+        """Work outside the timed stream shows as host time (device-wide sync) far above event time."""
+        if not self.cuda:
+            return
+        event, gap = statistics.median(event_ms), statistics.median(h - e for h, e in zip(host_ms, event_ms, strict=True))
+        if gap > 0.1 + 0.5 * event:
+            self._hack("timing_evasion", f"host clock with a device-wide sync shows {gap:.3f} ms per call more than "
+                       f"the CUDA events ({event:.3f} ms): work ran outside the timed stream")  # fmt: skip
 
     def _verify_timed(self, items: list[tuple[int, float]], verified: list[dict[str, Any]]) -> None:
         if not verified:
@@ -278,7 +272,8 @@ class Evaluation:
         stats = self.cache.get(key)
         if stats is None:
             reply = self._ref({"op": "time", "base_seeds": self.seeds[:2], "items": cand_items, "verify": [],
-                               "warmup": self.opts.num_warmup, "tag": "reftime", "compile": backend == "compile"})  # fmt: skip
+                               "warmup": self.opts.num_warmup, "warmup_s": self._warmup_s, "tag": "reftime",
+                               "compile": backend == "compile"})  # fmt: skip
             stats = timing_stats(reply["event_ms"], reply["host_ms"])
             self.cache.put(key, stats)
         self.result.reference_timing = stats

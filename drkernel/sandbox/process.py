@@ -63,7 +63,8 @@ class SandboxProcess:
     """One sandbox child. `role` is "candidate" (runs untrusted code) or "reference"."""
 
     def __init__(self, role: str, device: str, memory_limit_mb: int = 8192,
-                 gpu_memory_fraction: float = 0.9, start_timeout_s: float = 120.0) -> None:  # fmt: skip
+                 gpu_memory_fraction: float = 0.9, start_timeout_s: float = 120.0,
+                 triton_cache: str | None = None) -> None:  # fmt: skip
         self.role = role
         self.device = device
         self.memory_limit_mb = memory_limit_mb
@@ -83,7 +84,7 @@ class SandboxProcess:
             self.proc = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 pass_fds=(cmd_r, resp_w), cwd=home, start_new_session=True,
-                env=sandbox_env(device, os.path.join(self.workdir, "triton"), home),
+                env=sandbox_env(device, triton_cache or os.path.join(self.workdir, "triton"), home),
             )  # fmt: skip
         os.close(cmd_r)
         os.close(resp_w)

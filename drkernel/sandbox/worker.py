@@ -55,6 +55,7 @@ class Sandbox:
         self.model: Any = None
         self.get_inputs: Any = None
         self.loaded_key: str | None = None
+        self._poison_sizes: set[int] = set()
         self._sync = torch.cuda.synchronize if self.cuda else (lambda *a, **k: None)
         if self.cuda:
             self._event = torch.cuda.Event
@@ -165,16 +166,23 @@ class Sandbox:
         return info
 
     def _poison(self) -> None:
-        """Fill memory the allocator will hand out next with NaN (stale-memory defence)."""
-        if self.cuda:
-            torch.cuda.empty_cache()
-            free = max(torch.cuda.mem_get_info(0)[0] // 8, 64 << 20)
-            block = torch.empty(min(free, 2 << 30) // 4, dtype=torch.float32, device=self.device)
-            block.fill_(float("nan"))
+        """Overwrite the blocks the allocator will hand out next with NaN bit patterns.
+
+        Allocating exactly the sizes of earlier outputs gets those freed blocks back from the
+        caching allocator (best fit), so a kernel that returns torch.empty() without writing it
+        reads NaN instead of a stale earlier result.
+        """
+        if self.role != "candidate":
+            return
+        for nbytes in sorted(self._poison_sizes):
+            block = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            block.fill_(255)
             del block
-        else:
-            block = torch.full((16 << 20,), float("nan"))
-            del block
+
+    def _remember_sizes(self, tensors: list[Any]) -> None:
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.numel():
+                self._poison_sizes.add(t.untyped_storage().nbytes())
 
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Forward each (seed, scale) item; save outputs; report aliasing, mutation, launches."""
@@ -192,6 +200,7 @@ class Sandbox:
                 return _error(_classify_forward_error(exc), exc)
             launches = self.recorder.take()
             _, outs = harness.flatten_outputs(out)
+            self._remember_sizes(outs)
             params = [p for p in self.model.parameters()] if isinstance(self.model, torch.nn.Module) else []
             item = self._save(out, f"{msg['tag']}_{k}.pt")
             item["launches"] = launches
@@ -236,9 +245,13 @@ class Sandbox:
             if msg.get("compile"):
                 self.model = torch.compile(eager)
             with torch.no_grad():
-                for _ in range(msg["warmup"]):
-                    self._forward(bases[msg["base_seeds"][0]])
+                first = bases[msg["base_seeds"][0]]
+                t_end = _perf() + float(msg.get("warmup_s", 0.0))
+                done = 0
+                while done < msg["warmup"] or (_perf() < t_end and done < 10000):
+                    self._forward(first)
                     self._sync()
+                    done += 1
                 event_ms, host_ms, launches, saved = [], [], [], []
                 for k, (seed, scale) in enumerate(msg["items"]):
                     inputs = harness._scale(bases[seed], scale) if scale != 1.0 else bases[seed]
@@ -270,9 +283,8 @@ class Sandbox:
         t0 = _perf()
         self._record(start)
         out = self._forward(inputs)
-        self._sync()  # device-wide: work on any stream lands inside the window
         self._record(end)
-        self._event_sync(end)
+        self._sync()  # device-wide: the host clock also covers work on any other stream
         host = (_perf() - t0) * 1e3
         return self._elapsed(start, end), host, out
 

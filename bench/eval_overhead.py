@@ -1,0 +1,188 @@
+"""Judge overhead on a GPU: fixed cost per evaluation, evaluations per minute, speedup spread.
+
+Run on the GPU machine:  python bench/eval_overhead.py [--device cuda] [--repeats 10] [--out DIR]
+Prints markdown tables (and writes them to DIR/eval_overhead.md when --out is given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from drkernel.sandbox.judge import Judge
+from drkernel.types import EvalOptions, EvalRequest
+
+ELEMENTWISE_REF = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0 + 1.0
+N = {n}
+def get_inputs():
+    return [torch.randn(N, 4096)]
+def get_init_inputs():
+    return []
+"""
+
+ELEMENTWISE_KERNEL = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def relu_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0) * 2.0 + 1.0, mask=mask)
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.numel()
+        relu_scale_kernel[(triton.cdiv(n, 2048),)](x, out, n, BLOCK=2048)
+        return out
+"""
+
+SOFTMAX_REF = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+def get_inputs():
+    return [torch.randn({rows}, 2048)]
+def get_init_inputs():
+    return []
+"""
+
+SOFTMAX_KERNEL = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def softmax_rows(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=-float("inf"))
+    x = x - tl.max(x, axis=0)
+    e = tl.exp(x)
+    tl.store(out_ptr + row * n_cols + cols, e / tl.sum(e, axis=0), mask=mask)
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        softmax_rows[(x.shape[0],)](x, out, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        return out
+"""
+
+MATMUL_RELU_REF = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.relu(a @ b)
+def get_inputs():
+    return [torch.randn(4096, 4096), torch.randn(4096, 4096)]
+def get_init_inputs():
+    return []
+"""
+
+LAZY_KERNEL = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        y = a @ b
+        out = torch.empty_like(y)
+        relu_kernel[(triton.cdiv(y.numel(), 1024),)](y, out, y.numel(), BLOCK=1024)
+        return out
+"""
+
+
+def evaluate(judge: Judge, ref: str, ker: str, **opts: object) -> dict:
+    r = judge.evaluate(EvalRequest(reference_code=ref, kernel_code=ker, options=EvalOptions(**opts)))
+    return r.to_dict()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--mix", type=int, default=12, help="evaluations in the throughput mix")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    lines: list[str] = []
+    small_ref, small_ker = ELEMENTWISE_REF.format(n=256), ELEMENTWISE_KERNEL
+    with tempfile.TemporaryDirectory() as cache, Judge(device=args.device, shared_triton_cache=cache) as judge:
+        t0 = time.monotonic()
+        judge.warm()
+        lines.append(f"judge start (reference + spare sandboxes warm): {time.monotonic() - t0:.2f} s\n")
+        # 1. fixed overhead: same kernel twice with a shared Triton cache -> no compile the 2nd time
+        evaluate(judge, small_ref, small_ker)
+        rows = []
+        for _ in range(5):
+            d = evaluate(judge, small_ref, small_ker)
+            stages = d["stage_s"]
+            timed = stages.get("timing", 0.0)
+            rows.append((d["wall_s"], timed, d["wall_s"] - timed, d["outcome"], stages))
+        lines.append("## Fixed overhead per evaluation (warm, Triton cache shared, 5 runs)\n")
+        lines.append("| wall s | timing stage s | wall - timing s | outcome |\n|---|---|---|---|")
+        lines += [f"| {w:.3f} | {t:.3f} | {f:.3f} | {o} |" for w, t, f, o, _ in rows]
+        lines.append(f"\nmedian fixed overhead: {statistics.median(r[2] for r in rows):.3f} s; "
+                     f"stages of the last run: {json.dumps(rows[-1][4])}\n")
+        # 2. throughput over a mix of small problems, fresh compile each (cache off)
+    with Judge(device=args.device) as judge:
+        judge.warm()
+        mix = [(ELEMENTWISE_REF.format(n=256 * (1 + i % 3)), ELEMENTWISE_KERNEL) if i % 2 == 0
+               else (SOFTMAX_REF.format(rows=512 * (1 + i % 3)), SOFTMAX_KERNEL) for i in range(args.mix)]
+        t0 = time.monotonic()
+        outs = [evaluate(judge, r, k)["outcome"] for r, k in mix]
+        elapsed = time.monotonic() - t0
+        lines.append("## Throughput, one GPU, mix of small problems (fresh sandbox and Triton compile each, 100 timed calls)\n")
+        lines.append(f"{len(mix)} evaluations in {elapsed:.1f} s = **{60 * len(mix) / elapsed:.1f} evaluations/min**; "
+                     f"outcomes: {sorted(set(outs))}\n")
+        # 3. speedup spread, same honest kernel 10 times (reference timing cached after the 1st)
+        big_ref = ELEMENTWISE_REF.format(n=4096)
+        sp = [evaluate(judge, big_ref, ELEMENTWISE_KERNEL) for _ in range(args.repeats)]
+        s = [d["speedup"] for d in sp if d["speedup"]]
+        lines.append(f"## Speedup spread, honest elementwise kernel on a 4096x4096 fp32 input, {len(s)} evaluations\n")
+        lines.append(f"speedup min {min(s):.3f}x, median {statistics.median(s):.3f}x, max {max(s):.3f}x "
+                     f"(spread {max(s) / min(s):.3f}); kernel ms: " + ", ".join(f"{d['kernel_ms']:.4f}" for d in sp))
+        lines.append(f"coverage of the honest kernel: {[round(d['coverage'] or 0, 4) for d in sp[:3]]}\n")
+        # 4. profiling ratio: honest softmax vs lazy (torch softmax + a trivial Triton copy)
+        sref = SOFTMAX_REF.format(rows=8192)
+        honest, lazy = evaluate(judge, sref, SOFTMAX_KERNEL), evaluate(judge, MATMUL_RELU_REF, LAZY_KERNEL)
+        lines.append("## Profiling ratio (coverage)\n\n| candidate | outcome | coverage | speedup | top kernels |\n|---|---|---|---|---|")
+        for name, d in (("honest softmax", honest), ("lazy: torch matmul + Triton relu", lazy)):
+            top = "; ".join(f"{k['name'][:30]}{'*' if k['own'] else ''}={k['device_us']:.0f}us" for k in d["kernels"][:3])
+            lines.append(f"| {name} | {d['outcome']} {d['hacks']} | {d['coverage']} | {d['speedup']} | {top} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "eval_overhead.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
