@@ -91,7 +91,9 @@ class Evaluation:
             raise ReferenceFailure(f"reference_{exc.kind}", exc.message) from None
         if not reply.get("ok"):
             err = reply.get("error") or {}
-            raise ReferenceFailure("reference_error", str(err.get("message", "reference failed")))
+            kind = str(err.get("kind", "reference_error"))
+            raise ReferenceFailure(kind if kind == "unsupported_dtype" else "reference_error",
+                                   str(err.get("message", "reference failed")))  # fmt: skip
         return reply
 
     def _both(self, ref_msg: dict[str, Any], cand_msg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

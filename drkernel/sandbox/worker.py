@@ -29,6 +29,9 @@ def _error(kind: str, exc: BaseException | None = None, message: str | None = No
     return {"ok": False, "error": {"kind": kind, "message": msg[:4000], "traceback": (tb or "")[-6000:]}}
 
 
+_INTERPRETER_UNSUPPORTED = {torch.bfloat16, *(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))}
+
+
 def _classify_forward_error(exc: BaseException) -> str:
     text = f"{type(exc).__name__} {exc}"
     if type(exc).__module__.startswith("triton") and "Compil" in type(exc).__name__:
@@ -108,7 +111,8 @@ class Sandbox:
         except Exception as exc:  # the reference itself is broken
             return _error("reference_error", exc)
         if self.role == "reference":
-            return self._build(ns[entry], init_inputs, msg["init_seed"], "reference_error", key)
+            reply = self._build(ns[entry], init_inputs, msg["init_seed"], "reference_error", key)
+            return reply if not reply["ok"] or self.cuda else self._interpreter_dtypes(reply)
         ns.pop(entry, None)  # keep the reference class out of the candidate's reach
         self.threads.snapshot()
         path = msg["candidate_path"]
@@ -140,6 +144,18 @@ class Sandbox:
         self.loaded_key = key
         self.recorder.take()
         return {"ok": True, "tampered": self.watch.changed(), "threads": self.threads.extra()}
+
+    def _interpreter_dtypes(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """Refuse dtypes that Triton's interpreter computes wrongly (it has no real bf16/fp8)."""
+        tensors = [t for t in self._inputs(0, 1.0) if isinstance(t, torch.Tensor)]
+        if isinstance(self.model, torch.nn.Module):
+            tensors += list(self.model.parameters()) + list(self.model.buffers())
+        bad = sorted({str(t.dtype) for t in tensors if t.dtype in _INTERPRETER_UNSUPPORTED})
+        if bad:
+            self.loaded_key = None
+            return _error("unsupported_dtype", message=f"{', '.join(bad)} cannot be judged on the CPU: Triton's "
+                          "interpreter computes these dtypes wrongly; judge this problem on a GPU")  # fmt: skip
+        return reply
 
     # -- calls -------------------------------------------------------------------------------
     def _inputs(self, seed: int, scale: float) -> list[Any]:
