@@ -15,7 +15,7 @@ from pathlib import Path
 
 from drkernel.errors import ConfigError
 from drkernel.sandbox.pipeline import Evaluation, ReferenceFailure
-from drkernel.sandbox.process import SandboxFailure, SandboxProcess
+from drkernel.sandbox.process import SandboxFailure, SandboxProcess, Zygote
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.types import DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
 
@@ -53,7 +53,8 @@ class Judge:
 
     def __init__(self, device: str | None = None, *, spares: int | None = None, cache_path: str | Path | None = None,
                  memory_limit_mb: int | None = None, candidate_gpu_fraction: float = 0.6,
-                 reference_gpu_fraction: float = 0.3, shared_triton_cache: str | None = None) -> None:  # fmt: skip
+                 reference_gpu_fraction: float = 0.3, shared_triton_cache: str | None = None,
+                 fork_server: bool = True) -> None:  # fmt: skip
         self.device = resolve_device(device)
         self.cuda = self.device.startswith("cuda")
         self.spares = max(1, spares if spares is not None else (3 if self.cuda else 2))
@@ -64,6 +65,8 @@ class Judge:
         # for the next one); a shared directory trades that isolation for no recompilation.
         self.shared_triton_cache = shared_triton_cache
         self.cache = ReferenceTimingCache(cache_path)
+        # A fork server imports torch and triton once; each sandbox is then a fork (fast to spawn).
+        self._zygote: Zygote | None = Zygote(self.device) if fork_server else None
         self._pool: collections.deque[SandboxProcess] = collections.deque()
         self._ref: SandboxProcess | None = None
         self._closed = False
@@ -73,8 +76,12 @@ class Judge:
     # -- processes ------------------------------------------------------------------------------
     def _spawn(self, role: str) -> SandboxProcess:
         fraction = self.candidate_gpu_fraction if role == "candidate" else self.reference_gpu_fraction
+        if self._zygote is not None and not self._zygote.alive():
+            log.warning("the fork server died; starting a new one")
+            self._zygote.close()
+            self._zygote = Zygote(self.device)
         return SandboxProcess(role, self.device, self.memory_limit_mb, fraction,
-                              triton_cache=self.shared_triton_cache)  # fmt: skip
+                              triton_cache=self.shared_triton_cache, zygote=self._zygote)  # fmt: skip
 
     def _fill_pool(self) -> None:
         while len(self._pool) < self.spares:
@@ -165,6 +172,8 @@ class Judge:
         self._pool.clear()
         if self._ref is not None:
             self._ref.kill()
+        if self._zygote is not None:
+            self._zygote.close()
         self.cache.close()
 
     def __enter__(self) -> Judge:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import json
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,7 +22,7 @@ from typing import Any
 
 from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
 
-__all__ = ["SandboxFailure", "SandboxProcess", "sandbox_env"]
+__all__ = ["SandboxFailure", "SandboxProcess", "Zygote", "sandbox_env"]
 
 _POLL_S = 0.05
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -59,12 +61,90 @@ def sandbox_env(device: str, triton_cache: str, home: str) -> dict[str, str]:
     return env
 
 
+class Zygote:
+    """Judge-side handle of a fork server (drkernel.sandbox.zygote) for one device."""
+
+    def __init__(self, device: str) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="drkernel-zygote-")
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = sandbox_env(device, os.path.join(self._tmp.name, "triton"), self._tmp.name)
+        with open(os.path.join(self._tmp.name, "zygote.log"), "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "drkernel.sandbox.zygote", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),),
+                cwd=self._tmp.name, start_new_session=True, env=env,
+            )  # fmt: skip
+        theirs.close()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def spawn(self, request: dict[str, Any], fds: list[int], timeout_s: float = 120.0) -> int:
+        socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
+        self._sock.settimeout(timeout_s)  # the first answer waits for torch to import
+        try:
+            reply = self._sock.recv(4096)
+        except (TimeoutError, OSError) as exc:
+            raise SandboxFailure("sandbox_start", f"the fork server did not answer: {exc}") from None
+        if not reply:
+            raise SandboxFailure("sandbox_start", "the fork server exited")
+        return int(json.loads(reply)["pid"])
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        self._tmp.cleanup()
+
+
+class _ForkedChild:
+    """Popen-like view of a process forked by the zygote (not our child: no waitpid)."""
+
+    def __init__(self, pid: int, workdir: str) -> None:
+        self.pid = pid
+        self._status = os.path.join(workdir, "exit_status")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if state not in ("Z", "X"):
+                return None
+        except (OSError, IndexError):
+            pass
+        for _ in range(20):  # the zygote records the status as it reaps the child
+            try:
+                with open(self._status) as f:
+                    self.returncode = int(f.read().strip() or "-9")
+                return self.returncode
+            except (OSError, ValueError):
+                time.sleep(0.01)
+        self.returncode = -signal.SIGKILL
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.poll() is None:
+            if time.monotonic() > end:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+
 class SandboxProcess:
     """One sandbox child. `role` is "candidate" (runs untrusted code) or "reference"."""
 
     def __init__(self, role: str, device: str, memory_limit_mb: int = 8192,
                  gpu_memory_fraction: float = 0.9, start_timeout_s: float = 120.0,
-                 triton_cache: str | None = None) -> None:  # fmt: skip
+                 triton_cache: str | None = None, zygote: Zygote | None = None) -> None:  # fmt: skip
         self.role = role
         self.device = device
         self.memory_limit_mb = memory_limit_mb
@@ -76,16 +156,27 @@ class SandboxProcess:
         self.output_path = os.path.join(self.workdir, "output.log")
         cmd_r, self._cmd_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
-        args = [
-            sys.executable, "-m", "drkernel.sandbox.worker", str(cmd_r), str(resp_w), role, device,
-            self.workdir, str(memory_limit_mb), str(gpu_memory_fraction),
-        ]  # fmt: skip
-        with open(self.output_path, "wb") as out:
-            self.proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                pass_fds=(cmd_r, resp_w), cwd=home, start_new_session=True,
-                env=sandbox_env(device, triton_cache or os.path.join(self.workdir, "triton"), home),
-            )  # fmt: skip
+        worker_args = [role, device, self.workdir, memory_limit_mb, gpu_memory_fraction]
+        env = sandbox_env(device, triton_cache or os.path.join(self.workdir, "triton"), home)
+        self.proc: subprocess.Popen[bytes] | _ForkedChild
+        if zygote is not None:
+            request = {"args": worker_args, "env": env, "cwd": home, "workdir": self.workdir,
+                       "output_path": self.output_path}  # fmt: skip
+            try:
+                pid = zygote.spawn(request, [cmd_r, resp_w])
+            except BaseException:
+                for fd in (cmd_r, resp_w, self._cmd_w, self._resp_r):
+                    os.close(fd)
+                raise
+            self.proc = _ForkedChild(pid, self.workdir)
+        else:
+            args = [sys.executable, "-m", "drkernel.sandbox.worker", str(cmd_r), str(resp_w),
+                    *map(str, worker_args)]  # fmt: skip
+            with open(self.output_path, "wb") as out:
+                self.proc = subprocess.Popen(
+                    args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    pass_fds=(cmd_r, resp_w), cwd=home, start_new_session=True, env=env,
+                )  # fmt: skip
         os.close(cmd_r)
         os.close(resp_w)
         self.started_at = time.monotonic()

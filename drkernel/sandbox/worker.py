@@ -377,10 +377,9 @@ OPS = {"load": Sandbox.load, "run": Sandbox.run, "modes": Sandbox.modes, "time":
        "prep_window": Sandbox.prep_window, "window": Sandbox.window, "profile": Sandbox.profile}  # fmt: skip
 
 
-def main() -> None:
-    cmd_fd, resp_fd = int(sys.argv[1]), int(sys.argv[2])
-    role, device, workdir = sys.argv[3], sys.argv[4], sys.argv[5]
-    memory_limit_mb, gpu_fraction = int(sys.argv[6]), float(sys.argv[7])
+def serve(cmd_fd: int, resp_fd: int, role: str, device: str, workdir: str, memory_limit_mb: int,
+          gpu_fraction: float) -> None:  # fmt: skip
+    """Answer ops on `cmd_fd` until the judge closes it."""
     _limits(memory_limit_mb, device.startswith("cuda"))
     try:
         box = Sandbox(role, device, workdir)
@@ -401,6 +400,11 @@ def main() -> None:
         except BaseException as exc:  # noqa: BLE001 - process edge: report, never die silently
             reply = _error("harness_error", exc)
         write_message(resp_fd, reply)
+
+
+def main() -> None:
+    a = sys.argv
+    serve(int(a[1]), int(a[2]), a[3], a[4], a[5], int(a[6]), float(a[7]))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,94 @@
+"""Fork server for sandboxes: one process imports torch and triton once, then forks a child per sandbox.
+
+The zygote never initialises CUDA, so its children can. A child costs a fork and a CUDA context
+instead of a fresh interpreter importing torch (seconds). Started with the sandbox's clean
+environment; the judge talks to it over a Unix socket and passes each child's pipe fds along.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+__all__ = ["STATUS_FILE", "main"]
+
+STATUS_FILE = "exit_status"
+_workdirs: dict[int, str] = {}
+
+
+def _reap(signum: int, frame: Any) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        workdir = _workdirs.pop(pid, None)
+        if workdir:
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            with contextlib.suppress(OSError), open(os.path.join(workdir, STATUS_FILE), "w") as f:
+                f.write(str(code))
+
+
+def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
+    sock.close()
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    out = os.open(req["output_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.chdir(req["cwd"])
+    os.environ.update(req["env"])
+    from drkernel.sandbox import worker
+
+    code = 0
+    try:
+        worker.serve(fds[0], fds[1], *req["args"])
+    except BaseException:  # noqa: BLE001 - process edge
+        code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os._exit(code)
+
+
+def main() -> None:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    import torch  # noqa: F401 - the point of the zygote: import once, fork many
+    import triton  # noqa: F401
+
+    from drkernel.sandbox import worker  # noqa: F401
+
+    signal.signal(signal.SIGCHLD, _reap)
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+        except OSError:
+            return
+        if not msg:
+            return
+        req = json.loads(msg)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        pid = os.fork()
+        if pid == 0:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            _child(req, fds, sock)
+        _workdirs[pid] = req["workdir"]
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        for fd in fds:
+            os.close(fd)
+        sock.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+
+if __name__ == "__main__":
+    main()
