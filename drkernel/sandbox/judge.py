@@ -126,7 +126,7 @@ class Judge:
             ref = self._reference()
             device = self.device_info()
             cand = self._take_candidate()
-            result = Evaluation(request, cand, ref, self.cache, device).run()
+            result = Evaluation(request, cand, ref, self.cache, device, self.device).run()
         except SandboxFailure as exc:
             outcome = _FAILURE_OUTCOMES.get(exc.kind, EvalOutcome.RUNTIME_ERROR)
             result = EvalResult.failure(outcome, exc.kind, exc.message, device=device, task_id=request.task_id)

@@ -52,11 +52,12 @@ def timing_stats(event_ms: list[float], host_ms: list[float] | None = None) -> T
 
 class Evaluation:
     def __init__(self, request: EvalRequest, cand: SandboxProcess, ref: SandboxProcess,
-                 cache: ReferenceTimingCache, device: DeviceInfo) -> None:  # fmt: skip
+                 cache: ReferenceTimingCache, device: DeviceInfo, compare_device: str = "cpu") -> None:  # fmt: skip
         self.req = request
         self.opts = request.options
         self.cand, self.ref, self.cache = cand, ref, cache
         self.cuda = device.kind == "cuda"
+        self.compare_device = compare_device
         self.deadline = time.monotonic() + self.opts.timeout_s
         self.rng = random.Random(self.opts.seed) if self.opts.seed is not None else random.SystemRandom()
         self.init_seed = self.rng.randrange(1 << 31)
@@ -70,6 +71,7 @@ class Evaluation:
 
     def _cand_reply(self, reply: dict[str, Any]) -> dict[str, Any]:
         """Check a candidate reply; a failure ends the pipeline with the matching outcome."""
+        self._account("sandbox", reply)
         self._check_reply_flags(reply)
         if not reply.get("ok"):
             err = reply.get("error") or {}
@@ -89,6 +91,7 @@ class Evaluation:
             reply = self.ref.receive(self.deadline)
         except SandboxFailure as exc:
             raise ReferenceFailure(f"reference_{exc.kind}", exc.message) from None
+        self._account("reference", reply)
         if not reply.get("ok"):
             err = reply.get("error") or {}
             kind = str(err.get("kind", "reference_error"))
@@ -102,6 +105,11 @@ class Evaluation:
         self.cand.send(cand_msg)
         ref_reply = self._ref_receive()
         return ref_reply, self._cand_reply(self.cand.receive(self.deadline))
+
+    def _account(self, who: str, reply: dict[str, Any]) -> None:
+        op_s = reply.get("op_s")
+        if isinstance(op_s, (int, float)):
+            self.result.stage_s[who] = round(self.result.stage_s.get(who, 0.0) + float(op_s), 4)
 
     def _hack(self, code: str, evidence: str) -> None:
         if code not in self.result.hacks:
@@ -175,8 +183,10 @@ class Evaluation:
         if item.get("mutated_input") and not ref_item.get("mutated_input"):
             self._hack("input_mutation", "the submission modified its inputs in place")
         try:
-            ref_t = load_tensors(os.path.join(self.ref.workdir, ref_item["file"]), len(ref_item["dtypes"]))
-            out_t = load_tensors(os.path.join(self.cand.workdir, str(item.get("file"))), len(item.get("dtypes") or []))
+            dev = self.compare_device
+            ref_t = load_tensors(os.path.join(self.ref.workdir, ref_item["file"]), len(ref_item["dtypes"]), dev)
+            out_t = load_tensors(os.path.join(self.cand.workdir, str(item.get("file"))),
+                                 len(item.get("dtypes") or []), dev)  # fmt: skip
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
             return TrialReport(seed=seed, passed=False, issue=f"unreadable output: {exc}")
         c = compare_outputs(ref_item["structure"], ref_t, item.get("structure"), out_t,

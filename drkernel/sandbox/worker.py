@@ -395,10 +395,12 @@ def serve(cmd_fd: int, resp_fd: int, role: str, device: str, workdir: str, memor
         op = OPS.get(msg.get("op", ""))
         if op is None:
             return
+        t0 = _perf()
         try:
             reply = op(box, msg)
         except BaseException as exc:  # noqa: BLE001 - process edge: report, never die silently
             reply = _error("harness_error", exc)
+        reply["op_s"] = round(_perf() - t0, 4)
         write_message(resp_fd, reply)
 
 
