@@ -1,0 +1,180 @@
+"""`drkernel bench SUITE --model M`: a model over a suite, Fast@p per turn, resumable.
+
+Every finished episode is appended to OUT/episodes.jsonl as it ends; a rerun with --resume skips
+the finished (problem, sample) pairs. Writes summary.json, fast_p.csv, fast_p.png and prints a
+table. run_bench() is the same thing for Python callers (scripted policies, GPU demos).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from drkernel.agent.cli_options import (
+    add_run_options,
+    build_executor,
+    build_loop_config,
+    build_policy,
+)
+from drkernel.agent.loop import LoopConfig, run_episodes
+from drkernel.agent.metrics import summarize
+from drkernel.agent.policy import Policy
+from drkernel.agent.report import render_table, write_reports
+from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
+from drkernel.errors import ConfigError
+from drkernel.executors.base import Executor
+from drkernel.problems.loaders import load_suite
+from drkernel.types import Problem
+
+__all__ = ["register", "run", "run_bench"]
+
+log = logging.getLogger(__name__)
+
+EPISODES = "episodes.jsonl"
+ERRORS = "errors.jsonl"
+# run settings that must match for a resumed run to be one benchmark
+_RESUME_KEYS = ("model", "samples", "turns", "context", "reference_backend", "problems")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("bench", help="run a model over a suite and report Fast@p per turn")
+    p.add_argument("suite", help="builtin[:cpu|:gpu], a folder of problems, or a KernelBench checkout")
+    p.add_argument("--samples", type=int, default=8, help="episodes per problem (paper: 8)")
+    p.add_argument("--levels", help="KernelBench levels to run, e.g. 1,2")
+    p.add_argument("--limit", type=int, help="first N problems only")
+    p.add_argument("--out", default="bench-out", help="output folder (resume log, reports)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--parquet", action="store_true", help="also write episodes.parquet (pyarrow)")
+    add_run_options(p, default_turns=3)
+    p.set_defaults(func=run)
+
+
+def _run_meta(problems: list[Problem], config: LoopConfig, samples: int) -> dict[str, Any]:
+    ctx = config.env.context
+    return {
+        "model": config.model,
+        "samples": samples,
+        "turns": config.env.max_turns,
+        "context": {"mode": ctx.mode, "w": ctx.w, "token_budget": ctx.token_budget},
+        "reference_backend": config.env.eval_options.reference_backend,
+        "problems": [p.name for p in problems],
+        "sampling": {
+            "temperature": config.sampling.temperature,
+            "top_p": config.sampling.top_p,
+            "max_tokens": config.sampling.max_tokens,
+        },
+        "eval_options": config.env.eval_options.to_dict(),
+    }
+
+
+def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Trajectory]:
+    """Check the out folder against this run; return the finished episodes by uid."""
+    out.mkdir(parents=True, exist_ok=True)
+    log_path, cfg_path = out / EPISODES, out / "config.json"
+    finished = {t.uid: t for t in iter_jsonl(log_path)} if log_path.exists() else {}
+    if finished and resume:
+        save_trajectories(log_path, finished.values())  # drop a torn last line, if any
+    if finished and not resume:
+        raise ConfigError(
+            f"{out} already holds {len(finished)} finished episodes: pass --resume to continue, "
+            "or choose another --out"
+        )
+    if resume and cfg_path.exists():
+        old = json.loads(cfg_path.read_text())
+        diff = [k for k in _RESUME_KEYS if old.get(k) != meta.get(k)]
+        if diff:
+            raise ConfigError(f"--resume: this run differs from the one in {out} in {', '.join(diff)}")
+    cfg_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return finished
+
+
+def _progress(total: int, done: int, enabled: bool) -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    progress = Progress(
+        TextColumn("episodes"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+    )
+    task = progress.add_task("bench", total=total, completed=done)
+    return progress, task
+
+
+def run_bench(
+    problems: list[Problem],
+    policy: Policy,
+    executor: Executor,
+    config: LoopConfig,
+    out_dir: str | Path,
+    *,
+    samples: int = 8,
+    resume: bool = False,
+    progress: bool = True,
+    parquet: bool = False,
+) -> dict[str, Any]:
+    """Run (or continue) a benchmark in out_dir and write its reports; returns the summary."""
+    out = Path(out_dir)
+    meta = _run_meta(problems, config, samples)
+    finished = _prepare_out(out, meta, resume)
+    jobs = [(p, s) for p in problems for s in range(samples) if f"{p.name}#{s}" not in finished]
+    bar, task = _progress(len(problems) * samples, len(problems) * samples - len(jobs), progress)
+
+    def on_done(traj: Trajectory) -> None:
+        if traj.error is None:
+            append_jsonl(out / EPISODES, traj)
+            finished[traj.uid] = traj
+        else:  # an infrastructure failure: not logged as finished, so --resume retries it
+            append_jsonl(out / ERRORS, traj)
+        bar.advance(task)
+
+    with bar:
+        run_episodes(jobs, policy, executor, config, on_done=on_done)
+    names = {p.name for p in problems}
+    trajs = [t for t in finished.values() if t.problem in names]
+    summary = summarize(trajs, config.env.max_turns, total=len(problems) * samples)
+    summary["run"] = {k: meta[k] for k in ("model", "samples", "turns", "context", "reference_backend")}
+    if parquet:
+        save_trajectories(out / "episodes.parquet", sorted(trajs, key=lambda t: (t.problem, t.sample)))
+    write_reports(summary, out, title=f"Fast@p over turns: {config.model or 'model'}")
+    return summary
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.samples < 1:
+        print("drkernel bench: --samples must be >= 1", file=sys.stderr)
+        return 2
+    levels = tuple(int(x) for x in args.levels.split(",")) if args.levels else None
+    problems = load_suite(args.suite, levels)
+    if args.limit:
+        problems = problems[: args.limit]
+    config = build_loop_config(args, default_turns=3)
+    policy = build_policy(args)
+    executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers)
+    try:
+        summary = run_bench(
+            problems, policy, executor, config, args.out,
+            samples=args.samples, resume=args.resume, progress=not args.no_progress,
+            parquet=args.parquet,
+        )
+    finally:
+        executor.close()
+        close = getattr(policy, "close", None)
+        if callable(close):
+            close()
+    from rich.console import Console
+
+    Console().print(render_table(summary))
+    errors = summary["episode_errors"] + summary["missing"]
+    if errors:
+        print(f"{errors} episode(s) missing or failed; rerun with --resume to retry them", file=sys.stderr)
+    print(f"reports written to {args.out}")
+    return 0

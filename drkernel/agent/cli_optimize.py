@@ -1,0 +1,137 @@
+"""`drkernel optimize REFERENCE.py --model M`: refine one module over judged turns, keep the best.
+
+Writes OUT/best_kernel.py (the best verified kernel: correct, no hack, highest speedup),
+OUT/trajectory.jsonl (the whole episode) and OUT/report.md + report.json (one line per turn).
+With --tts the context is the task plus the best 4 turns, so 14+ turns keep a bounded prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from drkernel.agent.cli_options import (
+    add_run_options,
+    build_executor,
+    build_loop_config,
+    build_policy,
+)
+from drkernel.agent.env import KernelEnv
+from drkernel.agent.loop import LoopConfig, run_episode
+from drkernel.agent.policy import Policy, token_counter
+from drkernel.agent.trajectories import Trajectory, save_trajectories
+from drkernel.executors.base import Executor
+from drkernel.problems.loaders import load_problem_file
+from drkernel.types import Problem
+
+__all__ = ["optimize", "register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("optimize", help="make one PyTorch module faster with a model")
+    p.add_argument("reference", help="KernelBench-format .py file (Model, get_inputs, get_init_inputs)")
+    p.add_argument("--out", help="output folder (default: optimize-<name>)")
+    add_run_options(p, default_turns=3)
+    p.set_defaults(func=run)
+
+
+def _turn_line(t: Any) -> dict[str, Any]:
+    r = t.result
+    return {
+        "turn": t.index + 1,
+        "outcome": r.outcome.value,
+        "correct": t.correct,
+        "speedup": r.speedup,
+        "coverage": r.coverage,
+        "hacks": list(r.hacks),
+        "reward": t.reward,
+        "error": r.error.kind if r.error else None,
+        "prompt_tokens": t.prompt_tokens,
+        "context": t.context,
+    }
+
+
+def _report_md(traj: Trajectory, lines: list[dict[str, Any]]) -> str:
+    best = traj.best_turn()
+    head = [f"# drkernel optimize: {traj.problem}", ""]
+    if best is None:
+        head.append("No verified kernel: no turn was correct without a detected hack.")
+    else:
+        head.append(
+            f"Best verified kernel: turn {best.index + 1}, speedup {best.result.speedup or 0:.3g}x "
+            f"(device: {best.result.device.name if best.result.device else '?'})."
+        )
+        if best.result.device is not None and best.result.device.interpreter:
+            head.append("Timings are Triton-interpreter timings on the CPU, not real speedups.")
+    head += ["", "| turn | outcome | speedup | coverage | hacks | reward | prompt tokens |", "|---" * 7 + "|"]
+    for x in lines:
+        sp = "-" if x["speedup"] is None else f"{x['speedup']:.3g}"
+        cov = "-" if x["coverage"] is None else f"{100 * x['coverage']:.0f}%"
+        head.append(
+            f"| {x['turn']} | {x['outcome']} | {sp} | {cov} | {', '.join(x['hacks']) or '-'} "
+            f"| {x['reward']:.3g} | {x['prompt_tokens']} |"
+        )
+    if traj.error:
+        head += ["", f"The episode ended early: {traj.error}"]
+    return "\n".join(head) + "\n"
+
+
+def optimize(
+    problem: Problem, policy: Policy, executor: Executor, config: LoopConfig, out_dir: str | Path
+) -> Trajectory:
+    """Run one episode and write best_kernel.py (if any), trajectory.jsonl and the report."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    env = KernelEnv(
+        problem, executor, config.env, model=config.model, count_tokens=token_counter(policy)
+    )
+    traj = run_episode(env, policy, config)
+    save_trajectories(out / "trajectory.jsonl", [traj])
+    lines = [_turn_line(t) for t in traj.turns]
+    best = traj.best_turn()
+    best_path = out / "best_kernel.py"
+    if best is not None and best.code is not None:
+        best_path.write_text(best.code)
+    elif best_path.exists():
+        best_path.unlink()  # a stale kernel from an earlier run must not pass for this one's
+    report = {
+        "problem": problem.name,
+        "model": config.model,
+        "turns": lines,
+        "best_turn": None if best is None else best.index + 1,
+        "best_speedup": None if best is None else best.result.speedup,
+        "error": traj.error,
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "report.md").write_text(_report_md(traj, lines))
+    return traj
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = load_problem_file(args.reference)
+    out = Path(args.out or f"optimize-{problem.name}")
+    config = build_loop_config(args, default_turns=3)
+    policy = build_policy(args)
+    executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers)
+    try:
+        traj = optimize(problem, policy, executor, config, out)
+    finally:
+        executor.close()
+        close = getattr(policy, "close", None)
+        if callable(close):
+            close()
+    for t in traj.turns:
+        x = _turn_line(t)
+        sp = "-" if x["speedup"] is None else f"{x['speedup']:.3g}x"
+        print(f"turn {x['turn']:>2}: {x['outcome']:<14} speedup {sp:<8} reward {x['reward']:.3g}")
+    best = traj.best_turn()
+    if best is None:
+        print(f"no verified kernel; trajectory and report in {out}")
+    else:
+        print(f"best: turn {best.index + 1}, speedup {best.result.speedup or 0:.3g}x -> {out / 'best_kernel.py'}")
+    if traj.error:
+        print(f"drkernel optimize: episode ended early: {traj.error}", file=sys.stderr)
+    return 0

@@ -1,0 +1,140 @@
+"""Command-line options shared by `drkernel bench` and `drkernel optimize`, and what they build.
+
+Adds the policy, sampling, executor, evaluation and context flags to a parser and turns parsed
+arguments into a Policy, an Executor (local judge pool, http server, fake) and a LoopConfig.
+The API key comes from the environment variable the user names (the process edge).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+# the `agent` extra, imported here so that `drkernel` can name what is missing for bench/optimize
+import httpx  # noqa: F401
+import matplotlib  # noqa: F401
+import rich  # noqa: F401
+
+from drkernel.agent.env import EnvConfig
+from drkernel.agent.feedback import FeedbackConfig
+from drkernel.agent.loop import LoopConfig
+from drkernel.agent.policy import Policy, SamplingParams
+from drkernel.agent.tts import ContextConfig
+from drkernel.errors import ConfigError
+from drkernel.executors.base import Executor
+from drkernel.types import EvalOptions
+
+__all__ = ["add_run_options", "build_executor", "build_loop_config", "build_policy", "tts_defaults"]
+
+TTS_TURNS = 14  # paper-spec §10: 5 turns, then 9 iterations of +1 turn
+TTS_BUDGET = 20480  # paper-spec §11: the authors' eval max prompt length
+
+
+def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--model", required=True, help="model name (openai) or local path (hf)")
+    g.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible API")
+    g.add_argument("--backend", choices=("openai", "hf"), default="openai")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", help="env var holding the API key")
+    g.add_argument("--tokenizer", help="local tokenizer path for exact prompt token counts")
+    g.add_argument("--temperature", type=float, default=1.0)
+    g.add_argument("--top-p", type=float, default=0.95)
+    g.add_argument("--max-tokens", type=int, default=8192, help="generated tokens per turn")
+    g.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
+    g = p.add_argument_group("episode")
+    g.add_argument("--turns", type=int, default=None, help=f"turns per episode ({default_turns}; 14 with --tts)")
+    g.add_argument("--tts", action="store_true", help="sequential test-time scaling: top-4 context, 14 turns")
+    g.add_argument("--context", choices=("full", "top_w", "best_window"), default=None)
+    g.add_argument("--window", type=int, default=4, help="turns kept in context (top_w/best_window)")
+    g.add_argument("--prompt-budget", type=int, default=None, help="max prompt tokens")
+    g.add_argument("--feedback-chars", type=int, default=3000)
+    g.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
+    g = p.add_argument_group("judge")
+    g.add_argument("--executor", choices=("local", "http", "fake"), default="local")
+    g.add_argument("--server", help="drkernel server URL for --executor http")
+    g.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when present)")
+    g.add_argument("--workers", type=int, help="judge workers (CPU; default cores // 2)")
+    g.add_argument("--reference-backend", choices=("eager", "compile"), default="eager")
+    g.add_argument("--perf-trials", type=int, help="timed calls per runtime measurement")
+    g.add_argument("--eval-timeout", type=float, default=180.0, help="seconds per evaluation")
+    g.add_argument("--reward-preset", default="paper", help="paper | released | eval")
+    g.add_argument("--paper-tolerance", action="store_true", help="atol=rtol=1e-2 for every dtype")
+
+
+def tts_defaults(args: argparse.Namespace, default_turns: int) -> tuple[int, ContextConfig]:
+    """Turn budget and context config from --turns/--tts/--context/--window/--prompt-budget."""
+    turns = args.turns or (TTS_TURNS if args.tts else default_turns)
+    mode = args.context or ("top_w" if args.tts else "full")
+    budget = args.prompt_budget if args.prompt_budget is not None else (TTS_BUDGET if args.tts else None)
+    if turns < 1:
+        raise ConfigError("--turns: must be >= 1")
+    return turns, ContextConfig(mode=mode, w=args.window, token_budget=budget)
+
+
+def build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfig:
+    turns, context = tts_defaults(args, default_turns)
+    make = EvalOptions.paper if args.paper_tolerance else EvalOptions
+    options = make(
+        device=args.device,
+        reference_backend=args.reference_backend,
+        num_perf_trials=args.perf_trials,
+        timeout_s=args.eval_timeout,
+        reward_preset=args.reward_preset,
+    )
+    env = EnvConfig(
+        max_turns=turns,
+        eval_options=options,
+        feedback=FeedbackConfig(max_chars=args.feedback_chars),
+        context=context,
+    )
+    sampling = SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
+    )
+    return LoopConfig(env=env, sampling=sampling, concurrency=args.concurrency, model=args.model)
+
+
+def build_policy(args: argparse.Namespace) -> Policy:
+    if args.backend == "hf":
+        from drkernel.agent.hf_policy import HFPolicy
+
+        return HFPolicy.Config(model_path=args.model, device=args.device or "cpu").build()
+    from drkernel.agent.openai_policy import OpenAIPolicy
+
+    return OpenAIPolicy.Config(
+        base_url=args.base_url,
+        model=args.model,
+        api_key=os.environ.get(args.api_key_env) or None,
+        timeout_s=args.request_timeout,
+        max_concurrency=max(args.concurrency, 1),
+        tokenizer=args.tokenizer,
+    ).build()
+
+
+def build_executor(
+    kind: str = "local",
+    *,
+    server: str | None = None,
+    device: str | None = None,
+    workers: int | None = None,
+) -> Executor:
+    """An executor by name: "local" (a judge pool here), "http" (a drkernel server) or "fake"."""
+    if kind == "fake":
+        from drkernel.executors.fake import FakeExecutor
+
+        return FakeExecutor()
+    if kind == "http":
+        if not server:
+            raise ConfigError("--executor http needs --server URL")
+        return _http_executor(server)
+    if kind != "local":
+        raise ConfigError(f"unknown executor {kind!r} (local | http | fake)")
+    from drkernel.executors.local import LocalExecutor
+
+    devices = (device,) * (workers or 1) if device is not None else None
+    return LocalExecutor(LocalExecutor.Config(devices=devices, num_cpu_workers=workers))
+
+
+def _http_executor(server: str) -> Executor:
+    from drkernel.executors.http import HttpExecutor
+
+    return HttpExecutor(HttpExecutor.Config(base_url=server))

@@ -1,0 +1,197 @@
+"""KernelEnv: one problem as a Gymnasium-style multi-turn environment around an Executor.
+
+reset() -> (prompt messages, info); step(response) -> StepResult(obs, reward, terminated,
+truncated, info). The response is extracted, judged (or failed as "no_code" without the judge),
+rendered as feedback, and the next prompt is built by the context manager (tts.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from drkernel.agent.extraction import extract_code, preflight_result
+from drkernel.agent.feedback import FeedbackConfig, render_feedback
+from drkernel.agent.policy import Completion
+from drkernel.agent.prompts import PromptConfig, first_turn_prompt, later_turn_prompt
+from drkernel.agent.trajectories import Trajectory, Turn
+from drkernel.agent.tts import ContextConfig, ContextManager
+from drkernel.errors import ConfigError, ExecutorError
+from drkernel.executors.base import Executor
+from drkernel.types import ErrorInfo, EvalOptions, EvalOutcome, EvalRequest, EvalResult, Problem
+
+__all__ = ["EnvConfig", "KernelEnv", "StepResult"]
+
+log = logging.getLogger(__name__)
+
+Messages = list[dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnvConfig:
+    max_turns: int = 3  # paper-spec §2.7, §11
+    eval_options: EvalOptions = field(default_factory=EvalOptions)
+    prompts: PromptConfig = field(default_factory=PromptConfig)
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
+    context: ContextConfig = field(default_factory=ContextConfig)
+    # None: always run to max_turns, as the authors do (paper-spec §2.7); else stop once a
+    # correct kernel reaches this speedup (terminated=True).
+    stop_at_speedup: float | None = None
+    executor_retries: int = 2  # ExecutorError or infra_error results, retried this many times
+    retry_backoff_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ConfigError("env.max_turns: must be >= 1")
+        if self.executor_retries < 0:
+            raise ConfigError("env.executor_retries: must be >= 0")
+
+
+class StepResult(NamedTuple):
+    obs: Messages  # the next prompt (empty once the episode is over)
+    reward: float
+    terminated: bool  # a goal state was reached (stop_at_speedup)
+    truncated: bool  # the turn budget ran out
+    info: dict[str, Any]
+
+
+class KernelEnv:
+    def __init__(
+        self,
+        problem: Problem,
+        executor: Executor,
+        config: EnvConfig | None = None,
+        *,
+        sample: int = 0,
+        model: str | None = None,
+        count_tokens: Callable[[str], int] | None = None,
+    ) -> None:
+        self.problem = problem
+        self.executor = executor
+        self.config = config or EnvConfig()
+        self.sample = sample
+        self.model = model
+        self._templates = self.config.prompts.build()
+        self._context = ContextManager(self.config.context, count_tokens)
+        self.trajectory: Trajectory | None = None
+        self._obs: Messages = []
+        self._obs_context: list[int] | None = None
+        self._obs_tokens = 0
+        self._done = False
+
+    # -- Gymnasium-style API -------------------------------------------------------------------
+    def reset(self) -> tuple[Messages, dict[str, Any]]:
+        prompt: Messages = []
+        if self._templates.system_prompt:
+            prompt.append({"role": "system", "content": self._templates.system_prompt})
+        prompt.append({"role": "user", "content": first_turn_prompt(self.problem, self._templates)})
+        self.trajectory = Trajectory(
+            problem=self.problem.name,
+            sample=self.sample,
+            prompt=prompt,
+            model=self.model,
+            level=self.problem.level,
+        )
+        self._done = False
+        self._build_obs()
+        return self._obs, {"prompt_tokens": self._obs_tokens}
+
+    def step(self, response: str | Completion) -> StepResult:
+        traj = self.trajectory
+        if traj is None or self._done:
+            raise RuntimeError("KernelEnv.step: call reset() first (the episode is over)")
+        completion = response if isinstance(response, Completion) else Completion(text=response)
+        turn = self._judge_turn(len(traj.turns), completion)
+        traj.turns.append(turn)
+        correct_fast = (
+            self.config.stop_at_speedup is not None
+            and turn.correct
+            and (turn.result.speedup or 0.0) >= self.config.stop_at_speedup
+        )
+        truncated = not correct_fast and len(traj.turns) >= self.config.max_turns
+        self._done = correct_fast or truncated
+        traj.terminated, traj.truncated = correct_fast, truncated
+        if self._done:
+            self._obs = []
+        else:
+            self._build_obs()
+        info = {"turn": turn, "result": turn.result, "prompt_tokens": self._obs_tokens}
+        return StepResult(self._obs, turn.reward, correct_fast, truncated, info)
+
+    @property
+    def observation(self) -> Messages:
+        return self._obs
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    # -- internals ---------------------------------------------------------------------------
+    def _build_obs(self) -> None:
+        assert self.trajectory is not None
+        self._obs, self._obs_context, self._obs_tokens = self._context.build(
+            self.trajectory.prompt, self.trajectory.turns
+        )
+
+    def _judge_turn(self, index: int, completion: Completion) -> Turn:
+        entry = self.problem.entry_point
+        extraction = extract_code(completion.text, entry)
+        t0 = time.perf_counter()
+        result = preflight_result(extraction, entry)
+        if result is not None and completion.finish_reason == "prompt_overlong":
+            result.error = ErrorInfo(  # paper-spec §2.7: an empty turn with reward 0
+                kind="prompt_overlong", message="the prompt did not fit the model's context"
+            )
+        if result is None:
+            assert extraction.code is not None
+            result = self._evaluate(extraction.code, index)
+        evaluate_s = time.perf_counter() - t0
+        feedback = render_feedback(result, self.config.feedback)
+        return Turn(
+            index=index,
+            response=completion.text,
+            code=extraction.code,
+            extraction=extraction.method,
+            result=result,
+            reward=float(result.reward) if result.correct and not result.hacks else 0.0,
+            feedback=later_turn_prompt(feedback, entry, self._templates),
+            context=self._obs_context,
+            prompt_tokens=self._obs_tokens,
+            logprobs=completion.logprobs,
+            tokens=completion.tokens,
+            token_ids=completion.token_ids,
+            finish_reason=completion.finish_reason,
+            generate_s=completion.extra.get("generate_s"),
+            evaluate_s=evaluate_s,
+        )
+
+    def _evaluate(self, code: str, index: int) -> EvalResult:
+        options = self.config.eval_options
+        if options.entry_point != self.problem.entry_point:
+            options = options.replace(entry_point=self.problem.entry_point)
+        request = EvalRequest(
+            reference_code=self.problem.reference_code,
+            kernel_code=code,
+            options=options,
+            task_id=f"{self.problem.name}#{self.sample}/t{index}",
+            problem_name=self.problem.name,
+            shape_variants=self.problem.shape_variants,
+        )
+        attempts = self.config.executor_retries + 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                result = self.executor.evaluate([request])[0]
+            except ExecutorError as exc:
+                if last:
+                    raise
+                log.warning("evaluation of %s failed (%s); retrying", request.task_id, exc)
+            else:
+                if result.outcome is not EvalOutcome.INFRA_ERROR or last:
+                    return result
+                log.warning("infra error judging %s; retrying", request.task_id)
+            time.sleep(self.config.retry_backoff_s * 2**attempt)
+        raise AssertionError("unreachable")

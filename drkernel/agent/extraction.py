@@ -1,0 +1,101 @@
+"""Model response -> submitted kernel source (paper-spec §2.5), or a clear "no code" verdict.
+
+Order: an ```answer block, then the authors' marker blocks, then the last fenced block (an unclosed
+final fence, as left by a truncated response, counts), then the whole response if it defines the
+entry class. `preflight_result` turns a missing submission into a compile error without a judge.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from drkernel.types import ErrorInfo, EvalOutcome, EvalResult
+
+__all__ = ["Extraction", "extract_code", "preflight_result"]
+
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.M | re.S)
+_OPEN_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n", re.M)
+_MARKERS = (
+    re.compile(r"^#\s*Kernel Implementation[^\n]*\n(.*?)^#\s*End\b", re.M | re.S),
+    re.compile(r"```python\s*\n(#\s*Kernel[^\n]*\n.*?)```", re.S),
+    re.compile(r"^#\s*Your implementation:[^\n]*\n(.*?)(?:^```|\Z)", re.M | re.S),
+    re.compile(r"^#\s*Generated kernel:[^\n]*\n(.*?)(?:^```|\Z)", re.M | re.S),
+)
+_THINK = re.compile(r"<think>.*?</think>", re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class Extraction:
+    code: str | None  # None: the response holds no code
+    method: str  # "answer_block" | "marker" | "last_fence" | "unclosed_fence" | "whole_response" | "none"
+
+    @property
+    def found(self) -> bool:
+        return self.code is not None
+
+
+def _fences(text: str) -> list[tuple[str, str]]:
+    return [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
+
+
+def extract_code(response: str, entry_point: str = "Model") -> Extraction:
+    """Pick the submission out of a response.
+
+    >>> extract_code("text\\n```python\\nx = 1\\n```\\nmore\\n```python\\nclass ModelNew: pass\\n```").code
+    'class ModelNew: pass\\n'
+    >>> extract_code("I cannot help with that.").method
+    'none'
+    """
+    text = _THINK.sub("", response)
+    fences = _fences(text)
+    answers = [body for lang, body in fences if lang == "answer"]
+    if answers:
+        return Extraction(answers[-1], "answer_block")
+    for pattern in _MARKERS:
+        found = pattern.findall(text)
+        if found and found[-1].strip():
+            return Extraction(found[-1], "marker")
+    tail = _unclosed_tail(text, fences)
+    if tail is not None:
+        return Extraction(tail, "unclosed_fence")
+    if fences and fences[-1][1].strip():
+        return Extraction(fences[-1][1], "last_fence")
+    if f"class {entry_point}New" in text:
+        return Extraction(text, "whole_response")
+    return Extraction(None, "none")
+
+
+def _unclosed_tail(text: str, fences: list[tuple[str, str]]) -> str | None:
+    """Body of a final fence that was opened but never closed (a truncated response)."""
+    end = 0
+    for m in _FENCE.finditer(text):
+        end = m.end()
+    opened = _OPEN_FENCE.search(text, end)
+    if opened is None:
+        return None
+    body = text[opened.end() :]
+    return body if "class " in body else None
+
+
+def preflight_result(extraction: Extraction, entry_point: str = "Model") -> EvalResult | None:
+    """A compile-error verdict for a response with no usable code; None when it should be judged.
+
+    Like the authors' client pre-flight (paper-spec §2.5) the judge is not called for these.
+    """
+    if extraction.code is None:
+        return EvalResult(
+            outcome=EvalOutcome.COMPILE_ERROR,
+            error=ErrorInfo(
+                kind="no_code", message="no code block was found in the response"
+            ),
+        )
+    if f"class {entry_point}New" not in extraction.code:
+        return EvalResult(
+            outcome=EvalOutcome.COMPILE_ERROR,
+            error=ErrorInfo(
+                kind="no_code",
+                message=f"the submitted code does not define class {entry_point}New",
+            ),
+        )
+    return None

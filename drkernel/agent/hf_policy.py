@@ -1,0 +1,139 @@
+"""A Policy backed by a local transformers causal LM (small models, CPU tests, debugging).
+
+transformers is imported lazily. Prompts go through the tokenizer's chat template (or a plain
+role-tagged fallback); token log-probs are taken from the raw logits (temperature 1, no top-p),
+the quantity MRS compares against the trainer's (paper-spec §6).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from drkernel.agent.policy import Completion, SamplingParams
+from drkernel.errors import ConfigError, PolicyError
+
+__all__ = ["HFPolicy", "load_tokenizer"]
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ModuleNotFoundError as exc:
+        raise ConfigError("the hf policy needs transformers (pip install 'drkernel[train]')") from exc
+    return transformers
+
+
+def load_tokenizer(path: str) -> Any:
+    return _transformers().AutoTokenizer.from_pretrained(path)
+
+
+class HFPolicy:
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class Config:
+        model_path: str
+        device: str = "cpu"
+        dtype: str = "float32"  # "float32" | "bfloat16" | "float16"
+        trust_remote_code: bool = False
+
+        def build(self) -> HFPolicy:
+            import torch
+
+            tf = _transformers()
+            dtype = getattr(torch, self.dtype, None)
+            if not isinstance(dtype, torch.dtype):
+                raise ConfigError(f"hf.dtype: unknown dtype {self.dtype!r}")
+            tok = tf.AutoTokenizer.from_pretrained(
+                self.model_path, trust_remote_code=self.trust_remote_code
+            )
+            model = tf.AutoModelForCausalLM.from_pretrained(
+                self.model_path, dtype=dtype, trust_remote_code=self.trust_remote_code
+            )
+            return HFPolicy(model.to(self.device), tok, name=self.model_path)
+
+    def __init__(self, model: Any, tokenizer: Any, *, name: str | None = None) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name or getattr(model.config, "name_or_path", "hf-model")
+        self._lock = threading.Lock()  # one generate() at a time on the shared model
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        """The prompt text: the tokenizer's chat template, or role-tagged plain text."""
+        if getattr(self.tokenizer, "chat_template", None):
+            return str(
+                self.tokenizer.apply_chat_template(
+                    messages, tokenize=False, add_generation_prompt=True
+                )
+            )
+        parts = [f"<|{m['role']}|>\n{m['content']}\n" for m in messages]
+        return "".join(parts) + "<|assistant|>\n"
+
+    def generate(
+        self, messages: list[dict[str, str]], n: int = 1, sampling: SamplingParams | None = None
+    ) -> list[Completion]:
+        import torch
+
+        sp = sampling or SamplingParams()
+        enc = self.tokenizer(self.render(messages), return_tensors="pt", add_special_tokens=False)
+        device = next(self.model.parameters()).device
+        input_ids = enc["input_ids"].to(device)
+        kwargs = self._generation_kwargs(sp, n)
+        try:
+            with self._lock, torch.no_grad():
+                if sp.seed is not None:
+                    torch.manual_seed(sp.seed)
+                out = self.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=torch.ones_like(input_ids),
+                    **kwargs,
+                )
+        except (RuntimeError, ValueError) as exc:
+            raise PolicyError(f"local generation failed: {exc}") from exc
+        new = out.sequences[:, input_ids.shape[1] :]
+        logp = torch.log_softmax(torch.stack(out.logits, dim=1).float(), dim=-1)
+        chosen = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        return [self._completion(new[i], chosen[i], sp, input_ids.shape[1]) for i in range(n)]
+
+    def _generation_kwargs(self, sp: SamplingParams, n: int) -> dict[str, Any]:
+        tok = self.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": sp.max_tokens,
+            "num_return_sequences": n,
+            "return_dict_in_generate": True,
+            "output_logits": True,
+            "pad_token_id": pad,
+            "eos_token_id": tok.eos_token_id,
+        }
+        if sp.temperature > 0:
+            kwargs.update(do_sample=True, temperature=sp.temperature, top_p=sp.top_p, top_k=0)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        return kwargs
+
+    def _completion(self, ids: Any, logprobs: Any, sp: SamplingParams, prompt_len: int) -> Completion:
+        eos = self.tokenizer.eos_token_id
+        ids_list = [int(x) for x in ids.tolist()]
+        length = len(ids_list)
+        finish = "length"
+        if eos is not None and eos in ids_list:
+            length = ids_list.index(eos) + 1
+            finish = "stop"
+        ids_list = ids_list[:length]
+        text = self.tokenizer.decode(ids_list, skip_special_tokens=True)
+        for s in sp.stop:
+            if s in text:
+                text, finish = text[: text.index(s)], "stop"
+        return Completion(
+            text=text,
+            finish_reason=finish,
+            token_ids=ids_list,
+            tokens=self.tokenizer.convert_ids_to_tokens(ids_list),
+            logprobs=[float(x) for x in logprobs[:length].tolist()],
+            prompt_tokens=prompt_len,
+            completion_tokens=length,
+        )

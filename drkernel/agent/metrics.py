@@ -1,0 +1,130 @@
+"""Trajectories -> Fast@p per turn, last-turn and best-so-far, plus correctness and hack rates.
+
+Fast@p (paper-spec §11) = the fraction of ALL samples whose kernel is correct, not hacked and has
+speedup >= p; incorrect, hacked, failed and missing samples count with speedup 0 in the
+denominator. An episode shorter than the turn asked for carries its last turn forward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from drkernel.agent.trajectories import Trajectory, Turn
+
+__all__ = ["FAST_P", "best_speedup", "fast_p", "summarize", "turn_at"]
+
+FAST_P = (1.0, 1.2, 1.5, 2.0)  # paper-spec §11
+
+
+def turn_at(traj: Trajectory, t: int) -> Turn | None:
+    """The turn that stands for the sample at 0-based turn t (its last turn if it ended earlier)."""
+    if not traj.turns:
+        return None
+    return traj.turns[min(t, len(traj.turns) - 1)]
+
+
+def _speedup(turn: Turn | None) -> float:
+    if turn is None or not turn.correct:
+        return 0.0
+    return float(turn.result.speedup or 0.0)
+
+
+def best_speedup(traj: Trajectory, t: int) -> float:
+    """Best correct speedup among turns 0..t (0 when none is correct), paper-spec §10."""
+    return max((_speedup(x) for x in traj.turns[: t + 1]), default=0.0)
+
+
+def fast_p(
+    trajs: Sequence[Trajectory],
+    p: float,
+    turn: int,
+    best: bool = False,
+    total: int | None = None,
+) -> float:
+    """Fraction of `total` samples (default: len(trajs)) that are fast at 0-based `turn`.
+
+    >>> fast_p([], 1.0, 0, total=8)
+    0.0
+    """
+    n = total if total is not None else len(trajs)
+    if n == 0:
+        return 0.0
+    if best:
+        hits = sum(best_speedup(tr, turn) >= p for tr in trajs)
+    else:
+        hits = sum(_speedup(turn_at(tr, turn)) >= p for tr in trajs)
+    return hits / n
+
+
+def _geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def _turn_stats(
+    trajs: Sequence[Trajectory], t: int, ps: Sequence[float], n: int
+) -> dict[str, Any]:
+    turns = [turn_at(tr, t) for tr in trajs]
+    judged = [x for x in turns if x is not None and x.extraction != "none"]
+    hacked = [x for x in turns if x is not None and x.result.hacks]
+    correct = [x for x in turns if x is not None and x.correct]
+    return {
+        "turn": t + 1,
+        "fast_p": {f"{p:g}": fast_p(trajs, p, t, total=n) for p in ps},
+        "fast_p_best": {f"{p:g}": fast_p(trajs, p, t, best=True, total=n) for p in ps},
+        "correct": len(correct) / n,
+        "compiled": sum(x is not None and x.result.compiled for x in turns) / n,
+        "hacked": len(hacked) / n,
+        "hacked_of_judged": len(hacked) / len(judged) if judged else 0.0,
+        "no_code": sum(x is not None and x.code is None for x in turns) / n,
+        "mean_reward": sum(x.reward for x in turns if x is not None) / n,
+        "geomean_speedup_correct": _geomean([_speedup(x) for x in correct]),
+        "outcomes": dict(Counter(x.result.outcome.value for x in turns if x is not None)),
+    }
+
+
+def summarize(
+    trajs: Sequence[Trajectory],
+    max_turns: int | None = None,
+    ps: Sequence[float] = FAST_P,
+    total: int | None = None,
+) -> dict[str, Any]:
+    """Per-turn Fast@p (last and best-so-far) and rates over all samples.
+
+    `total` is the number of samples planned (problems x samples); missing or failed episodes
+    count as incorrect. Default: the number of trajectories given.
+    """
+    n = total if total is not None else len(trajs)
+    turns = max_turns or max((len(tr.turns) for tr in trajs), default=0)
+    per_turn = [_turn_stats(trajs, t, ps, n) for t in range(turns)] if n else []
+    hack_codes: Counter[str] = Counter()
+    for tr in trajs:
+        for x in tr.turns:
+            hack_codes.update(x.result.hacks)
+    levels = sorted({tr.level for tr in trajs if tr.level is not None})
+    by_level = {}
+    for level in levels:
+        sub = [tr for tr in trajs if tr.level == level]
+        by_level[str(level)] = {
+            "samples": len(sub),
+            "last_turn_fast_p": {
+                f"{p:g}": fast_p(sub, p, turns - 1) for p in ps
+            },
+            "best_fast_p": {f"{p:g}": fast_p(sub, p, turns - 1, best=True) for p in ps},
+        }
+    return {
+        "samples": n,
+        "episodes": len(trajs),
+        "episode_errors": sum(tr.error is not None for tr in trajs),
+        "missing": max(n - len(trajs), 0),
+        "problems": len({tr.problem for tr in trajs}),
+        "max_turns": turns,
+        "ps": list(ps),
+        "per_turn": per_turn,
+        "last_turn": per_turn[-1] if per_turn else None,
+        "hack_codes": dict(hack_codes),
+        "by_level": by_level,
+    }

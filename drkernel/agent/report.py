@@ -1,0 +1,108 @@
+"""Benchmark summary (metrics.summarize) -> terminal table, JSON, CSV and a PNG plot of Fast@p.
+
+rich renders the table; matplotlib (Agg backend, imported lazily) draws Fast@p over turns, solid
+for the last turn and dashed for best-so-far. Nothing here computes metrics.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["plot_fast_p", "render_table", "write_csv", "write_json", "write_reports"]
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
+    """Two rich tables (fits 80 columns): last-turn Fast@p with rates, then best-so-far Fast@p."""
+    from rich.console import Group
+    from rich.table import Table
+
+    ps = [f"{p:g}" for p in summary["ps"]]
+    caption = (
+        f"{summary['samples']} samples, {summary['problems']} problems; hacked counts as incorrect"
+    )
+    last = Table(title=f"{title}, last turn", caption=caption)
+    best = Table(title=f"{title}, best so far")
+    for table in (last, best):
+        table.add_column("turn", justify="right")
+        for p in ps:
+            table.add_column(f"p={p}", justify="right")
+    for name in ("correct", "hacked", "compiled", "no code"):
+        last.add_column(name, justify="right")
+    for row in summary["per_turn"]:
+        last.add_row(
+            str(row["turn"]),
+            *[_pct(row["fast_p"][p]) for p in ps],
+            _pct(row["correct"]),
+            _pct(row["hacked"]),
+            _pct(row["compiled"]),
+            _pct(row["no_code"]),
+        )
+        best.add_row(str(row["turn"]), *[_pct(row["fast_p_best"][p]) for p in ps])
+    return Group(last, best)
+
+
+def write_json(summary: dict[str, Any], path: str | Path) -> None:
+    Path(path).write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def write_csv(summary: dict[str, Any], path: str | Path) -> None:
+    """Long format: turn, metric, p, value (one line per number)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["turn", "metric", "p", "value"])
+        for row in summary["per_turn"]:
+            for p, v in row["fast_p"].items():
+                w.writerow([row["turn"], "fast_p", p, f"{v:.6f}"])
+            for p, v in row["fast_p_best"].items():
+                w.writerow([row["turn"], "fast_p_best", p, f"{v:.6f}"])
+            for metric in ("correct", "hacked", "hacked_of_judged", "compiled", "no_code", "mean_reward"):
+                w.writerow([row["turn"], metric, "", f"{row[metric]:.6f}"])
+
+
+def plot_fast_p(summary: dict[str, Any], path: str | Path, title: str = "Fast@p over turns") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    turns = [row["turn"] for row in summary["per_turn"]]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    top = 0.0
+    for i, p in enumerate(f"{p:g}" for p in summary["ps"]):
+        color = f"C{i}"
+        last = [100 * row["fast_p"][p] for row in summary["per_turn"]]
+        best = [100 * row["fast_p_best"][p] for row in summary["per_turn"]]
+        ax.plot(turns, last, "o-", color=color, label=f"Fast@{p} (last turn)")
+        ax.plot(turns, best, "s--", color=color, alpha=0.6, label=f"Fast@{p} (best so far)")
+        top = max(top, *last, *best)
+    ax.set_xlabel("turn")
+    ax.set_ylabel("% of all samples")
+    ax.set_xticks(turns)
+    ax.set_ylim(0, min(100.0, max(10.0, 1.2 * top)))  # Fast@p is often small: zoom in
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_reports(summary: dict[str, Any], out_dir: str | Path, title: str | None = None) -> list[Path]:
+    """summary.json, fast_p.csv and fast_p.png in out_dir; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "summary.json", out / "fast_p.csv", out / "fast_p.png"]
+    write_json(summary, paths[0])
+    write_csv(summary, paths[1])
+    if summary["per_turn"]:
+        plot_fast_p(summary, paths[2], title or "Fast@p over turns")
+    else:
+        paths.pop()
+    return paths

@@ -1,0 +1,99 @@
+"""The HTTP executor: the executor seam over a remote `drkernel serve` (its native /v1 API).
+
+Input: a batch of EvalRequests; output: their EvalResults in request order, judged by the server's
+workers. Every wait has a deadline; 429/503 are retried with backoff; httpx errors become
+ExecutorError subclasses in `drkernel.server.client.http_errors`, the one translation point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import httpx
+
+from drkernel.errors import ConfigError, EvalTimeout, ExecutorError
+from drkernel.server.client import Client, ClientConfig
+from drkernel.types import EvalRequest, EvalResult
+
+__all__ = ["HttpExecutor"]
+
+
+class HttpExecutor:
+    """Executor whose workers are a server's; thread-safe (httpx.Client is)."""
+
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Config:
+        base_url: str = "http://127.0.0.1:8000"
+        token: str | None = None
+        priority: str = "normal"
+        batch_timeout_s: float | None = None  # None: from the tasks' budgets and server capacity
+        deadline_factor: float = 3.0
+        deadline_grace_s: float = 60.0
+        request_timeout_s: float = 60.0
+        max_retries: int = 6
+
+        def __post_init__(self) -> None:
+            if not self.base_url.startswith(("http://", "https://")):
+                raise ConfigError(f"executor.base_url: {self.base_url!r} is not an http(s) URL")
+            if self.priority not in ("high", "normal", "low"):
+                raise ConfigError(f"executor.priority: {self.priority!r} not in high|normal|low")
+
+        def build(self, transport: httpx.BaseTransport | None = None) -> HttpExecutor:
+            return HttpExecutor(self, transport)
+
+    def __init__(self, config: Config | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.config = config or HttpExecutor.Config()
+        self._client = Client(ClientConfig(
+            base_url=self.config.base_url, token=self.config.token,
+            request_timeout_s=self.config.request_timeout_s, max_retries=self.config.max_retries,
+        ), transport=transport)
+        self._capacity: int | None = None
+        self._closed = False
+
+    @property
+    def capacity(self) -> int:
+        """The server's worker count (asked once)."""
+        if self._capacity is None:
+            workers = self._client.health().get("workers", {})
+            self._capacity = max(1, int(workers.get("total", 1)))
+        return self._capacity
+
+    def _deadline(self, requests: list[EvalRequest]) -> float:
+        if self.config.batch_timeout_s is not None:
+            return self.config.batch_timeout_s
+        budget = max(r.options.timeout_s for r in requests)
+        rounds = math.ceil(len(requests) / self.capacity)
+        return (self.config.deadline_factor * budget + self.config.deadline_grace_s) * rounds
+
+    def evaluate(self, requests: list[EvalRequest]) -> list[EvalResult]:
+        if self._closed:
+            raise ExecutorError("executor is closed")
+        if not requests:
+            return []
+        deadline = self._deadline(requests)
+        ids = self._client.submit(requests, self.config.priority)
+        try:
+            results = self._client.wait(ids, deadline)
+        except EvalTimeout:
+            for task_id in ids:  # do not leave orphans running on the server
+                with contextlib.suppress(ExecutorError):
+                    self._client.cancel(task_id)
+            raise
+        return [results[i] for i in ids]
+
+    def cancel(self, task_id: str) -> bool:
+        return self._client.cancel(task_id)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._client.close()
+
+    def __enter__(self) -> HttpExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

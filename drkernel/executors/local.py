@@ -1,0 +1,106 @@
+"""The local executor: a pool of warm judges on this machine, one per GPU (or N on the CPU).
+
+Input: a batch of EvalRequests; output: their EvalResults in request order. One evaluation per
+worker at a time (timing hygiene); a worker whose judge breaks or dies is rebuilt and its task
+retried on the next free worker, a bounded number of times (executors/pool.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from drkernel.errors import ConfigError
+from drkernel.executors.judge_host import (
+    JudgeFactory,
+    JudgeHost,
+    ProcessJudgeHost,
+    ThreadJudgeHost,
+    sandbox_judge,
+)
+from drkernel.executors.pool import Slot, SlotPool
+from drkernel.types import EvalRequest, EvalResult
+
+__all__ = ["LocalExecutor", "detect_devices"]
+
+
+def _gpu_count() -> int:
+    """Visible NVIDIA GPUs, without importing torch or touching CUDA in this process."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = Path("/proc/driver/nvidia/gpus")
+    present = len(list(gpus.iterdir())) if gpus.is_dir() else 0
+    if visible is None:
+        return present
+    entries = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+    return min(len(entries), present) if present else 0
+
+
+def detect_devices(num_cpu_workers: int | None = None) -> tuple[str, ...]:
+    """One device per visible GPU index, else `num_cpu_workers` CPU workers (default cores // 2)."""
+    count = _gpu_count()
+    if count:
+        return tuple(f"cuda:{i}" for i in range(count))
+    n = num_cpu_workers or max(1, (os.cpu_count() or 2) // 2)
+    return ("cpu",) * n
+
+
+class LocalExecutor(SlotPool):
+    """A pool of judges in threads or processes; `evaluate` is thread-safe."""
+
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Config:
+        devices: tuple[str, ...] | None = None  # None: detect_devices()
+        num_cpu_workers: int | None = None  # CPU only, when devices is None
+        isolation: str = "process"  # "process": each judge in its own process | "thread"
+        max_attempts: int = 3  # tries per task when workers die under it
+        start_timeout_s: float = 600.0
+        acquire_timeout_s: float = 6 * 3600.0  # longest wait for a free worker
+        deadline_factor: float = 3.0  # a judge silent past factor * timeout_s + grace is stuck
+        deadline_grace_s: float = 60.0
+        scrub_env: tuple[str, ...] = ()  # env vars removed in judge processes (secrets)
+
+        def __post_init__(self) -> None:
+            if self.isolation not in ("process", "thread"):
+                raise ConfigError(f"executor.isolation: {self.isolation!r} not in process|thread")
+            if self.max_attempts < 1:
+                raise ConfigError("executor.max_attempts: must be >= 1")
+            if self.devices is not None and not self.devices:
+                raise ConfigError("executor.devices: empty")
+
+        def build(self, judge_factory: JudgeFactory | None = None) -> LocalExecutor:
+            return LocalExecutor(self, judge_factory)
+
+    def __init__(self, config: Config | None = None, judge_factory: JudgeFactory | None = None):
+        self.config = config or LocalExecutor.Config()
+        self._factory = judge_factory or sandbox_judge
+        self.max_attempts = self.config.max_attempts
+        self.acquire_timeout_s = self.config.acquire_timeout_s
+        self.deadline_factor = self.config.deadline_factor
+        self.deadline_grace_s = self.config.deadline_grace_s
+        devices = self.config.devices or detect_devices(self.config.num_cpu_workers)
+        self._init_pool([Slot(f"local-{i}", d) for i, d in enumerate(devices)])
+
+    def _spawn(self, slot: Slot) -> tuple[JudgeHost, str, int | None]:
+        device, name = slot.state.device, slot.state.worker_id
+        host: JudgeHost
+        if self.config.isolation == "thread":
+            host = ThreadJudgeHost(self._factory, device, name)
+        else:
+            host = ProcessJudgeHost(
+                self._factory, device, name, self.config.start_timeout_s, self.config.scrub_env
+            )
+        return host, device, host.pid
+
+    def _call(self, slot: Slot, request: EvalRequest, deadline_s: float) -> EvalResult:
+        host: JudgeHost = slot.handle
+        return host.evaluate(request, deadline_s)
+
+    def _kill(self, handle: JudgeHost) -> bool:
+        return handle.kill()
+
+    def _dispose(self, handle: JudgeHost) -> None:
+        handle.close()
+
+    def __enter__(self) -> LocalExecutor:
+        return self

@@ -1,0 +1,180 @@
+"""The Ray executor: one judge actor per GPU of a Ray cluster (or CPU actors), same seam as local.
+
+Input: a batch of EvalRequests; output: their EvalResults in request order. `ray.init(address)`
+joins a cluster (`ray start` on each node is the whole multi-node setup); without an address a
+private local cluster bound to 127.0.0.1 is started. A dead actor's task is retried on another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, WorkerLost
+from drkernel.executors.judge_host import (
+    JudgeFactory,
+    judge_call,
+    mark_host_process,
+    sandbox_judge,
+)
+from drkernel.executors.pool import Slot, SlotPool
+from drkernel.types import EvalRequest, EvalResult
+
+__all__ = ["RayExecutor", "ray_errors"]
+
+logger = logging.getLogger(__name__)
+
+# Ray reads this when it is first imported: with it, a cluster started for 127.0.0.1 binds every
+# server (GCS, raylet, workers, agents) to loopback instead of all interfaces.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+@contextlib.contextmanager
+def ray_errors(what: str) -> Iterator[None]:
+    """Translate Ray's exceptions into the ExecutorError tree at the seam (one place)."""
+    import ray.exceptions as rex
+
+    try:
+        yield
+    except (rex.RayActorError, rex.ActorUnavailableError, rex.WorkerCrashedError) as exc:
+        raise WorkerLost(f"{what}: {type(exc).__name__}: {exc}") from exc
+    except rex.GetTimeoutError as exc:
+        raise EvalTimeout(f"{what}: no answer in time") from exc
+    except rex.RayTaskError as exc:  # the judge raised inside the actor: the actor is broken
+        raise WorkerLost(f"{what}: judge raised: {exc}") from exc
+    except (rex.RayError, ConnectionError) as exc:
+        raise ExecutorError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+class _JudgeActor:
+    """Body of a Ray actor owning one judge. On a GPU actor the device is the physical index."""
+
+    def __init__(self, factory: JudgeFactory, device: str | None) -> None:
+        import ray
+
+        mark_host_process()
+        if device is None:  # a GPU actor: address the GPU Ray gave us by its physical index
+            gpu = int(ray.get_gpu_ids()[0])
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            device = f"cuda:{gpu}"
+        self.device = device
+        self._judge = factory(device)
+
+    def info(self) -> tuple[str, int]:
+        return self.device, os.getpid()
+
+    def evaluate(self, request: dict[str, Any]) -> dict[str, Any]:
+        return judge_call(self._judge, EvalRequest.from_dict(request)).to_dict()
+
+
+class RayExecutor(SlotPool):
+    """A pool of Ray actors, each owning one judge; `evaluate` is thread-safe."""
+
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Config:
+        address: str | None = None  # None: start a private cluster on 127.0.0.1
+        num_workers: int | None = None  # None: one per cluster GPU, else CPUs // 2
+        use_gpus: bool | None = None  # None: when the cluster has GPUs
+        num_cpus: int | None = None  # CPUs of the private local cluster
+        max_attempts: int = 3
+        start_timeout_s: float = 600.0
+        acquire_timeout_s: float = 6 * 3600.0
+        deadline_factor: float = 3.0
+        deadline_grace_s: float = 60.0
+        namespace: str = "drkernel"
+
+        def __post_init__(self) -> None:
+            if self.num_workers is not None and self.num_workers < 1:
+                raise ConfigError("executor.num_workers: must be >= 1")
+            if self.max_attempts < 1:
+                raise ConfigError("executor.max_attempts: must be >= 1")
+
+        def build(self, judge_factory: JudgeFactory | None = None) -> RayExecutor:
+            return RayExecutor(self, judge_factory)
+
+    def __init__(self, config: Config | None = None, judge_factory: JudgeFactory | None = None):
+        import ray as ray_module
+
+        ray: Any = ray_module  # Ray's stubs lack actor options such as max_concurrency
+
+        self.config = config or RayExecutor.Config()
+        self._factory = judge_factory or sandbox_judge
+        self.max_attempts = self.config.max_attempts
+        self.acquire_timeout_s = self.config.acquire_timeout_s
+        self.deadline_factor = self.config.deadline_factor
+        self.deadline_grace_s = self.config.deadline_grace_s
+        self._owns_ray = not ray.is_initialized()
+        with ray_errors("ray.init"):
+            if self._owns_ray:
+                self._init_ray()
+            use_gpus, count = self._plan(ray.cluster_resources())
+        options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 0} if use_gpus else {"num_cpus": 1}
+        self._actor_cls = ray.remote(max_restarts=0, max_concurrency=1, **options)(_JudgeActor)
+        self._use_gpus = use_gpus
+        self._init_pool([Slot(f"ray-{i}", "?") for i in range(count)])
+
+    def _init_ray(self) -> None:
+        import ray
+
+        kwargs: dict[str, Any] = dict(
+            namespace=self.config.namespace, include_dashboard=False, log_to_driver=False,
+            configure_logging=False,
+        )
+        if self.config.address:
+            ray.init(address=self.config.address, **kwargs)
+        else:
+            ray.init(num_cpus=self.config.num_cpus, _node_ip_address="127.0.0.1", **kwargs)
+
+    def _plan(self, resources: dict[str, float]) -> tuple[bool, int]:
+        gpus = int(resources.get("GPU", 0))
+        use_gpus = self.config.use_gpus if self.config.use_gpus is not None else gpus > 0
+        if use_gpus and gpus == 0:
+            raise ConfigError("executor.use_gpus: the Ray cluster has no GPU")
+        default = gpus if use_gpus else max(1, int(resources.get("CPU", 2)) // 2)
+        return use_gpus, self.config.num_workers or default
+
+    def _spawn(self, slot: Slot) -> tuple[Any, str, int | None]:
+        import ray
+
+        actor = self._actor_cls.remote(self._factory, None if self._use_gpus else "cpu")
+        try:
+            with ray_errors(f"starting {slot.state.worker_id}"):
+                device, pid = ray.get(actor.info.remote(), timeout=self.config.start_timeout_s)
+        except ExecutorError:
+            self._kill(actor)
+            raise
+        return actor, device, pid
+
+    def _call(self, slot: Slot, request: EvalRequest, deadline_s: float) -> EvalResult:
+        import ray
+
+        with ray_errors(f"actor {slot.state.worker_id}"):
+            ref = slot.handle.evaluate.remote(request.to_dict())
+            return EvalResult.from_dict(ray.get(ref, timeout=deadline_s))
+
+    def _kill(self, handle: Any) -> bool:
+        import ray
+
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception:  # already gone, or Ray is shutting down: nothing left to kill
+            return False
+        return True
+
+    def _dispose(self, handle: Any) -> None:
+        self._kill(handle)
+
+    def close(self) -> None:
+        import ray
+
+        was_closed = self._closed
+        super().close()
+        if not was_closed and self._owns_ray and ray.is_initialized():
+            ray.shutdown()
+
+    def __enter__(self) -> RayExecutor:
+        return self

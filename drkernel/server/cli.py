@@ -1,0 +1,68 @@
+"""`drkernel serve`: the judge as a service on 127.0.0.1, with an embedded store; Ray on request.
+
+Input: flags (over DRKERNEL_* variables, read by settings.py); output: a running server until
+interrupted (exit code 0), or exit code 2 with a one-line message for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from drkernel.errors import ConfigError
+
+__all__ = ["register", "run"]
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("serve", help="serve the judge over HTTP (KernelGYM-compatible API)",
+                              description="Serve the judge over HTTP. Defaults bind 127.0.0.1.")
+    p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (default 8000)")
+    p.add_argument("--db", dest="db_path", default=None,
+                   help="SQLite file of tasks and results (default drkernel-serve.db)")
+    p.add_argument("--executor", choices=["local", "ray"], default=None,
+                   help="local worker pool (default) or a Ray cluster")
+    p.add_argument("--address", dest="ray_address", default=None,
+                   help="Ray cluster address (with --executor ray; default: a private local one)")
+    p.add_argument("--workers", dest="num_workers", type=int, default=None,
+                   help="worker count (default: one per GPU, or cores/2 on the CPU)")
+    p.add_argument("--isolation", choices=["process", "thread"], default=None,
+                   help="local executor: each judge in its own process (default) or a thread")
+    p.add_argument("--judge", choices=["sandbox", "fake"], default=None,
+                   help="'fake' answers from '# fake:' markers, for demos and client tests")
+    p.add_argument("--max-queue", dest="max_queue", type=int, default=None)
+    p.add_argument("--retention", dest="retention_s", type=float, default=None,
+                   help="seconds finished tasks are kept (default 7 days)")
+    p.add_argument("--evaluate-wait", dest="evaluate_wait_s", type=float, default=None,
+                   help="longest wait of POST /evaluate before it answers 202 (default 300)")
+    p.add_argument("--durable", action="store_true", default=None,
+                   help="fsync every commit (survives power loss, slower)")
+    p.add_argument("--log-level", default="info", help="uvicorn log level")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from drkernel.server.app import create_app
+    from drkernel.server.settings import Settings, scrub_secrets
+
+    names = ("host", "port", "db_path", "executor", "ray_address", "num_workers", "isolation",
+             "judge", "max_queue", "retention_s", "evaluate_wait_s", "durable")
+    try:
+        settings = Settings.from_env(**{n: getattr(args, n, None) for n in names})
+    except (ConfigError, TypeError) as exc:
+        print(f"drkernel serve: {exc}", file=sys.stderr)
+        return 2
+    scrub_secrets()  # read once; no child process inherits the token
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.auth_token:
+        logger.warning("serving on %s without DRKERNEL_AUTH_TOKEN: anyone who can reach it "
+                       "can submit code", settings.host)
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level,
+                workers=1, timeout_graceful_shutdown=30)
+    return 0

@@ -1,0 +1,248 @@
+"""Python client of `drkernel serve` (native /v1 API), sync and async, for agents and trainers.
+
+Input: EvalRequests; output: EvalResults. Every call has a deadline; 429/503 and dropped
+connections are retried with backoff (submissions are idempotent: the client picks task ids);
+httpx errors are translated into the ExecutorError tree here, at the seam, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, Overloaded
+from drkernel.types import EvalRequest, EvalResult
+
+__all__ = ["AsyncClient", "Client", "ClientConfig", "http_errors"]
+
+_RETRY_STATUS = (429, 502, 503, 504)
+_CHUNK = 500  # tasks per submission request
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClientConfig:
+    base_url: str = "http://127.0.0.1:8000"
+    token: str | None = None
+    request_timeout_s: float = 60.0  # one HTTP exchange (a long poll adds its wait)
+    max_retries: int = 6
+    backoff_s: float = 0.5  # first retry delay, doubled each time, capped
+    backoff_cap_s: float = 30.0
+    poll_s: float = 20.0  # server-side long-poll per wait request
+
+
+@contextlib.contextmanager
+def http_errors(what: str) -> Iterator[None]:
+    """Translate httpx's exceptions into the ExecutorError tree (the one place that does)."""
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise EvalTimeout(f"{what}: {type(exc).__name__}") from exc
+    except httpx.HTTPError as exc:
+        raise ExecutorError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _raise_for(response: httpx.Response, what: str) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        message = response.json().get("message", response.text)
+    except ValueError:
+        message = response.text
+    text = f"{what}: HTTP {response.status_code}: {message}"
+    if response.status_code in (401, 403):
+        raise ConfigError(f"{text} (check the token)")
+    if response.status_code in (429, 503):
+        raise Overloaded(text)
+    raise ExecutorError(text)
+
+
+def _delay(config: ClientConfig, attempt: int, response: httpx.Response | None) -> float:
+    if response is not None:
+        retry_after = response.headers.get("retry-after", "")
+        if retry_after.replace(".", "", 1).isdigit():
+            return min(float(retry_after), config.backoff_cap_s)
+    return float(min(config.backoff_s * 2.0**attempt, config.backoff_cap_s))
+
+
+def _prepare(requests: list[EvalRequest]) -> list[EvalRequest]:
+    """Give each request a task id (idempotent resubmission), keeping the caller's ids."""
+    return [r if r.task_id else EvalRequest(
+        reference_code=r.reference_code, kernel_code=r.kernel_code, options=r.options,
+        task_id=f"client-{uuid.uuid4().hex}", problem_name=r.problem_name,
+        shape_variants=r.shape_variants) for r in requests]
+
+
+def _batch_body(chunk: list[EvalRequest], priority: str) -> dict[str, Any]:
+    return {"requests": [{"request": r.to_dict()} for r in chunk], "priority": priority}
+
+
+def _collect(tasks: list[dict[str, Any]], done: dict[str, EvalResult]) -> None:
+    for view in tasks:
+        if view.get("state") == "done" and view.get("result"):
+            done[view["task_id"]] = EvalResult.from_dict(view["result"])
+        elif view.get("state") in ("cancelled", "unknown"):
+            raise ExecutorError(f"task {view['task_id']} is {view['state']} on the server")
+
+
+class _Base:
+    def __init__(self, config: ClientConfig | None = None, **overrides: Any) -> None:
+        self.config = config or ClientConfig(**overrides)
+        headers = {"Authorization": f"Bearer {self.config.token}"} if self.config.token else {}
+        self._common = dict(base_url=self.config.base_url, headers=headers,
+                            timeout=self.config.request_timeout_s)
+
+    def _retryable(self, attempt: int, response: httpx.Response | None) -> bool:
+        if attempt >= self.config.max_retries:
+            return False
+        return response is None or response.status_code in _RETRY_STATUS
+
+
+class Client(_Base):
+    """Blocking client. `evaluate(requests)` submits, waits (bounded) and returns results."""
+
+    def __init__(self, config: ClientConfig | None = None,
+                 transport: httpx.BaseTransport | None = None, **overrides: Any) -> None:
+        super().__init__(config, **overrides)
+        self._http = httpx.Client(transport=transport, **self._common)  # type: ignore[arg-type]
+
+    def _call(self, method: str, path: str, extra_timeout: float = 0.0, **kw: Any) -> Any:
+        timeout = self.config.request_timeout_s + extra_timeout
+        for attempt in range(self.config.max_retries + 1):
+            response = None
+            try:
+                with http_errors(f"{method} {path}"):
+                    response = self._http.request(method, path, timeout=timeout, **kw)
+            except ExecutorError:
+                if not self._retryable(attempt, None):
+                    raise
+            if response is not None and not self._retryable(attempt, response):
+                _raise_for(response, f"{method} {path}")
+                return response.json()
+            time.sleep(_delay(self.config, attempt, response))
+        raise AssertionError("unreachable")
+
+    def submit(self, requests: list[EvalRequest], priority: str = "normal") -> list[str]:
+        prepared = _prepare(requests)
+        for start in range(0, len(prepared), _CHUNK):
+            self._call("POST", "/v1/tasks/batch",
+                       json=_batch_body(prepared[start:start + _CHUNK], priority))
+        return [r.task_id for r in prepared]  # type: ignore[misc]
+
+    def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
+        """Results of every task, or EvalTimeout when they are not all done by the deadline."""
+        deadline = time.monotonic() + timeout_s
+        done: dict[str, EvalResult] = {}
+        while len(done) < len(task_ids):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise EvalTimeout(f"{len(task_ids) - len(done)} tasks unfinished after {timeout_s} s")
+            pending = [t for t in task_ids if t not in done]
+            poll = min(self.config.poll_s, left)
+            body = self._call("POST", "/v1/tasks/wait", extra_timeout=poll,
+                              json={"task_ids": pending, "timeout_s": poll})
+            _collect(body["tasks"], done)
+        return done
+
+    def evaluate(self, requests: list[EvalRequest], timeout_s: float = 3600.0,
+                 priority: str = "normal") -> list[EvalResult]:
+        ids = self.submit(requests, priority)
+        results = self.wait(ids, timeout_s)
+        return [results[i] for i in ids]
+
+    def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
+        return self._call("GET", f"/v1/tasks/{task_id}", extra_timeout=wait_s,  # type: ignore[no-any-return]
+                          params={"wait": wait_s})
+
+    def cancel(self, task_id: str) -> bool:
+        return bool(self._call("DELETE", f"/v1/tasks/{task_id}")["cancelled"])
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/health")  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient(_Base):
+    """The same API for asyncio code (agents running many episodes at once)."""
+
+    def __init__(self, config: ClientConfig | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None, **overrides: Any) -> None:
+        super().__init__(config, **overrides)
+        self._http = httpx.AsyncClient(transport=transport, **self._common)  # type: ignore[arg-type]
+
+    async def _call(self, method: str, path: str, extra_timeout: float = 0.0, **kw: Any) -> Any:
+        timeout = self.config.request_timeout_s + extra_timeout
+        for attempt in range(self.config.max_retries + 1):
+            response = None
+            try:
+                with http_errors(f"{method} {path}"):
+                    response = await self._http.request(method, path, timeout=timeout, **kw)
+            except ExecutorError:
+                if not self._retryable(attempt, None):
+                    raise
+            if response is not None and not self._retryable(attempt, response):
+                _raise_for(response, f"{method} {path}")
+                return response.json()
+            await asyncio.sleep(_delay(self.config, attempt, response))
+        raise AssertionError("unreachable")
+
+    async def submit(self, requests: list[EvalRequest], priority: str = "normal") -> list[str]:
+        prepared = _prepare(requests)
+        for start in range(0, len(prepared), _CHUNK):
+            await self._call("POST", "/v1/tasks/batch",
+                             json=_batch_body(prepared[start:start + _CHUNK], priority))
+        return [r.task_id for r in prepared]  # type: ignore[misc]
+
+    async def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        done: dict[str, EvalResult] = {}
+        while len(done) < len(task_ids):
+            left = deadline - loop.time()
+            if left <= 0:
+                raise EvalTimeout(f"{len(task_ids) - len(done)} tasks unfinished after {timeout_s} s")
+            pending = [t for t in task_ids if t not in done]
+            poll = min(self.config.poll_s, left)
+            body = await self._call("POST", "/v1/tasks/wait", extra_timeout=poll,
+                                    json={"task_ids": pending, "timeout_s": poll})
+            _collect(body["tasks"], done)
+        return done
+
+    async def evaluate(self, requests: list[EvalRequest], timeout_s: float = 3600.0,
+                       priority: str = "normal") -> list[EvalResult]:
+        ids = await self.submit(requests, priority)
+        results = await self.wait(ids, timeout_s)
+        return [results[i] for i in ids]
+
+    async def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
+        return await self._call("GET", f"/v1/tasks/{task_id}",  # type: ignore[no-any-return]
+                                extra_timeout=wait_s, params={"wait": wait_s})
+
+    async def cancel(self, task_id: str) -> bool:
+        return bool((await self._call("DELETE", f"/v1/tasks/{task_id}"))["cancelled"])
+
+    async def health(self) -> dict[str, Any]:
+        return await self._call("GET", "/health")  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,106 @@
+"""What every route shares: the server state, bounded JSON bodies, and the error envelope.
+
+Input: a Starlette request; output: parsed JSON or an ApiError that becomes the anchor's error
+envelope (`error`, `message`, `error_code`, `task_id`, `timestamp`, plus an X-Error-Code header).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from drkernel.errors import Overloaded
+from drkernel.executors.base import Executor
+from drkernel.server.scheduler import Scheduler
+from drkernel.server.settings import Settings
+from drkernel.server.store import NewTask, TaskConflict, TaskRecord, TaskStore
+
+__all__ = [
+    "ApiError",
+    "ServerState",
+    "check_code_size",
+    "error_response",
+    "read_json",
+    "server_state",
+    "submit_or_raise",
+]
+
+
+@dataclass(slots=True)
+class ServerState:
+    settings: Settings
+    store: TaskStore
+    executor: Executor
+    scheduler: Scheduler
+
+
+def server_state(request: Request) -> ServerState:
+    return request.app.state.drk  # type: ignore[no-any-return]
+
+
+class ApiError(Exception):
+    """An HTTP error with a machine code; raised in routes, answered by one handler."""
+
+    def __init__(self, status: int, code: str, message: str, task_id: str | None = None,
+                 headers: dict[str, str] | None = None, detail: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.task_id = task_id
+        self.headers = headers or {}
+        self.detail = detail
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    body: dict[str, Any] = {
+        "error": err.code.lower(),
+        "message": err.message,
+        "error_code": err.code,
+        "task_id": err.task_id,
+        "timestamp": time.time(),
+    }
+    if err.detail is not None:
+        body["detail"] = err.detail
+    return JSONResponse(body, status_code=err.status,
+                        headers={"X-Error-Code": err.code, **err.headers})
+
+
+async def read_json(request: Request, settings: Settings) -> Any:
+    """The request body as JSON: 413 past the size limit, 400 when it is not JSON."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > settings.max_body_bytes:
+        raise ApiError(413, "PAYLOAD_TOO_LARGE",
+                       f"body of {declared} bytes exceeds {settings.max_body_bytes}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > settings.max_body_bytes:
+            raise ApiError(413, "PAYLOAD_TOO_LARGE", f"body exceeds {settings.max_body_bytes} bytes")
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "VALIDATION", f"body is not valid JSON: {exc}") from None
+
+
+def check_code_size(settings: Settings, *sources: str) -> None:
+    for source in sources:
+        if len(source.encode()) > settings.max_code_bytes:
+            raise ApiError(413, "PAYLOAD_TOO_LARGE",
+                           f"a source file exceeds {settings.max_code_bytes} bytes")
+
+
+def submit_or_raise(state: ServerState, tasks: list[NewTask]) -> list[tuple[TaskRecord, bool]]:
+    """Persist and queue, mapping refusals onto HTTP: 409 conflict, 429 full."""
+    try:
+        return state.scheduler.submit(tasks)
+    except TaskConflict as exc:
+        raise ApiError(409, "CONFLICT", str(exc)) from None
+    except Overloaded as exc:
+        raise ApiError(429, "QUEUE_FULL", str(exc),
+                       headers={"Retry-After": str(state.settings.retry_after_s)}) from None

@@ -1,0 +1,157 @@
+"""The native API under /v1: our request and result contract (EvalResult.to_dict), long polls.
+
+Input: EvalRequest dicts (`{"request": {...}, "priority": ...}` or the request itself); output:
+task views `{task_id, state, priority, attempts, ..., result}` where state is queued, running,
+done or cancelled and result is the JSON result contract once done. Waits are bounded.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from drkernel.errors import ConfigError
+from drkernel.server.envelope import (
+    ApiError,
+    ServerState,
+    check_code_size,
+    read_json,
+    server_state,
+    submit_or_raise,
+)
+from drkernel.server.scheduler import PRIORITIES
+from drkernel.server.store import NewTask, TaskRecord
+from drkernel.types import EvalOptions, EvalRequest
+
+__all__ = ["router", "task_view"]
+
+router = APIRouter(prefix="/v1")
+
+_OPTION_TYPES = {
+    f: type(v) for f, v in EvalOptions().to_dict().items() if v is not None
+}
+
+
+def _check_options(options: Any) -> None:
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise ApiError(400, "VALIDATION", "request.options must be an object")
+    for name, value in options.items():
+        kind = _OPTION_TYPES.get(name)
+        if value is None or kind is None:
+            continue
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) \
+            if kind is float else isinstance(value, kind)
+        if kind is int and isinstance(value, bool):
+            ok = False
+        if not ok:
+            raise ApiError(400, "VALIDATION", f"request.options.{name}: expected {kind.__name__}")
+
+
+def _new_task(state: ServerState, item: Any, default_priority: str) -> NewTask:
+    if not isinstance(item, dict):
+        raise ApiError(400, "VALIDATION", "a task must be a JSON object")
+    body = item.get("request", item)
+    priority = item.get("priority", default_priority)
+    if priority not in PRIORITIES:
+        raise ApiError(400, "VALIDATION", f"priority: {priority!r} not in {'|'.join(PRIORITIES)}")
+    if not isinstance(body, dict):
+        raise ApiError(400, "VALIDATION", "request must be an object")
+    for key in ("reference_code", "kernel_code"):
+        if not isinstance(body.get(key), str) or not body[key].strip():
+            raise ApiError(400, "VALIDATION", f"request.{key}: a non-empty string is required")
+    _check_options(body.get("options"))
+    check_code_size(state.settings, body["reference_code"], body["kernel_code"])
+    task_id = body.get("task_id") or item.get("task_id") or f"task-{uuid.uuid4().hex}"
+    if not isinstance(task_id, str) or not 0 < len(task_id) <= 200:
+        raise ApiError(400, "VALIDATION", "task_id: a string of 1-200 characters")
+    try:
+        request = EvalRequest.from_dict(body | {"task_id": task_id})
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise ApiError(400, "VALIDATION", f"request: {exc}") from None
+    return NewTask(request=request, priority=priority, meta={"api": "native"},
+                   force=bool(item.get("force", False)))
+
+
+def task_view(state: ServerState, record: TaskRecord) -> dict[str, Any]:
+    return {
+        "task_id": record.task_id,
+        "state": record.state,
+        "priority": record.priority,
+        "attempts": record.attempts,
+        "submitted_at": record.submitted_at,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "queue_position": state.scheduler.position(record.task_id) if record.state == "queued"
+        else None,
+        "result": record.result.to_dict() if record.result else None,
+    }
+
+
+def _wait_s(state: ServerState, value: Any) -> float:
+    try:
+        wait = float(value or 0)
+    except (TypeError, ValueError):
+        raise ApiError(400, "VALIDATION", "wait/timeout_s must be a number of seconds") from None
+    return max(0.0, min(wait, state.settings.max_wait_s))
+
+
+@router.post("/tasks")
+async def submit(request: Request) -> JSONResponse:
+    state = server_state(request)
+    task = _new_task(state, await read_json(request, state.settings), "normal")
+    ((record, created),) = await run_in_threadpool(submit_or_raise, state, [task])
+    return JSONResponse(task_view(state, record) | {"created": created}, status_code=202)
+
+
+@router.post("/tasks/batch")
+async def submit_batch(request: Request) -> JSONResponse:
+    state = server_state(request)
+    body = await read_json(request, state.settings)
+    items = body.get("requests") if isinstance(body, dict) else None
+    if not isinstance(items, list) or not items:
+        raise ApiError(400, "VALIDATION", "requests: a non-empty list is required")
+    if len(items) > state.settings.max_batch:
+        raise ApiError(413, "PAYLOAD_TOO_LARGE",
+                       f"{len(items)} tasks exceed the batch limit {state.settings.max_batch}")
+    priority = body.get("priority", "normal")
+    tasks = [_new_task(state, item, priority) for item in items]
+    submitted = await run_in_threadpool(submit_or_raise, state, tasks)
+    views = [{"task_id": r.task_id, "state": r.state, "created": c} for r, c in submitted]
+    return JSONResponse({"tasks": views}, status_code=202)
+
+
+@router.get("/tasks/{task_id}")
+async def get_task(request: Request, task_id: str, wait: float = 0.0) -> dict[str, Any]:
+    state = server_state(request)
+    records = await state.scheduler.wait([task_id], _wait_s(state, wait))
+    if task_id not in records:
+        raise ApiError(404, "NOT_FOUND", f"no task {task_id!r}", task_id=task_id)
+    return task_view(state, records[task_id])
+
+
+@router.post("/tasks/wait")
+async def wait_tasks(request: Request) -> dict[str, Any]:
+    """Bounded wait for many tasks: answers when all are finished or `timeout_s` passed."""
+    state = server_state(request)
+    body = await read_json(request, state.settings)
+    ids = body.get("task_ids") if isinstance(body, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ApiError(400, "VALIDATION", "task_ids: a list of strings is required")
+    records = await state.scheduler.wait(ids, _wait_s(state, body.get("timeout_s", 0)))
+    return {"tasks": [task_view(state, records[i]) if i in records
+                      else {"task_id": i, "state": "unknown", "result": None} for i in ids]}
+
+
+@router.delete("/tasks/{task_id}")
+async def cancel(request: Request, task_id: str) -> dict[str, Any]:
+    state = server_state(request)
+    prior = await run_in_threadpool(state.scheduler.cancel, task_id)
+    if prior is None:
+        raise ApiError(404, "NOT_FOUND", f"no task {task_id!r}", task_id=task_id)
+    return {"task_id": task_id, "cancelled": prior in ("queued", "running"), "previous": prior}

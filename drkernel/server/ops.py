@@ -1,0 +1,156 @@
+"""Operations routes: /health, /workers/status, /queue/status, /metrics (Prometheus), / (HTML).
+
+Input: the live scheduler, executor and store; output: real numbers (queue depth, running,
+completed and failed counts, per-worker state), where the anchor answers hard-coded zeros.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse
+
+from drkernel.server.envelope import ServerState, server_state
+from drkernel.types import EvalOutcome
+
+__all__ = ["health_body", "render_metrics", "router"]
+
+router = APIRouter()
+
+_WORKER_STATES = ("starting", "idle", "busy", "restarting", "dead")
+
+
+def _workers(state: ServerState) -> list[dict[str, Any]]:
+    states = getattr(state.executor, "worker_states", None)
+    return [w.to_dict() for w in states()] if callable(states) else []
+
+
+def health_body(state: ServerState) -> dict[str, Any]:
+    sched = state.scheduler
+    workers = _workers(state)
+    alive = [w for w in workers if w["state"] != "dead"]
+    status = "healthy" if alive and len(alive) == len(workers) else \
+        "degraded" if alive else "unhealthy"
+    depth = sched.depth()
+    outcomes = dict(sched.outcomes)
+    failed = sum(n for o, n in outcomes.items() if EvalOutcome(o).status.is_error())
+    return {
+        "status": status,
+        "timestamp": time.time(),
+        "version": "0.1.0",
+        "uptime": time.time() - sched.started_at,
+        "queue_status": {"pending": sum(depth.values()), **depth},
+        "active_tasks": sched.running(),
+        "total_processed": sched.counters["finished"],
+        "completed": sched.counters["finished"] - failed,
+        "failed": failed,
+        "cancelled": sched.counters["cancelled"],
+        "workers": {"total": len(workers), **{s: sum(1 for w in workers if w["state"] == s)
+                                              for s in _WORKER_STATES}},
+        "executor": type(state.executor).__name__,
+    }
+
+
+@router.get("/health")
+async def health(request: Request) -> dict[str, Any]:
+    return health_body(server_state(request))
+
+
+@router.get("/workers/status")
+async def workers_status(request: Request) -> dict[str, Any]:
+    workers = _workers(server_state(request))
+    return {
+        "workers": workers,
+        "total_workers": len(workers),
+        "active_workers": sum(1 for w in workers if w["state"] in ("idle", "busy")),
+        "busy_workers": sum(1 for w in workers if w["state"] == "busy"),
+    }
+
+
+@router.get("/queue/status")
+async def queue_status(request: Request) -> dict[str, Any]:
+    state = server_state(request)
+    depth = state.scheduler.depth()
+    return {"pending": sum(depth.values()), "pending_by_priority": depth,
+            "running": state.scheduler.running(), "max_queue": state.settings.max_queue}
+
+
+def _line(name: str, value: float, **labels: Any) -> str:
+    if labels:
+        text = ",".join(f'{k}="{str(v).replace(chr(34), "")}"' for k, v in labels.items())
+        return f"{name}{{{text}}} {value:g}"
+    return f"{name} {value:g}"
+
+
+def render_metrics(state: ServerState) -> str:
+    """Prometheus text exposition (version 0.0.4) of the live counters and gauges."""
+    sched = state.scheduler
+    out: list[str] = []
+
+    def metric(name: str, kind: str, help_text: str, samples: list[str]) -> None:
+        out.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples])
+
+    depth = sched.depth()
+    metric("drkernel_queue_depth", "gauge", "Queued tasks by priority.",
+           [_line("drkernel_queue_depth", n, priority=p) for p, n in depth.items()])
+    metric("drkernel_running_tasks", "gauge", "Tasks being evaluated.",
+           [_line("drkernel_running_tasks", sched.running())])
+    metric("drkernel_tasks_submitted_total", "counter", "Tasks accepted since start.",
+           [_line("drkernel_tasks_submitted_total", sched.counters["submitted"])])
+    metric("drkernel_tasks_finished_total", "counter", "Tasks finished since start, by outcome.",
+           [_line("drkernel_tasks_finished_total", sched.outcomes.get(o.value, 0), outcome=o.value)
+            for o in EvalOutcome])
+    for key, help_text in (("cancelled", "Tasks cancelled."), ("rejected", "Tasks refused (429)."),
+                           ("recovered", "Tasks re-queued from the store at start."),
+                           ("purged", "Finished tasks deleted past retention.")):
+        metric(f"drkernel_tasks_{key}_total", "counter", help_text,
+               [_line(f"drkernel_tasks_{key}_total", sched.counters[key])])
+    metric("drkernel_eval_seconds", "summary", "Wall time of evaluations.",
+           [_line("drkernel_eval_seconds_sum", sched.eval_seconds),
+            _line("drkernel_eval_seconds_count", sched.counters["finished"])])
+    counts = state.store.counts()
+    metric("drkernel_stored_tasks", "gauge", "Tasks in the store by state.",
+           [_line("drkernel_stored_tasks", counts.get(s, 0), state=s)
+            for s in ("queued", "running", "done", "cancelled")])
+    workers = _workers(state)
+    metric("drkernel_worker_state", "gauge", "1 for the current state of each worker.",
+           [_line("drkernel_worker_state", 1 if w["state"] == s else 0, worker=w["worker_id"],
+                  device=w["device"], state=s) for w in workers for s in _WORKER_STATES])
+    metric("drkernel_worker_tasks_total", "counter", "Evaluations finished per worker.",
+           [_line("drkernel_worker_tasks_total", w["tasks_done"], worker=w["worker_id"])
+            for w in workers])
+    metric("drkernel_worker_restarts_total", "counter", "Restarts per worker.",
+           [_line("drkernel_worker_restarts_total", w["restarts"], worker=w["worker_id"])
+            for w in workers])
+    metric("drkernel_uptime_seconds", "gauge", "Seconds since the server started.",
+           [_line("drkernel_uptime_seconds", time.time() - sched.started_at)])
+    return "\n".join(out) + "\n"
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> PlainTextResponse:
+    return PlainTextResponse(render_metrics(server_state(request)),
+                             media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.get("/")
+async def status_page(request: Request) -> HTMLResponse:
+    """A small self-refreshing status page for a browser."""
+    state = server_state(request)
+    body = health_body(state)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(w[k]))}</td>" for k in
+                         ("worker_id", "device", "state", "current_task", "tasks_done", "restarts"))
+        + "</tr>" for w in _workers(state))
+    summary = "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in body.items()
+                      if k not in ("timestamp",))
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>drkernel serve</title>
+<meta http-equiv="refresh" content="5"><style>body{{font-family:sans-serif;margin:2em}}
+td,th{{border:1px solid #ccc;padding:4px 8px}}table{{border-collapse:collapse}}</style></head>
+<body><h1>drkernel serve</h1><ul>{summary}</ul><h2>Workers</h2><table><tr><th>worker</th>
+<th>device</th><th>state</th><th>task</th><th>done</th><th>restarts</th></tr>{rows}</table>
+<p><a href="/metrics">/metrics</a> · <a href="/docs">/docs</a></p></body></html>"""
+    return HTMLResponse(page)

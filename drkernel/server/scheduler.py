@@ -1,0 +1,270 @@
+"""The scheduler: a bounded priority queue with aging, dispatch threads (one per worker), waits.
+
+Input: tasks already committed to the store; output: results committed to the store, waiters
+woken, counters for /metrics. A dispatch thread owns one task at a time, so a pool of N workers
+sees at most N evaluations; on restart the queue is rebuilt from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import Counter
+
+from drkernel.errors import ExecutorError, Overloaded
+from drkernel.executors.base import Executor
+from drkernel.executors.pool import infra_result
+from drkernel.server.settings import Settings
+from drkernel.server.store import NewTask, TaskRecord, TaskStore
+from drkernel.types import EvalResult
+
+__all__ = ["PRIORITIES", "Scheduler", "TaskQueue"]
+
+logger = logging.getLogger(__name__)
+
+PRIORITIES = ("high", "normal", "low")
+
+
+class TaskQueue:
+    """Priority queue with aging: key = enqueue time + rank * aging_s (static, so a heap works).
+
+    A low task that has waited 2 * aging_s longer than a high one goes first: no starvation.
+    """
+
+    def __init__(self, aging_s: float) -> None:
+        self.aging_s = aging_s
+        self._heap: list[tuple[float, int, str]] = []
+        self._live: dict[str, tuple[float, str]] = {}  # task_id -> (key, priority)
+        self._seq = itertools.count()
+
+    def push(self, task_id: str, priority: str, enqueued_at: float) -> None:
+        key = enqueued_at + PRIORITIES.index(priority) * self.aging_s
+        self._live[task_id] = (key, priority)
+        heapq.heappush(self._heap, (key, next(self._seq), task_id))
+
+    def pop(self) -> str | None:
+        while self._heap:
+            key, _, task_id = heapq.heappop(self._heap)
+            if self._live.get(task_id, (None,))[0] == key:
+                del self._live[task_id]
+                return task_id
+        return None
+
+    def remove(self, task_id: str) -> bool:
+        return self._live.pop(task_id, None) is not None  # its heap entry is skipped on pop
+
+    def position(self, task_id: str) -> int | None:
+        if task_id not in self._live:
+            return None
+        key = self._live[task_id][0]
+        return sum(1 for k, _ in self._live.values() if k < key)
+
+    def depth(self) -> dict[str, int]:
+        counts = Counter(p for _, p in self._live.values())
+        return {p: counts.get(p, 0) for p in PRIORITIES}
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._live
+
+
+class Scheduler:
+    """Feeds the executor from the store; thread-safe; async-friendly waits."""
+
+    def __init__(self, store: TaskStore, executor: Executor, settings: Settings) -> None:
+        self.store = store
+        self.executor = executor
+        self.settings = settings
+        self.queue = TaskQueue(settings.aging_s)
+        self._cv = threading.Condition()
+        self._running: dict[str, float] = {}  # task_id -> start time
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.started_at = time.time()
+        self.counters: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
+        self.eval_seconds = 0.0
+
+    @property
+    def capacity(self) -> int:
+        return int(getattr(self.executor, "capacity", self.settings.num_workers or 1))
+
+    def start(self) -> None:
+        """Recover from the store (interrupted tasks re-queued), then start dispatching."""
+        requeued = self.store.requeue_interrupted()
+        queued = self.store.queued()
+        with self._cv:
+            for task_id, priority, submitted_at in queued:
+                self.queue.push(task_id, priority, submitted_at)
+        if queued:
+            logger.info("recovered %d queued tasks (%d were interrupted)", len(queued), requeued)
+        self.counters["recovered"] += len(queued)
+        for i in range(self.capacity):
+            t = threading.Thread(target=self._dispatch_loop, name=f"dispatch-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        purge = threading.Thread(target=self._purge_loop, name="purge", daemon=True)
+        purge.start()
+        self._threads.append(purge)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        with self._cv:
+            self._cv.notify_all()
+        deadline = time.monotonic() + timeout_s
+        for t in self._threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    # -- submission and cancellation ------------------------------------------------------------
+    def submit(self, tasks: list[NewTask]) -> list[tuple[TaskRecord, bool]]:
+        """Persist, then queue. Raises Overloaded when the queue cannot take them all."""
+        with self._cv:
+            if len(self.queue) + len(tasks) > self.settings.max_queue:
+                self.counters["rejected"] += len(tasks)
+                raise Overloaded(f"queue full ({len(self.queue)}/{self.settings.max_queue} tasks)")
+            out = self.store.submit(tasks)
+            for record, created in out:
+                if created:
+                    self.queue.push(record.task_id, record.priority, record.submitted_at)
+                    self.counters["submitted"] += 1
+            self._cv.notify_all()
+        return out
+
+    def cancel(self, task_id: str) -> str | None:
+        """Cancel: a queued task leaves the queue; a running one has its worker killed."""
+        with self._cv:
+            self.queue.remove(task_id)
+            prior = self.store.cancel(task_id)
+        if prior == "running":
+            cancel = getattr(self.executor, "cancel", None)
+            if callable(cancel) and not cancel(task_id):
+                logger.info("task %s cancelled; its evaluation could not be interrupted", task_id)
+        if prior in ("queued", "running"):
+            self.counters["cancelled"] += 1
+            self._notify(task_id)
+        return prior
+
+    def position(self, task_id: str) -> int | None:
+        with self._cv:
+            return self.queue.position(task_id)
+
+    def depth(self) -> dict[str, int]:
+        with self._cv:
+            return self.queue.depth()
+
+    def running(self) -> int:
+        with self._cv:
+            return len(self._running)
+
+    # -- dispatch ---------------------------------------------------------------------------------
+    def _next(self) -> str | None:
+        with self._cv:
+            while not self._stop.is_set():
+                task_id = self.queue.pop()
+                if task_id is not None:
+                    self._running[task_id] = time.time()
+                    return task_id
+                self._cv.wait(timeout=1.0)
+        return None
+
+    def _dispatch_loop(self) -> None:
+        while (task_id := self._next()) is not None:
+            try:
+                self._run(task_id)
+            except Exception:  # process edge of a dispatch thread: never let one task kill it
+                logger.exception("dispatching %s failed", task_id)
+                self.counters["dispatch_errors"] += 1
+            finally:
+                with self._cv:
+                    self._running.pop(task_id, None)
+                self._notify(task_id)
+
+    def _run(self, task_id: str) -> None:
+        record = self.store.mark_running(task_id)
+        if record is None:  # cancelled while queued
+            return
+        request = record.request
+        if record.attempts > self.settings.max_attempts:
+            result = infra_result(request, "gave_up", f"task interrupted {record.attempts - 1} "
+                                  "times (worker or server crashes); not retried again")
+            self._finish(task_id, result, 0.0)
+            return
+        started = time.monotonic()
+        try:
+            result = self.executor.evaluate([request])[0]
+        except ExecutorError as exc:
+            if self._stop.is_set():  # shutting down: leave it for the next start
+                self.store.requeue(task_id)
+                return
+            result = infra_result(request, "executor_error", str(exc))
+        self._finish(task_id, result, time.monotonic() - started)
+
+    def _finish(self, task_id: str, result: EvalResult, seconds: float) -> None:
+        result.task_id = task_id
+        if self.store.finish(task_id, result):
+            self.counters["finished"] += 1
+            self.outcomes[result.outcome.value] += 1
+            self.eval_seconds += seconds
+
+    def _purge_loop(self) -> None:
+        period = max(1.0, min(60.0, self.settings.retention_s / 4))
+        while not self._stop.wait(period):
+            n = self.store.purge(time.time() - self.settings.retention_s)
+            if n:
+                logger.info("purged %d tasks past retention", n)
+                self.counters["purged"] += n
+
+    # -- waiting ----------------------------------------------------------------------------------
+    def _notify(self, task_id: str) -> None:
+        with self._cv:
+            waiters = self._waiters.pop(task_id, [])
+        for loop, fut in waiters:
+            loop.call_soon_threadsafe(_resolve, fut)
+
+    async def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, TaskRecord]:
+        """Wait (bounded) until every known task is finished; returns the latest records."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout_s)
+        while True:
+            futures = self._register(loop, task_ids)
+            try:
+                records = self.store.get_many(task_ids)
+                pending = [futures[t] for t in task_ids if t in records and not records[t].finished]
+                remaining = deadline - loop.time()
+                if not pending or remaining <= 0:
+                    return records
+                await asyncio.wait(pending, timeout=remaining)
+            finally:
+                self._unregister(futures)
+
+    def _register(self, loop: asyncio.AbstractEventLoop,
+                  task_ids: list[str]) -> dict[str, asyncio.Future[None]]:
+        futures: dict[str, asyncio.Future[None]] = {}
+        with self._cv:
+            for task_id in dict.fromkeys(task_ids):
+                fut: asyncio.Future[None] = loop.create_future()
+                futures[task_id] = fut
+                self._waiters.setdefault(task_id, []).append((loop, fut))
+        return futures
+
+    def _unregister(self, futures: dict[str, asyncio.Future[None]]) -> None:
+        with self._cv:
+            for task_id, fut in futures.items():
+                waiters = self._waiters.get(task_id)
+                if waiters is None:
+                    continue
+                waiters[:] = [w for w in waiters if w[1] is not fut]
+                if not waiters:
+                    del self._waiters[task_id]
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -1,0 +1,102 @@
+"""Server settings: the one place that reads environment variables (addresses and secrets).
+
+Input: the environment (`DRKERNEL_*`) and CLI overrides; output: a frozen, validated Settings.
+After reading, `scrub_secrets` removes secrets from the environment so that no child inherits them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from drkernel.errors import ConfigError
+
+__all__ = ["SECRET_VARS", "Settings", "scrub_secrets"]
+
+SECRET_VARS = ("DRKERNEL_AUTH_TOKEN",)
+
+_ENV: dict[str, tuple[str, type]] = {
+    # env var -> (field, type)
+    "DRKERNEL_HOST": ("host", str),
+    "DRKERNEL_PORT": ("port", int),
+    "DRKERNEL_DB": ("db_path", str),
+    "DRKERNEL_AUTH_TOKEN": ("auth_token", str),
+    "DRKERNEL_EXECUTOR": ("executor", str),
+    "DRKERNEL_RAY_ADDRESS": ("ray_address", str),
+    "DRKERNEL_WORKERS": ("num_workers", int),
+    "DRKERNEL_MAX_QUEUE": ("max_queue", int),
+    "DRKERNEL_RETENTION_S": ("retention_s", float),
+    "DRKERNEL_EVALUATE_WAIT_S": ("evaluate_wait_s", float),
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"  # loopback unless told otherwise
+    port: int = 8000
+    db_path: str = "drkernel-serve.db"  # SQLite file; ":memory:" keeps nothing across restarts
+    auth_token: str | None = None  # bearer token; None: no auth (loopback default)
+    executor: str = "local"  # "local" | "ray"
+    ray_address: str | None = None  # None with executor=ray: a private local cluster
+    num_workers: int | None = None  # None: one per GPU, or cores // 2 CPU workers
+    isolation: str = "process"  # local executor: judge per process | thread
+    judge: str = "sandbox"  # "sandbox" (the real judge) | "fake" (scripted, for demos/tests)
+    max_queue: int = 10_000  # queued tasks beyond this get 429
+    max_batch: int = 1000  # tasks per batch request (anchor: 100 on /evaluate/batch)
+    max_body_bytes: int = 32 * 1024 * 1024  # 413 beyond
+    max_code_bytes: int = 512 * 1024  # per reference/kernel source; 413 beyond
+    retention_s: float = 7 * 24 * 3600.0  # finished tasks are deleted after this
+    evaluate_wait_s: float = 300.0  # longest wait of POST /evaluate before answering 202
+    max_wait_s: float = 60.0  # longest long-poll of the native API
+    aging_s: float = 30.0  # a task waiting this long climbs one priority level
+    max_attempts: int = 3  # dispatches per task across server restarts and worker deaths
+    retry_after_s: int = 5  # Retry-After on 429
+    durable: bool = False  # True: fsync every commit (synchronous=FULL), survives power loss
+
+    def __post_init__(self) -> None:
+        if self.executor not in ("local", "ray"):
+            raise ConfigError(f"serve.executor: {self.executor!r} not in local|ray")
+        if self.judge not in ("sandbox", "fake"):
+            raise ConfigError(f"serve.judge: {self.judge!r} not in sandbox|fake")
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"serve.port: {self.port} out of range")
+        for name in ("max_queue", "max_batch", "max_body_bytes", "max_code_bytes", "max_attempts"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"serve.{name}: must be >= 1")
+        if self.num_workers is not None and self.num_workers < 1:
+            raise ConfigError("serve.num_workers: must be >= 1")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then `DRKERNEL_*` variables, then explicit overrides (None means unset)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for var, (name, kind) in _ENV.items():
+            raw = env.get(var)
+            if raw is None or raw == "":
+                continue
+            try:
+                values[name] = kind(raw)
+            except ValueError:
+                raise ConfigError(f"{var}={raw!r}: not a valid {kind.__name__}") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    def public(self) -> dict[str, Any]:
+        """The settings with secrets masked, for logs and the status page."""
+        data = dataclasses.asdict(self)
+        data["auth_token"] = "***" if self.auth_token else None
+        return data
+
+
+def scrub_secrets(environ: MutableMapping[str, str] | None = None) -> None:
+    """Remove secrets from the environment after they were read (children inherit nothing)."""
+    env = os.environ if environ is None else environ
+    for var in SECRET_VARS:
+        env.pop(var, None)

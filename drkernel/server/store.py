@@ -1,0 +1,239 @@
+"""The embedded task store: SQLite in WAL mode; a task is committed before it is acknowledged.
+
+Input: submissions, state transitions and results from the app and the scheduler; output: task
+records that survive kill -9 of the server. States: queued -> running -> done, or cancelled.
+A restarted server re-queues what was queued or running (`requeue_interrupted`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from drkernel.errors import DrKernelError
+from drkernel.types import EvalRequest, EvalResult
+
+__all__ = ["NewTask", "TaskConflict", "TaskRecord", "TaskStore", "fingerprint"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id TEXT NOT NULL UNIQUE,
+    state TEXT NOT NULL,
+    priority TEXT NOT NULL,
+    request TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    result TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    worker TEXT,
+    submitted_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    meta TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state, seq);
+CREATE INDEX IF NOT EXISTS tasks_finished ON tasks(finished_at);
+"""
+
+_COLUMNS = "task_id, state, priority, request, result, attempts, worker, submitted_at, " \
+           "started_at, finished_at, meta"
+
+FINISHED = ("done", "cancelled")
+
+
+class TaskConflict(DrKernelError):
+    """A task id already names a different request."""
+
+
+def fingerprint(request: EvalRequest) -> str:
+    payload = request.to_dict() | {"task_id": None}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(slots=True)
+class NewTask:
+    request: EvalRequest  # request.task_id is the key
+    priority: str = "normal"
+    meta: dict[str, Any] = field(default_factory=dict)
+    force: bool = False  # re-run even if a finished task has this id
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    task_id: str
+    state: str  # queued | running | done | cancelled
+    priority: str
+    request_json: str
+    result: EvalResult | None
+    attempts: int
+    worker: str | None
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    meta: dict[str, Any]
+
+    @property
+    def request(self) -> EvalRequest:
+        return EvalRequest.from_dict(json.loads(self.request_json))
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED
+
+
+def _record(row: tuple[Any, ...]) -> TaskRecord:
+    task_id, state, priority, request, result, attempts, worker, sub, start, fin, meta = row
+    return TaskRecord(
+        task_id=task_id, state=state, priority=priority, request_json=request,
+        result=EvalResult.from_dict(json.loads(result)) if result else None,
+        attempts=attempts, worker=worker, submitted_at=sub, started_at=start, finished_at=fin,
+        meta=json.loads(meta),
+    )
+
+
+class TaskStore:
+    """Thread-safe access to one SQLite file (one connection, one lock; WAL for durability)."""
+
+    def __init__(self, path: str, durable: bool = False) -> None:
+        self.path = path
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._lock = threading.Lock()
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+        self._db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def submit(self, tasks: list[NewTask]) -> list[tuple[TaskRecord, bool]]:
+        """Insert tasks atomically; (record, created) each. Same id + same request: attached."""
+        now = time.time()
+        out: list[tuple[TaskRecord, bool]] = []
+        with self._tx() as db:
+            for task in tasks:
+                rid = task.request.task_id
+                if rid is None:
+                    raise ValueError("a stored task needs a task_id")
+                fp = fingerprint(task.request)
+                row = db.execute(f"SELECT {_COLUMNS}, fingerprint FROM tasks WHERE task_id=?",
+                                 (rid,)).fetchone()
+                if row is not None:
+                    existing = _record(row[:-1])
+                    if row[-1] != fp and not task.force:
+                        raise TaskConflict(f"task_id {rid!r} already names a different request")
+                    if not (task.force and existing.finished):
+                        out.append((existing, False))
+                        continue
+                    db.execute("DELETE FROM tasks WHERE task_id=?", (rid,))
+                db.execute(
+                    "INSERT INTO tasks (task_id, state, priority, request, fingerprint, "
+                    "submitted_at, meta) VALUES (?, 'queued', ?, ?, ?, ?, ?)",
+                    (rid, task.priority, json.dumps(task.request.to_dict()), fp, now,
+                     json.dumps(task.meta)),
+                )
+                out.append((TaskRecord(rid, "queued", task.priority, "", None, 0, None, now,
+                                       None, None, task.meta), True))
+        return out
+
+    def mark_running(self, task_id: str, worker: str | None = None) -> TaskRecord | None:
+        """queued -> running (one more attempt); None if the task is no longer queued."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE tasks SET state='running', attempts=attempts+1, started_at=?, worker=? "
+                "WHERE task_id=? AND state='queued'", (time.time(), worker, task_id))
+            if cur.rowcount == 0:
+                return None
+            row = db.execute(f"SELECT {_COLUMNS} FROM tasks WHERE task_id=?", (task_id,)).fetchone()
+        return _record(row)
+
+    def set_worker(self, task_id: str, worker: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE tasks SET worker=? WHERE task_id=?", (worker, task_id))
+
+    def finish(self, task_id: str, result: EvalResult) -> bool:
+        """running|queued -> done with its result; False if it was cancelled meanwhile."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE tasks SET state='done', result=?, finished_at=? "
+                "WHERE task_id=? AND state IN ('running', 'queued')",
+                (json.dumps(result.to_dict()), time.time(), task_id))
+            return cur.rowcount > 0
+
+    def requeue(self, task_id: str) -> bool:
+        with self._tx() as db:
+            cur = db.execute("UPDATE tasks SET state='queued', worker=NULL "
+                             "WHERE task_id=? AND state='running'", (task_id,))
+            return cur.rowcount > 0
+
+    def cancel(self, task_id: str) -> str | None:
+        """Cancel a queued or running task; returns its previous state (None if unknown)."""
+        with self._tx() as db:
+            row = db.execute("SELECT state FROM tasks WHERE task_id=?", (task_id,)).fetchone()
+            if row is None:
+                return None
+            if row[0] in ("queued", "running"):
+                db.execute("UPDATE tasks SET state='cancelled', finished_at=? WHERE task_id=?",
+                           (time.time(), task_id))
+            return str(row[0])
+
+    def requeue_interrupted(self) -> int:
+        """After a crash: running -> queued. Returns how many were re-queued."""
+        with self._tx() as db:
+            cur = db.execute("UPDATE tasks SET state='queued', worker=NULL WHERE state='running'")
+            return cur.rowcount
+
+    def queued(self) -> list[tuple[str, str, float]]:
+        """(task_id, priority, submitted_at) of every queued task, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT task_id, priority, submitted_at FROM tasks WHERE state='queued' ORDER BY seq"
+            ).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def get(self, task_id: str) -> TaskRecord | None:
+        with self._lock:
+            row = self._db.execute(f"SELECT {_COLUMNS} FROM tasks WHERE task_id=?",
+                                   (task_id,)).fetchone()
+        return _record(row) if row else None
+
+    def get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]:
+        out: dict[str, TaskRecord] = {}
+        for start in range(0, len(task_ids), 500):
+            chunk = task_ids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT {_COLUMNS} FROM tasks WHERE task_id IN ({marks})", chunk).fetchall()
+            out.update((r[0], _record(r)) for r in rows)
+        return out
+
+    def purge(self, finished_before: float) -> int:
+        """Delete finished tasks older than the retention cut-off."""
+        with self._tx() as db:
+            cur = db.execute("DELETE FROM tasks WHERE state IN ('done', 'cancelled') "
+                             "AND finished_at < ?", (finished_before,))
+            return cur.rowcount
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._db.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall()
+        return {state: n for state, n in rows}
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

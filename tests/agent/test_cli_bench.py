@@ -1,0 +1,133 @@
+"""`drkernel bench` and `drkernel optimize` plumbing with the fake executor: resume, usage errors."""
+
+import json
+
+import pytest
+from agent_fixtures import RELU_REF
+
+from drkernel.agent.cli_bench import run_bench
+from drkernel.agent.cli_options import build_executor
+from drkernel.agent.env import EnvConfig
+from drkernel.agent.loop import LoopConfig
+from drkernel.agent.policy import ScriptedPolicy
+from drkernel.agent.trajectories import load_trajectories
+from drkernel.cli import main
+from drkernel.errors import ConfigError
+from drkernel.executors.fake import FakeExecutor
+from drkernel.problems.loaders import load_suite
+
+
+def fake_answer(msgs):
+    turn = sum(m["role"] == "assistant" for m in msgs)
+    marks = ["incorrect", "speedup=1.3", "speedup=2.2"]
+    return f"```python\nclass ModelNew: pass  # fake: {marks[turn % 3]}\n```"
+
+
+@pytest.fixture
+def suite(tmp_path):
+    d = tmp_path / "suite"
+    d.mkdir()
+    for i in range(3):
+        (d / f"{i + 1}_p.py").write_text(RELU_REF.replace("relu", f"relu  # {i}"))
+    (d / "README.py").write_text("not a problem")  # skipped with a warning
+    return d
+
+
+def bench_argv(suite, out, url, *extra):
+    return ["bench", str(suite), "--model", "stub", "--base-url", url, "--samples", "2", "--turns", "3",
+            "--out", str(out), "--executor", "fake", "--no-progress", *extra]
+
+
+def test_bench_resume_reruns_only_unfinished_episodes(chat_server, suite, tmp_path, capsys):
+    srv = chat_server(fake_answer)
+    out = tmp_path / "out"
+    assert main(bench_argv(suite, out, srv.base_url)) == 0
+    assert len(srv.requests) == 3 * 2 * 3
+    first = json.loads((out / "summary.json").read_text())
+    assert first["per_turn"][2]["fast_p"]["2"] == 1.0 and first["per_turn"][0]["correct"] == 0.0
+    # an interrupted run: the last two episodes never finished, the last write was torn
+    log = out / "episodes.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:4]) + "\n" + lines[4][:50])
+    assert main(bench_argv(suite, out, srv.base_url)) == 2  # refuses to mix runs without --resume
+    assert "--resume" in capsys.readouterr().err
+    assert main(bench_argv(suite, out, srv.base_url, "--resume")) == 0
+    assert len(srv.requests) == 18 + 2 * 3
+    again = json.loads((out / "summary.json").read_text())
+    assert again["per_turn"] == first["per_turn"]
+    uids = [json.loads(x)["uid"] for x in log.read_text().splitlines()]  # the log is clean again
+    assert sorted(uids) == sorted(f"{i}_p#{s}" for i in (1, 2, 3) for s in (0, 1))
+    # a changed setting is not a resume
+    assert main(bench_argv(suite, out, srv.base_url, "--resume", "--turns", "4")) == 2
+
+
+def test_bench_counts_failed_episodes_as_missing(chat_server, suite, tmp_path, capsys):
+    srv = chat_server(fake_answer, fail_next=10**6, fail_status=401)  # the model refuses us
+    out = tmp_path / "down"
+    argv = bench_argv(suite, out, srv.base_url) + ["--limit", "1"]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["missing"] == 2 and summary["per_turn"][0]["fast_p"]["1"] == 0.0
+    assert len((out / "errors.jsonl").read_text().splitlines()) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_run_bench_with_a_scripted_policy(suite, tmp_path):
+    problems = load_suite(str(suite))
+    assert [p.name for p in problems] == ["1_p", "2_p", "3_p"]
+    policy = ScriptedPolicy(lambda msgs, i: fake_answer(msgs))
+    cfg = LoopConfig(env=EnvConfig(max_turns=2), model="scripted")
+    pytest.importorskip("pyarrow")
+    summary = run_bench(problems, policy, FakeExecutor(), cfg, tmp_path / "o", samples=3, progress=False,
+                        parquet=True)
+    assert len(load_trajectories(tmp_path / "o" / "episodes.parquet")) == 9
+    assert summary["samples"] == 9 and summary["per_turn"][1]["fast_p"]["1.2"] == 1.0
+    assert summary["run"]["model"] == "scripted"
+    assert (tmp_path / "o" / "fast_p.png").exists()
+
+
+def test_suite_specs_the_bench_relies_on(tmp_path):
+    for level in (1, 2):
+        d = tmp_path / "KernelBench" / f"level{level}"
+        d.mkdir(parents=True)
+        for i in (10, 2):
+            (d / f"{i}_op.py").write_text(RELU_REF)
+    problems = load_suite(str(tmp_path), levels=(2,))
+    assert [p.name for p in problems] == ["L2/2_op", "L2/10_op"] and problems[0].level == 2
+    assert load_suite("builtin:cpu")
+
+
+def test_executor_errors():
+    with pytest.raises(ConfigError):
+        build_executor("http")
+    with pytest.raises(ConfigError):
+        build_executor("quantum")
+    assert build_executor("fake").evaluate([]) == []
+    http = build_executor("http", server="http://127.0.0.1:9")  # constructed, not contacted
+    assert type(http).__name__ == "HttpExecutor"
+    http.close()
+
+
+def test_bench_missing_suite_is_a_usage_error(tmp_path, capsys):
+    assert main(["bench", str(tmp_path / "missing"), "--model", "m", "--executor", "fake"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_optimize_with_fake_executor_and_no_verified_kernel(chat_server, tmp_path, capsys):
+    srv = chat_server(lambda msgs: "```python\nclass ModelNew: pass  # fake: hack=decoy_kernel\n```")
+    ref = tmp_path / "r.py"
+    ref.write_text(RELU_REF)
+    out = tmp_path / "o"
+    (out).mkdir()
+    (out / "best_kernel.py").write_text("stale")
+    rc = main(["optimize", str(ref), "--model", "m", "--base-url", srv.base_url, "--turns", "2",
+               "--executor", "fake", "--out", str(out)])
+    assert rc == 0
+    assert not (out / "best_kernel.py").exists()
+    assert "No verified kernel" in (out / "report.md").read_text()
+    assert "no verified kernel" in capsys.readouterr().out
+
+
+def test_usage_errors(tmp_path, capsys):
+    assert main(["optimize", str(tmp_path / "nope.py"), "--model", "m", "--executor", "fake"]) == 2
+    assert main(["bench", str(tmp_path), "--model", "m", "--samples", "0", "--executor", "fake"]) == 2

@@ -1,0 +1,129 @@
+import pytest
+
+from drkernel.agent.env import EnvConfig, KernelEnv
+from drkernel.agent.policy import Completion
+from drkernel.agent.tts import ContextConfig
+from drkernel.errors import ConfigError, ExecutorError
+from drkernel.executors.fake import FakeExecutor, scripted_result
+from drkernel.types import EvalOptions, EvalOutcome, EvalResult, Problem
+
+PROBLEM = Problem(name="p", reference_code="class Model: pass\ndef get_inputs(): return []\n")
+
+
+def code(mark: str) -> str:
+    return f"```python\nclass ModelNew:\n    pass  # fake: {mark}\n```"
+
+
+def test_episode_runs_to_the_turn_budget_like_the_authors():
+    ex = FakeExecutor()
+    env = KernelEnv(PROBLEM, ex, EnvConfig(max_turns=3))
+    obs, info = env.reset()
+    assert len(obs) == 1 and obs[0]["role"] == "user" and info["prompt_tokens"] > 0
+    r1 = env.step(code("compile_error"))
+    assert (r1.reward, r1.terminated, r1.truncated) == (0.0, False, False)
+    assert [m["role"] for m in r1.obs] == ["user", "assistant", "user"]
+    assert "fake compile error" in r1.obs[-1]["content"]
+    r2 = env.step(code("speedup=2.0"))
+    assert r2.reward > 0 and not r2.truncated
+    r3 = env.step(code("hack=decoy_kernel"))
+    assert r3.truncated and not r3.terminated and r3.obs == [] and r3.reward == 0.0
+    traj = env.trajectory
+    assert [t.result.outcome for t in traj.turns] == [
+        EvalOutcome.COMPILE_ERROR, EvalOutcome.OK, EvalOutcome.HACK_DETECTED
+    ]
+    assert traj.truncated and traj.best_turn().index == 1
+    assert [c.task_id for c in ex.calls] == ["p#0/t0", "p#0/t1", "p#0/t2"]
+    with pytest.raises(RuntimeError):
+        env.step("more")
+
+
+def test_no_code_turn_never_reaches_the_executor():
+    ex = FakeExecutor()
+    env = KernelEnv(PROBLEM, ex, EnvConfig(max_turns=2))
+    env.reset()
+    step = env.step("I would rather not write code.")
+    assert ex.calls == []
+    turn = step.info["turn"]
+    assert turn.code is None and turn.result.error.kind == "no_code"
+    assert "no code block" in step.obs[-1]["content"]
+
+
+def test_stop_at_speedup_terminates():
+    env = KernelEnv(PROBLEM, FakeExecutor(), EnvConfig(max_turns=5, stop_at_speedup=1.5))
+    env.reset()
+    assert not env.step(code("speedup=1.2")).terminated
+    r = env.step(code("speedup=1.6"))
+    assert r.terminated and not r.truncated and env.done
+
+
+def test_logprobs_and_context_are_recorded():
+    cfg = EnvConfig(max_turns=6, context=ContextConfig(mode="top_w", w=2))
+    env = KernelEnv(PROBLEM, FakeExecutor(), cfg)
+    env.reset()
+    for s in ("1.1", "3.0", "1.2", "2.0"):
+        env.step(Completion(text=code(f"speedup={s}"), logprobs=[-0.1, -0.2], tokens=["a", "b"]))
+    turns = env.trajectory.turns
+    assert turns[0].logprobs == [-0.1, -0.2]
+    assert turns[0].context == [] and turns[1].context == [0] and turns[2].context == [0, 1]
+    assert turns[3].context == [1, 2]  # top-2 by reward among turns 0..2
+    assert all(t.prompt_tokens > 0 for t in turns)
+
+
+def test_hacked_turn_earns_nothing_even_if_the_result_has_a_reward():
+    def handler(req):
+        r = scripted_result(req)
+        r.hacks, r.reward = ["timing_anomaly"], 5.0
+        return r
+
+    env = KernelEnv(PROBLEM, FakeExecutor(handler), EnvConfig(max_turns=1))
+    env.reset()
+    assert env.step(code("speedup=2")).reward == 0.0
+
+
+def test_executor_errors_and_infra_results_are_retried():
+    calls = {"n": 0}
+
+    def flaky(req):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ExecutorError("worker lost")
+        if calls["n"] == 2:
+            return EvalResult.failure(EvalOutcome.INFRA_ERROR, "reference", "reference failed")
+        return scripted_result(req)
+
+    env = KernelEnv(PROBLEM, FakeExecutor(flaky), EnvConfig(max_turns=1, retry_backoff_s=0.0))
+    env.reset()
+    assert env.step(code("speedup=1.0")).info["result"].outcome is EvalOutcome.OK
+    assert calls["n"] == 3
+
+    def dead(req):
+        raise ExecutorError("down")
+
+    env = KernelEnv(PROBLEM, FakeExecutor(dead), EnvConfig(max_turns=1, executor_retries=1, retry_backoff_s=0.0))
+    env.reset()
+    with pytest.raises(ExecutorError):
+        env.step(code("speedup=1.0"))
+
+
+def test_eval_options_reach_the_executor():
+    ex = FakeExecutor()
+    opts = EvalOptions(reference_backend="compile", num_perf_trials=7)
+    env = KernelEnv(Problem(name="q", reference_code="x", entry_point="Net"), ex, EnvConfig(eval_options=opts))
+    env.reset()
+    env.step("```python\nclass NetNew: pass  # fake: speedup=1\n```")
+    req = ex.calls[0]
+    assert req.options.reference_backend == "compile" and req.options.num_perf_trials == 7
+    assert req.options.entry_point == "Net" and req.problem_name == "q"
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError):
+        EnvConfig(max_turns=0)
+
+
+def test_prompt_overlong_turn_is_empty_with_reward_zero():
+    env = KernelEnv(PROBLEM, FakeExecutor(), EnvConfig(max_turns=2))
+    env.reset()
+    step = env.step(Completion(text="", finish_reason="prompt_overlong"))
+    assert step.reward == 0.0 and step.info["result"].error.kind == "prompt_overlong"
+    assert "context" in step.obs[-1]["content"]

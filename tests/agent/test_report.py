@@ -1,0 +1,41 @@
+import csv
+import json
+
+from rich.console import Console
+
+from drkernel.agent.metrics import summarize
+from drkernel.agent.report import render_table, write_reports
+from drkernel.agent.trajectories import Trajectory, Turn
+from drkernel.types import EvalOutcome, EvalResult
+
+
+def trajs():
+    out = []
+    for s, speeds in enumerate([(None, 1.3, 2.1), (0.8, None, 1.25)]):
+        turns = []
+        for i, sp in enumerate(speeds):
+            ok = sp is not None
+            outcome = EvalOutcome.OK if ok else EvalOutcome.INCORRECT
+            res = EvalResult(outcome=outcome, correct=ok, speedup=sp, compiled=True)
+            turns.append(Turn(i, "r", "c", "last_fence", res, 1.0 if ok else 0.0, "f"))
+        out.append(Trajectory(problem="p", sample=s, prompt=[], turns=turns))
+    return out
+
+
+def test_reports_are_written(tmp_path):
+    summary = summarize(trajs(), max_turns=3)
+    paths = write_reports(summary, tmp_path / "out", title="test")
+    assert [p.name for p in paths] == ["summary.json", "fast_p.csv", "fast_p.png"]
+    assert json.loads(paths[0].read_text())["per_turn"][2]["fast_p"]["1.2"] == 1.0
+    rows = list(csv.DictReader(paths[1].open()))
+    assert {"turn": "3", "metric": "fast_p", "p": "2", "value": "0.500000"} in rows
+    assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[2].stat().st_size > 5000
+
+
+def test_table_renders():
+    console = Console(record=True, width=80)
+    console.print(render_table(summarize(trajs(), max_turns=3)))
+    text = console.export_text()
+    assert "last turn" in text and "best so far" in text and "p=1.2" in text
+    assert "100.0" in text and "50.0" in text
+    assert max(len(line) for line in text.splitlines()) <= 80

@@ -1,0 +1,106 @@
+"""HttpExecutor and the client's seam, against httpx.MockTransport: retries, deadlines, errors."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, Overloaded
+from drkernel.executors.fake import scripted_result
+from drkernel.executors.http import HttpExecutor
+from drkernel.types import EvalOptions, EvalRequest
+
+
+def req(task_id: str | None = None) -> EvalRequest:
+    return EvalRequest(reference_code="ref", kernel_code="# fake: speedup=2", task_id=task_id,
+                       options=EvalOptions(timeout_s=1))
+
+
+class FakeServer:
+    """Answers /v1 like drkernel serve; `script` lists statuses to return before succeeding."""
+
+    def __init__(self, script: list[int] | None = None, finish: bool = True) -> None:
+        self.script = list(script or [])
+        self.finish = finish
+        self.tasks: dict[str, dict] = {}
+        self.calls: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.calls.append(f"{request.method} {request.url.path}")
+        if self.script:
+            return httpx.Response(self.script.pop(0), headers={"Retry-After": "0"},
+                                  json={"message": "busy"})
+        path = request.url.path
+        if path == "/health":
+            return httpx.Response(200, json={"workers": {"total": 2}})
+        if path == "/v1/tasks/batch":
+            import json
+
+            for item in json.loads(request.content)["requests"]:
+                self.tasks[item["request"]["task_id"]] = item["request"]
+            return httpx.Response(202, json={"tasks": []})
+        if path == "/v1/tasks/wait":
+            import json
+
+            ids = json.loads(request.content)["task_ids"]
+            views = [{"task_id": i, "state": "done" if self.finish else "running",
+                      "result": scripted_result(EvalRequest.from_dict(self.tasks[i])).to_dict()
+                      if self.finish else None} for i in ids]
+            return httpx.Response(200, json={"tasks": views})
+        if request.method == "DELETE":
+            return httpx.Response(200, json={"cancelled": True})
+        return httpx.Response(404, json={"message": "no"})
+
+
+def executor(server: FakeServer, **kw: object) -> HttpExecutor:
+    config = HttpExecutor.Config(base_url="http://judge.test", max_retries=3, **kw)
+    return HttpExecutor(config, transport=httpx.MockTransport(server))
+
+
+def test_results_come_back_in_order_with_the_callers_task_ids() -> None:
+    with executor(FakeServer()) as ex:
+        results = ex.evaluate([req("a"), req(), req("c")])
+    assert [r.speedup for r in results] == [2.0, 2.0, 2.0]
+    assert results[0].task_id == "a" and results[2].task_id == "c"
+    assert results[1].task_id and results[1].task_id.startswith("client-")
+
+
+def test_429_and_503_are_retried_with_backoff() -> None:
+    server = FakeServer(script=[429, 503])
+    with executor(server) as ex:
+        (res,) = ex.evaluate([req("a")])
+    assert res.speedup == 2.0 and server.calls[:3] == ["GET /health"] * 3  # capacity asked first
+
+
+def test_an_overloaded_server_raises_after_bounded_retries() -> None:
+    with executor(FakeServer(script=[429] * 10)) as ex, pytest.raises(Overloaded):
+        ex.evaluate([req("a")])
+
+
+def test_a_bad_token_is_a_config_error() -> None:
+    with executor(FakeServer(script=[401])) as ex, pytest.raises(ConfigError, match="token"):
+        ex.evaluate([req("a")])
+
+
+def test_an_unreachable_server_is_an_executor_error() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    config = HttpExecutor.Config(base_url="http://judge.test", max_retries=1)
+    with HttpExecutor(config, transport=httpx.MockTransport(refuse)) as ex:
+        with pytest.raises(ExecutorError, match="ConnectError"):
+            ex.evaluate([req("a")])
+
+
+def test_the_batch_deadline_raises_and_cancels_orphans() -> None:
+    server = FakeServer(finish=False)
+    with executor(server, batch_timeout_s=0.3) as ex, pytest.raises(EvalTimeout):
+        ex.evaluate([req("a"), req("b")])
+    assert server.calls.count("DELETE /v1/tasks/a") == 1
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ConfigError):
+        HttpExecutor.Config(base_url="judge:8000")
+    with pytest.raises(ConfigError):
+        HttpExecutor.Config(priority="urgent")

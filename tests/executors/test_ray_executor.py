@@ -1,0 +1,80 @@
+"""RayExecutor on a private local cluster bound to 127.0.0.1: actor death, cancel, error seam."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from drkernel.errors import EvalTimeout, ExecutorError, WorkerLost
+from drkernel.executors.fake_judge import fake_judge
+from drkernel.types import EvalOptions, EvalOutcome, EvalRequest
+
+ray = pytest.importorskip("ray")
+
+from drkernel.executors.ray import RayExecutor, ray_errors  # noqa: E402
+
+
+def req(code: str, task_id: str) -> EvalRequest:
+    return EvalRequest(reference_code="ref", kernel_code=code, task_id=task_id,
+                       options=EvalOptions(timeout_s=30))
+
+
+def test_the_cluster_and_the_actors_are_on_loopback(ray_cluster: None) -> None:
+    with RayExecutor(RayExecutor.Config(num_workers=1), fake_judge) as ex:
+        (res,) = ex.evaluate([req("# fake: speedup=2", "a")])
+    assert res.outcome is EvalOutcome.OK
+    assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {"127.0.0.1"}
+
+
+def test_an_actor_killed_mid_task_has_its_task_retried_on_another(ray_cluster: None) -> None:
+    with RayExecutor(RayExecutor.Config(num_workers=2), fake_judge) as ex:
+        out: list = []
+        t = threading.Thread(target=lambda: out.extend(ex.evaluate([req("# fake: sleep=2", "k")])))
+        t.start()
+        busy = _wait_busy(ex)
+        assert ex.kill_worker(busy)
+        t.join(timeout=60)
+        restarts = ex.worker_states()[busy].restarts
+    assert out and out[0].outcome is EvalOutcome.OK and out[0].task_id == "k"
+    assert restarts == 1
+
+
+def test_an_actor_that_dies_every_time_ends_as_infra_error(ray_cluster: None) -> None:
+    config = RayExecutor.Config(num_workers=1, max_attempts=2)
+    with RayExecutor(config, fake_judge) as ex:
+        (res,) = ex.evaluate([req("# fake: die", "d")])
+    assert res.outcome is EvalOutcome.INFRA_ERROR and res.error.kind == "worker_lost"
+
+
+def test_cancel_kills_the_running_actor(ray_cluster: None) -> None:
+    with RayExecutor(RayExecutor.Config(num_workers=1), fake_judge) as ex:
+        out: list = []
+        t = threading.Thread(target=lambda: out.extend(ex.evaluate([req("# fake: sleep=30", "c")])))
+        t.start()
+        _wait_busy(ex)
+        assert ex.cancel("c")
+        t.join(timeout=60)
+    assert out[0].outcome is EvalOutcome.INFRA_ERROR and out[0].error.kind == "cancelled"
+
+
+def test_ray_errors_are_translated_at_the_seam() -> None:
+    import ray.exceptions as rex
+
+    with pytest.raises(EvalTimeout), ray_errors("x"):
+        raise rex.GetTimeoutError("slow")
+    with pytest.raises(WorkerLost), ray_errors("x"):
+        raise rex.RayActorError()
+    with pytest.raises(ExecutorError), ray_errors("x"):
+        raise rex.RaySystemError("gcs down")
+
+
+def _wait_busy(ex: RayExecutor) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for i, w in enumerate(ex.worker_states()):
+            if w.state == "busy":
+                return i
+        time.sleep(0.02)
+    raise AssertionError("no actor became busy")

@@ -1,0 +1,97 @@
+"""Scheduler: priorities with aging, bounded queue, recovery from the store, bounded attempts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from drkernel.errors import Overloaded
+from drkernel.executors.fake import FakeExecutor
+from drkernel.server.scheduler import Scheduler, TaskQueue
+from drkernel.server.settings import Settings
+from drkernel.server.store import NewTask, TaskStore
+from drkernel.types import EvalOutcome, EvalRequest
+
+
+def task(task_id: str, priority: str = "normal") -> NewTask:
+    return NewTask(EvalRequest(reference_code="r", kernel_code="# fake: speedup=2",
+                               task_id=task_id), priority)
+
+
+def test_priorities_order_the_queue_and_aging_prevents_starvation() -> None:
+    q = TaskQueue(aging_s=10.0)
+    q.push("low-old", "low", 0.0)
+    q.push("normal", "normal", 15.0)
+    q.push("high", "high", 19.0)
+    q.push("high-later", "high", 25.0)
+    # keys: low-old 20, normal 25, high 19, high-later 25 -> the old low task beats newer work
+    assert q.position("low-old") == 1
+    assert [q.pop() for _ in range(4)] == ["high", "low-old", "normal", "high-later"]
+    assert q.pop() is None
+
+
+def test_removed_tasks_are_skipped_and_depth_is_per_priority() -> None:
+    q = TaskQueue(aging_s=1.0)
+    for i, p in enumerate(["high", "normal", "normal", "low"]):
+        q.push(f"t{i}", p, float(i))
+    assert q.remove("t1") and not q.remove("t1")
+    assert q.depth() == {"high": 1, "normal": 1, "low": 1} and len(q) == 3
+    assert [q.pop() for _ in range(3)] == ["t0", "t2", "t3"]
+
+
+def scheduler(tmp_path: Path, **kw: object) -> Scheduler:
+    settings = Settings(db_path=str(tmp_path / "s.db"), **kw)  # type: ignore[arg-type]
+    return Scheduler(TaskStore(settings.db_path), FakeExecutor(), settings)
+
+
+def test_the_queue_is_bounded(tmp_path: Path) -> None:
+    s = scheduler(tmp_path, max_queue=2)  # not started: nothing is dispatched
+    s.submit([task("a"), task("b")])
+    with pytest.raises(Overloaded):
+        s.submit([task("c")])
+    assert s.store.get("c") is None and s.counters["rejected"] == 1
+
+
+def test_a_restart_runs_what_was_queued_or_running(tmp_path: Path) -> None:
+    store = TaskStore(str(tmp_path / "s.db"))
+    store.submit([task("was-running"), task("was-queued")])
+    store.mark_running("was-running")  # the server died here
+    store.close()
+    s = scheduler(tmp_path)
+    s.start()
+    try:
+        records = asyncio.run(s.wait(["was-running", "was-queued"], 10))
+    finally:
+        s.stop()
+    assert {r.state for r in records.values()} == {"done"}
+    assert records["was-running"].attempts == 2 and s.counters["recovered"] == 2
+
+
+def test_a_task_that_keeps_killing_the_server_is_given_up(tmp_path: Path) -> None:
+    store = TaskStore(str(tmp_path / "s.db"))
+    store.submit([task("poison")])
+    for _ in range(3):  # three crashes while it ran
+        store.mark_running("poison")
+        store.requeue_interrupted()
+    store.close()
+    s = scheduler(tmp_path, max_attempts=3)
+    s.start()
+    try:
+        record = asyncio.run(s.wait(["poison"], 10))["poison"]
+    finally:
+        s.stop()
+    assert record.result and record.result.outcome is EvalOutcome.INFRA_ERROR
+    assert record.result.error and record.result.error.kind == "gave_up"
+
+
+def test_wait_is_bounded_and_returns_unfinished_records(tmp_path: Path) -> None:
+    s = scheduler(tmp_path)  # never started: the task stays queued
+    s.submit([task("stuck")])
+    started = time.monotonic()
+    records = asyncio.run(s.wait(["stuck", "unknown"], 0.2))
+    assert 0.15 < time.monotonic() - started < 2
+    assert records["stuck"].state == "queued" and "unknown" not in records
+    assert not s._waiters  # nothing left registered

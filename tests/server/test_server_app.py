@@ -1,0 +1,183 @@
+"""The HTTP routes over real HTTP (uvicorn in a thread): anchor shapes, native API, limits, ops."""
+
+from __future__ import annotations
+
+import time
+
+REF = "import torch\n\nclass Model:\n    pass\n"
+
+
+def kernel(marks: str) -> str:
+    return f"{marks}\nimport torch\n\nclass ModelNew:\n    pass\n"
+
+ANCHOR_FIELDS = {"task_id", "status", "compiled", "correctness", "decoy_kernel", "speedup",
+                 "reference_runtime", "kernel_runtime", "error_message", "error_code", "metadata",
+                 "submitted_at", "completed_at", "processing_time"}
+
+
+def drkernel_payload(task_id: str, marks: str) -> dict:
+    """What the authors' reward client posts (kernelgym-anchor.md §3.2), unknown keys included."""
+    return {"task_id": task_id, "reference_code": REF, "kernel_code": kernel(marks),
+            "backend": "triton", "num_correct_trials": 5, "num_perf_trials": 100, "timeout": 300,
+            "enable_profiling": True, "verbose_errors": True, "reference_backend": "torch_compile",
+            "detect_decoy_kernel": True, "entry_point": "Model", "priority": "normal"}
+
+
+def test_the_authors_request_shape_is_accepted_and_answered_with_anchor_fields(serve) -> None:
+    srv = serve()
+    ok = srv.http.post("/evaluate", json=drkernel_payload("ok-1", "# fake: speedup=2.5"))
+    hack = srv.http.post("/evaluate", json=drkernel_payload("hack-1", "# fake: hack=decoy_kernel"))
+    bad = srv.http.post("/evaluate", json=drkernel_payload("bad-1", "# fake: compile_error"))
+    assert ok.status_code == hack.status_code == bad.status_code == 200
+    body = ok.json()
+    assert ANCHOR_FIELDS <= set(body)
+    assert body["status"] == "completed" and body["correctness"] and body["speedup"] == 2.5
+    meta = body["metadata"]
+    assert meta["custom_kernel_cuda_time_in_profiling_us"] / \
+        meta["total_kernel_run_time_in_profiling_us"] == meta["coverage"]
+    h = hack.json()
+    assert h["decoy_kernel"] and not h["correctness"] and h["speedup"] == 0.0
+    assert h["kernel_runtime"] == -1.0
+    b = bad.json()
+    assert b["status"] == "failed" and not b["compiled"] and b["error_code"] == "COMPILATION"
+    status = srv.http.get("/status/ok-1").json()
+    assert status["status"] == "completed" and status["assigned_device"] == "fake:cpu"
+    assert srv.http.get("/results/hack-1").json()["decoy_kernel"] is True
+
+
+def test_resubmitting_an_id_is_idempotent_and_a_different_request_conflicts(serve) -> None:
+    srv = serve()
+    first = srv.http.post("/evaluate", json=drkernel_payload("same", "# fake: speedup=2")).json()
+    again = srv.http.post("/evaluate", json=drkernel_payload("same", "# fake: speedup=2")).json()
+    other = srv.http.post("/evaluate", json=drkernel_payload("same", "# fake: incorrect"))
+    assert first["completed_at"] == again["completed_at"]
+    assert other.status_code == 409 and other.json()["error_code"] == "CONFLICT"
+    forced = drkernel_payload("same", "# fake: incorrect") | {"force_refresh": True}
+    assert srv.http.post("/evaluate", json=forced).json()["correctness"] is False
+
+
+def test_validation_errors_are_clear_4xx_in_the_anchor_envelope(serve) -> None:
+    srv = serve(max_body_bytes=200_000, max_code_bytes=50_000)
+    cases = [
+        ({"task_id": "x", "reference_code": REF}, 400, "kernel_code"),
+        (drkernel_payload("x", "") | {"num_correct_trials": 50}, 400, "num_correct_trials"),
+        (drkernel_payload("x", "") | {"priority": "urgent"}, 400, "priority"),
+        (drkernel_payload("x", "") | {"backend": "cuda"}, 400, "Triton"),
+        (drkernel_payload("x", "") | {"kernel_code": "x" * 60_000}, 413, "exceeds"),
+        (drkernel_payload("x", "") | {"kernel_code": "x" * 300_000}, 413, "exceeds"),
+    ]
+    for body, status, words in cases:
+        r = srv.http.post("/evaluate", json=body)
+        assert r.status_code == status, (body.keys(), r.text)
+        assert words in r.json()["message"] and r.headers["x-error-code"] == r.json()["error_code"]
+    r = srv.http.post("/evaluate", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    assert srv.http.get("/status/nope").status_code == 404
+    assert srv.http.get("/results/nope").status_code == 404
+    assert srv.http.delete("/tasks/nope").status_code == 404
+    assert srv.http.post("/v1/tasks", json={"request": {"reference_code": REF, "kernel_code": "k",
+                                                        "options": {"timeout_s": "soon"}}}
+                         ).status_code == 400
+
+
+def test_bearer_auth_when_a_token_is_set(serve) -> None:
+    srv = serve(auth_token="t0k3n")
+    assert srv.http.get("/health").status_code == 200  # probes stay open
+    assert srv.http.get("/metrics").status_code == 401
+    assert srv.http.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert srv.http.get("/metrics", headers={"Authorization": "Bearer t0k3n"}).status_code == 200
+
+
+def test_evaluate_never_hangs_it_answers_202_then_the_result_is_retrievable(serve) -> None:
+    srv = serve(evaluate_wait_s=0.3)
+    r = srv.http.post("/evaluate", json=drkernel_payload("slow", "# fake: sleep=1.5"))
+    assert r.status_code == 202 and r.json()["status"] in ("pending", "processing")
+    deadline = time.monotonic() + 20
+    while srv.http.get("/status/slow").json()["status"] != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert srv.http.get("/results/slow").json()["correctness"] is True
+
+
+def test_a_batch_runs_in_parallel_across_workers(serve) -> None:
+    srv = serve(workers=4)
+    tasks = [drkernel_payload(f"b{i}", "# fake: sleep=0.5") for i in range(8)]
+    started = time.monotonic()
+    r = srv.http.post("/evaluate/batch", json={"batch_id": "B", "tasks": tasks})
+    elapsed = time.monotonic() - started
+    body = r.json()
+    assert r.status_code == 200 and body["batch_status"] == "completed"
+    assert [x["task_id"] for x in body["results"]] == [f"b{i}" for i in range(8)]
+    assert body["completed_tasks"] == 8 and elapsed < 3.0  # sequential would take 4 s
+
+
+def test_cancel_removes_a_queued_task_and_kills_a_running_one(serve) -> None:
+    srv = serve(isolation="process", workers=1, evaluate_wait_s=0.1)
+    srv.http.post("/evaluate", json=drkernel_payload("run", "# fake: sleep=30"))
+    srv.http.post("/evaluate", json=drkernel_payload("wait", "# fake: speedup=2"))
+    assert srv.http.get("/status/wait").json()["queue_position"] == 0
+    assert srv.http.delete("/tasks/wait").json()["cancelled"] is True
+    started = time.monotonic()
+    assert srv.http.delete("/tasks/run").json()["cancelled"] is True
+    deadline = time.monotonic() + 15
+    while srv.http.get("/workers/status").json()["workers"][0]["restarts"] < 1:
+        assert time.monotonic() < deadline, "the running evaluation was not killed"
+        time.sleep(0.05)
+    assert time.monotonic() - started < 15
+    for tid in ("run", "wait"):
+        res = srv.http.get(f"/results/{tid}").json()
+        assert res["status"] == "failed" and res["error_code"] == "CANCELLED"
+    assert srv.http.delete("/tasks/run").json()["cancelled"] is False
+    # the pool still works after the kill
+    assert srv.http.post("/evaluate", json=drkernel_payload("after", "# fake: speedup=2")
+                         ).status_code in (200, 202)
+
+
+def test_a_full_queue_answers_429_with_retry_after(serve) -> None:
+    srv = serve(workers=1, max_queue=2, evaluate_wait_s=0.05)
+    codes = [srv.http.post("/evaluate", json=drkernel_payload(f"q{i}", "# fake: sleep=2")
+                           ).status_code for i in range(4)]
+    assert codes[:3] == [202, 202, 202] and codes[3] == 429  # 1 running + 2 queued
+    r = srv.http.post("/evaluate", json=drkernel_payload("q9", "# fake: sleep=2"))
+    assert r.status_code == 429 and r.headers["retry-after"] == "5"
+    assert srv.http.get("/queue/status").json()["pending"] == 2
+
+
+def test_metrics_and_health_report_real_numbers(serve) -> None:
+    srv = serve(workers=2)
+    for i, marks in enumerate(["# fake: speedup=2", "# fake: incorrect", "# fake: compile_error"]):
+        srv.http.post("/evaluate", json=drkernel_payload(f"m{i}", marks))
+    health = srv.http.get("/health").json()
+    assert health["status"] == "healthy" and health["total_processed"] == 3
+    assert health["completed"] == 2 and health["failed"] == 1 and health["workers"]["idle"] == 2
+    text = srv.http.get("/metrics")
+    assert text.headers["content-type"].startswith("text/plain")
+    samples = dict(line.rsplit(" ", 1) for line in text.text.splitlines()
+                   if line and not line.startswith("#"))
+    assert samples['drkernel_tasks_finished_total{outcome="ok"}'] == "1"
+    assert samples['drkernel_tasks_finished_total{outcome="compile_error"}'] == "1"
+    assert samples['drkernel_queue_depth{priority="normal"}'] == "0"
+    assert samples['drkernel_worker_state{worker="local-0",device="cpu",state="idle"}'] == "1"
+    assert samples['drkernel_stored_tasks{state="done"}'] == "3"
+    page = srv.http.get("/")
+    assert page.status_code == 200 and "local-1" in page.text
+    workers = srv.http.get("/workers/status").json()
+    assert workers["total_workers"] == 2 and workers["active_workers"] == 2
+
+
+def test_native_api_round_trip_with_the_result_contract(serve) -> None:
+    srv = serve()
+    req = {"reference_code": REF, "kernel_code": kernel("# fake: speedup=3"),
+           "options": {"timeout_s": 5.0}}
+    r = srv.http.post("/v1/tasks", json={"request": req, "priority": "high"})
+    assert r.status_code == 202
+    tid = r.json()["task_id"]
+    view = srv.http.get(f"/v1/tasks/{tid}", params={"wait": 5}).json()
+    assert view["state"] == "done" and view["result"]["outcome"] == "ok"
+    assert view["result"]["speedup"] == 3.0 and view["priority"] == "high"
+    batch = srv.http.post("/v1/tasks/batch", json={"requests": [req | {"task_id": "n1"},
+                                                                {"request": req}]}).json()
+    ids = [t["task_id"] for t in batch["tasks"]]
+    waited = srv.http.post("/v1/tasks/wait", json={"task_ids": ids + ["ghost"], "timeout_s": 5})
+    states = [t["state"] for t in waited.json()["tasks"]]
+    assert ids[0] == "n1" and states == ["done", "done", "unknown"]

@@ -1,0 +1,73 @@
+"""TaskStore: durable across reopen, idempotent submission, transitions, retention."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from drkernel.server.store import NewTask, TaskConflict, TaskStore
+from drkernel.types import EvalOutcome, EvalRequest, EvalResult
+
+
+def task(task_id: str, code: str = "k", priority: str = "normal") -> NewTask:
+    return NewTask(EvalRequest(reference_code="r", kernel_code=code, task_id=task_id), priority)
+
+
+def test_tasks_and_results_survive_reopening(tmp_path: Path) -> None:
+    db = str(tmp_path / "t.db")
+    store = TaskStore(db)
+    store.submit([task("a"), task("b")])
+    assert store.mark_running("a") is not None
+    assert store.finish("a", EvalResult(outcome=EvalOutcome.OK, correct=True))
+    store.close()
+    again = TaskStore(db)
+    a, b = again.get("a"), again.get("b")
+    assert a and a.state == "done" and a.result and a.result.correct
+    assert b and b.state == "queued" and b.request.kernel_code == "k"
+
+
+def test_interrupted_tasks_are_requeued_oldest_first(tmp_path: Path) -> None:
+    store = TaskStore(str(tmp_path / "t.db"))
+    store.submit([task("a"), task("b", priority="high"), task("c")])
+    store.mark_running("a")
+    assert store.requeue_interrupted() == 1
+    assert [t for t, _, _ in store.queued()] == ["a", "b", "c"]
+    assert store.get("a").attempts == 1  # type: ignore[union-attr]
+
+
+def test_submission_is_idempotent_and_conflicts_are_refused(tmp_path: Path) -> None:
+    store = TaskStore(str(tmp_path / "t.db"))
+    [(_, created)] = store.submit([task("a")])
+    [(_, again)] = store.submit([task("a")])
+    assert created and not again
+    with pytest.raises(TaskConflict):
+        store.submit([task("a", code="other")])
+    store.mark_running("a")
+    store.finish("a", EvalResult(outcome=EvalOutcome.OK))
+    forced = task("a", code="other")
+    forced.force = True
+    [(record, created)] = store.submit([forced])
+    assert created and store.get("a").state == "queued"  # type: ignore[union-attr]
+
+
+def test_a_cancelled_task_keeps_no_late_result(tmp_path: Path) -> None:
+    store = TaskStore(str(tmp_path / "t.db"))
+    store.submit([task("a")])
+    store.mark_running("a")
+    assert store.cancel("a") == "running"
+    assert not store.finish("a", EvalResult(outcome=EvalOutcome.OK))
+    assert store.get("a").state == "cancelled"  # type: ignore[union-attr]
+    assert store.cancel("missing") is None
+
+
+def test_retention_purges_only_old_finished_tasks(tmp_path: Path) -> None:
+    store = TaskStore(str(tmp_path / "t.db"))
+    store.submit([task("old"), task("queued")])
+    store.mark_running("old")
+    store.finish("old", EvalResult(outcome=EvalOutcome.OK))
+    assert store.purge(time.time() - 60) == 0
+    assert store.purge(time.time() + 1) == 1
+    assert store.get("old") is None and store.get("queued") is not None
+    assert store.counts() == {"queued": 1}
