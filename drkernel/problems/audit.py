@@ -1,0 +1,195 @@
+"""Problem audits: list[Problem] -> list[ProblemAudit], flagging problems a do-nothing kernel passes.
+
+In-process probes (trusted reference only) measure output size and seed variation and test null
+answers against the tolerance; optional judge probes send null ModelNew candidates to the real judge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from drkernel.errors import DrKernelError
+from drkernel.problems.nulls import constant_candidate, identity_candidate, shrink_sizes
+from drkernel.problems.reference import flatten_tensors, load_reference
+from drkernel.types import EvalOptions, EvalRequest, EvalResult, Problem
+
+__all__ = ["POLICIES", "AuditConfig", "ProblemAudit", "audit_problem", "audit_suite", "passes"]
+
+log = logging.getLogger(__name__)
+
+# name -> (atol, rtol, bound on ||out-ref||/||ref|| or None). "drkernel" is the judge's fp32
+# default (sandbox/correctness.py); "kernelbench" is allclose(1e-2, 1e-2), as in KernelBench v0.1
+# and the paper (paper-spec §3.2).
+POLICIES: dict[str, tuple[float, float, float | None]] = {
+    "drkernel": (1e-2, 1e-2, 1e-3),
+    "kernelbench": (1e-2, 1e-2, None),
+}
+
+
+class _Judge(Protocol):
+    def evaluate(self, request: EvalRequest) -> EvalResult: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditConfig:
+    seeds: tuple[int, ...] = (1, 2, 3)  # input seeds; the model is built once under init_seed
+    init_seed: int = 0
+    min_variation: float = 1e-2  # relative L2 change of the output between input seeds
+    max_input_numel: int | None = None  # shrink references whose inputs hold more elements
+    judge_options: EvalOptions = field(
+        default_factory=lambda: EvalOptions(device="cpu", num_perf_trials=1, num_warmup=0, profile=False)
+    )
+
+    def __post_init__(self) -> None:
+        if len(self.seeds) < 3:
+            from drkernel.errors import ConfigError
+
+            raise ConfigError("audit.seeds: need at least 3 input seeds")
+
+
+@dataclass(slots=True)
+class ProblemAudit:
+    name: str
+    level: int | None
+    flags: list[str] = field(default_factory=list)
+    max_abs: float | None = None
+    variation: float | None = None
+    output_shape: list[int] | None = None
+    size_ratio: float = 1.0  # input elements audited / input elements of the problem as given
+    nulls: dict[str, str] = field(default_factory=dict)  # probe -> "fails" | "PASSES" | "n/a" | outcome
+    error: str | None = None
+
+    @property
+    def status(self) -> str:
+        return "error" if self.error else ("flagged" if self.flags else "ok")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "status": self.status}
+
+
+def passes(out: Sequence[torch.Tensor], ref: Sequence[torch.Tensor], policy: str) -> bool:
+    """Would `out` pass as the answer `ref` under a tolerance policy (shapes must match)?"""
+    atol, rtol, rel_l2 = POLICIES[policy]
+    for o, r in zip(out, ref, strict=True):
+        if o.shape != r.shape:
+            return False
+        o, r = o.double(), r.double()
+        if not bool(torch.all((o - r).abs() <= atol + rtol * r.abs())):
+            return False
+        norm = float(r.norm())
+        if rel_l2 is not None and float((o - r).norm()) > rel_l2 * norm:
+            return False
+    return True
+
+
+def _half_input(x: torch.Tensor) -> torch.Tensor:
+    """Every odd element of the last dimension replaced by its even neighbour: what a kernel that
+    reads only half of the input would see."""
+    if x.ndim == 0 or x.shape[-1] < 2 or not x.is_floating_point():
+        return x
+    y = x.clone()
+    y[..., 1::2] = x[..., 0 : x.shape[-1] // 2 * 2 : 2]
+    return y
+
+
+def _forward(model: torch.nn.Module, inputs: list[Any]) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return [t.detach().float() for t in flatten_tensors(model(*inputs))]
+
+
+def _probe(problem: Problem, cfg: AuditConfig, audit: ProblemAudit) -> tuple[list[list[torch.Tensor]], list[Any]]:
+    """In-process: outputs for each input seed, flags for tiny, seed-insensitive and null answers."""
+    ref = load_reference(problem)
+    model = ref.build(cfg.init_seed)
+    inputs = [ref.inputs(s) for s in cfg.seeds]
+    outs = [_forward(model, x) for x in inputs]
+    if not outs[0]:
+        raise DrKernelError("the reference returned no tensor")
+    audit.output_shape = list(outs[0][0].shape)
+    audit.max_abs = max(float(t.abs().max()) if t.numel() else 0.0 for o in outs for t in o)
+    diffs = [sum(float((a - b).norm()) for a, b in zip(x, y)) / max(sum(float(a.norm()) for a in x), 1e-30)
+             for x, y in itertools.combinations(outs, 2)]  # fmt: skip
+    audit.variation = min(diffs)
+    if audit.max_abs < POLICIES["drkernel"][0]:
+        audit.flags.append("tiny_output")
+    if audit.variation < cfg.min_variation:
+        audit.flags.append("low_variation")
+    answers: dict[str, Callable[[int], list[torch.Tensor] | None]] = {
+        "zeros": lambda i: [torch.zeros_like(t) for t in outs[i]],
+        "constant": lambda i: [torch.full_like(t, float(r.mean())) for t, r in zip(outs[i], outs[0])],
+        "replay": lambda i: outs[0],
+        "identity": lambda i: _identity(inputs[i], outs[i]),
+        "half_input": lambda i: _forward(model, [_half_input(x) if isinstance(x, torch.Tensor) else x for x in inputs[i]]),
+    }  # fmt: skip
+    for name, answer in answers.items():
+        for policy in POLICIES:
+            got = [answer(i) for i in range(1, len(outs))]
+            ok = all(g is not None and passes(g, outs[i + 1], policy) for i, g in enumerate(got))
+            audit.nulls[f"{name}@{policy}"] = "n/a" if got[0] is None else ("PASSES" if ok else "fails")
+            if ok and got[0] is not None:
+                audit.flags.append(f"{name}_passes@{policy}")
+    return outs, inputs[0]
+
+
+def _identity(inputs: list[Any], out: list[torch.Tensor]) -> list[torch.Tensor] | None:
+    if len(out) != 1:
+        return None
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.shape == out[0].shape and x.is_floating_point():
+            return [x.float()]
+    return None
+
+
+def _judge_nulls(problem: Problem, outs: list[list[torch.Tensor]], inputs: list[Any], judge: _Judge,
+                 cfg: AuditConfig, audit: ProblemAudit) -> None:  # fmt: skip
+    """Send null ModelNew candidates to the real judge; flag any it accepts as correct."""
+    if len(outs[0]) != 1 or outs[0][0].dtype != torch.float32:
+        audit.nulls["judge"] = "n/a (not a single float32 output)"
+        return
+    shape = tuple(outs[0][0].shape)
+    candidates = {"zeros": constant_candidate(shape, 0.0), "constant": constant_candidate(shape, float(outs[0][0].mean()))}
+    index = next((i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.shape == outs[0][0].shape
+                  and x.dtype == torch.float32), None)  # fmt: skip
+    if index is not None:
+        candidates["identity"] = identity_candidate(shape, index)
+    for name, code in candidates.items():
+        request = EvalRequest(reference_code=problem.reference_code, kernel_code=code, options=cfg.judge_options,
+                              problem_name=problem.name, task_id=f"audit:{problem.name}:{name}")  # fmt: skip
+        result = judge.evaluate(request)
+        audit.nulls[f"{name}@judge"] = "PASSES" if result.correct else result.outcome.value
+        if result.correct:
+            audit.flags.append(f"{name}_passes@judge")
+
+
+def audit_problem(problem: Problem, cfg: AuditConfig | None = None, judge: _Judge | None = None) -> ProblemAudit:
+    """Audit one problem; a failing reference is reported as an error, never raised."""
+    cfg = cfg or AuditConfig()
+    audit = ProblemAudit(name=problem.name, level=problem.level)
+    try:
+        if cfg.max_input_numel is not None:
+            problem, audit.size_ratio = shrink_sizes(problem, cfg.max_input_numel)
+        outs, inputs = _probe(problem, cfg, audit)
+        if judge is not None:
+            _judge_nulls(problem, outs, inputs, judge, cfg, audit)
+    except Exception as exc:  # noqa: BLE001 - user benchmark code: one bad reference is a finding
+        log.debug("audit of %s failed", problem.name, exc_info=True)
+        audit.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+    return audit
+
+
+def audit_suite(problems: Sequence[Problem], cfg: AuditConfig | None = None, judge: _Judge | None = None,
+                on_result: Callable[[ProblemAudit], None] | None = None) -> list[ProblemAudit]:  # fmt: skip
+    results = []
+    for problem in problems:
+        result = audit_problem(problem, cfg, judge)
+        if on_result is not None:
+            on_result(result)
+        results.append(result)
+    return results

@@ -1,0 +1,151 @@
+"""Reference baseline timings: Problem x device x backend -> BaselineTiming, kept in a JSON store.
+
+Eager and torch.compile timings of each reference, keyed by (problem hash, device name, backend,
+torch version) so a stored timing is reused only where it still means something. CPU timings say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import statistics
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from drkernel.errors import ConfigError
+from drkernel.problems.reference import load_reference
+from drkernel.types import Problem
+
+__all__ = ["BACKENDS", "BaselineStore", "BaselineTiming", "default_store_path", "measure_baseline", "refresh_baselines"]
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("eager", "compile")
+
+
+def default_store_path() -> Path:
+    return Path.home() / ".cache" / "drkernel" / "baselines.json"
+
+
+@dataclass(slots=True)
+class BaselineTiming:
+    problem: str
+    code_hash: str
+    device_name: str  # "NVIDIA H200", or "cpu"
+    backend: str  # "eager" | "compile"
+    torch_version: str
+    median_ms: float
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    n: int
+    clock: str  # "cuda_event" on a GPU, "cpu_wall" on the CPU (not comparable to GPU timings)
+    measured_at: float
+
+    @property
+    def key(self) -> str:
+        return baseline_key(self.code_hash, self.device_name, self.backend, self.torch_version)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def baseline_key(code_hash: str, device_name: str, backend: str, torch_version: str) -> str:
+    return f"{code_hash}|{device_name}|{backend}|torch-{torch_version}"
+
+
+def _device_name(device: str) -> str:
+    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
+
+
+class BaselineStore:
+    """A JSON file of BaselineTiming entries; written atomically after each update."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_store_path()
+        self._entries: dict[str, dict[str, Any]] = {}
+        if self.path.is_file():
+            try:
+                self._entries = dict(json.loads(self.path.read_text()).get("entries", {}))
+            except (json.JSONDecodeError, AttributeError) as exc:
+                raise ConfigError(f"{self.path}: not a baseline store: {exc}") from None
+
+    def get(self, problem: Problem, device: str, backend: str) -> BaselineTiming | None:
+        key = baseline_key(problem.code_hash, _device_name(device), backend, torch.__version__)
+        entry = self._entries.get(key)
+        return BaselineTiming(**entry) if entry else None
+
+    def put(self, timing: BaselineTiming) -> None:
+        self._entries[timing.key] = timing.to_dict()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"version": 1, "entries": self._entries}, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)
+
+    def entries(self) -> list[BaselineTiming]:
+        return [BaselineTiming(**e) for e in self._entries.values()]
+
+
+def measure_baseline(problem: Problem, device: str = "cpu", backend: str = "eager", *, trials: int = 20,
+                     warmup: int = 3, seed: int = 0) -> BaselineTiming:  # fmt: skip
+    """Time one reference's forward (median of `trials` calls on the same inputs, after warm-up)."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    if trials < 1 or warmup < 0:
+        raise ConfigError("trials must be >= 1 and warmup >= 0")
+    cuda = device.startswith("cuda")
+    ref = load_reference(problem)
+    model = ref.build(seed, device)
+    inputs = ref.inputs(seed + 1, device)
+    fn = torch.compile(model) if backend == "compile" else model
+    times = []
+    with torch.no_grad():
+        for _ in range(max(warmup, 1 if backend == "compile" else 0)):
+            fn(*inputs)
+        for _ in range(trials):
+            times.append(_time_call(fn, inputs, cuda))
+    return BaselineTiming(
+        problem=problem.name, code_hash=problem.code_hash, device_name=_device_name(device), backend=backend,
+        torch_version=torch.__version__, median_ms=statistics.median(times), mean_ms=statistics.fmean(times),
+        std_ms=statistics.pstdev(times), min_ms=min(times), max_ms=max(times), n=len(times),
+        clock="cuda_event" if cuda else "cpu_wall", measured_at=time.time(),
+    )  # fmt: skip
+
+
+def _time_call(fn: Any, inputs: list[Any], cuda: bool) -> float:
+    if not cuda:
+        start = time.perf_counter()
+        fn(*inputs)
+        return (time.perf_counter() - start) * 1e3
+    torch.cuda.synchronize()
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    fn(*inputs)
+    end.record()
+    torch.cuda.synchronize()
+    return float(begin.elapsed_time(end))
+
+
+def refresh_baselines(problems: Iterable[Problem], store: BaselineStore, *, device: str = "cpu",
+                      backends: Iterable[str] = ("eager",), force: bool = False, trials: int = 20,
+                      warmup: int = 3) -> list[BaselineTiming]:  # fmt: skip
+    """Stored timing of each (problem, backend) on `device`, measuring only what is missing
+    (everything when `force`)."""
+    out = []
+    for problem in problems:
+        for backend in backends:
+            timing = None if force else store.get(problem, device, backend)
+            if timing is None:
+                log.info("timing %s (%s) on %s", problem.name, backend, device)
+                timing = measure_baseline(problem, device, backend, trials=trials, warmup=warmup)
+                store.put(timing)
+            out.append(timing)
+    return out

@@ -1,0 +1,209 @@
+"""Problem sources -> list[Problem]: KernelBench checkouts, folders of KernelBench-format files,
+the authors' RL parquet rows, JSONL, and the built-in suite, behind one `load_suite(spec)`.
+
+Every malformed input raises ProblemError naming the file (and row) and what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from drkernel.errors import ProblemError
+from drkernel.problems.reference import validate_reference_source
+from drkernel.problems.suite import load_builtin_suite
+from drkernel.types import Problem
+
+__all__ = [
+    "load_folder",
+    "load_jsonl",
+    "load_kernelbench",
+    "load_problem_file",
+    "load_rl_parquet",
+    "load_suite",
+    "problem_from_record",
+]
+
+log = logging.getLogger(__name__)
+
+_LEVEL_DIR = re.compile(r"^level_?(\d+)$", re.I)
+LEVEL4_MESSAGE = (
+    "KernelBench level 4 builds Hugging Face models with from_pretrained (gpt2, opt-1.3b, bart-large, ...), "
+    "which needs model downloads; drkernel loads levels 1-3 only"
+)
+
+
+def _natural_key(path: Path) -> tuple[Any, ...]:
+    return tuple(int(x) if x.isdigit() else x for x in re.split(r"(\d+)", path.name))
+
+
+def load_problem_file(path: str | Path, *, level: int | None = None, prefix: str = "") -> Problem:
+    """One KernelBench-format .py file."""
+    p = Path(path)
+    try:
+        code = p.read_text()
+    except OSError as exc:
+        raise ProblemError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    validate_reference_source(code, str(p))
+    return Problem(name=prefix + p.stem, reference_code=code, level=level, metadata={"source": str(p)})
+
+
+def load_folder(path: str | Path, *, level: int | None = None, prefix: str = "", strict: bool = False) -> list[Problem]:
+    """Every KernelBench-format .py file of a folder (not recursive). Invalid files are skipped with
+    a warning, or raise when `strict`."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ProblemError(f"{root}: not a folder")
+    problems = []
+    for f in sorted(root.glob("*.py"), key=_natural_key):
+        if f.name.startswith("_"):
+            continue
+        try:
+            problems.append(load_problem_file(f, level=level, prefix=prefix))
+        except ProblemError as exc:
+            if strict:
+                raise
+            log.warning("skipping %s", exc)
+    return problems
+
+
+def _level_dirs(root: Path) -> dict[int, Path]:
+    for base in (root, root / "KernelBench"):
+        if base.is_dir():
+            found = {int(m.group(1)): d for d in base.iterdir() if d.is_dir() and (m := _LEVEL_DIR.match(d.name))}
+            if found:
+                return found
+    return {}
+
+
+def load_kernelbench(path: str | Path, levels: Iterable[int] = (1, 2, 3)) -> list[Problem]:
+    """Problems of a KernelBench checkout (the repo root, its KernelBench/ folder, or a folder with
+    level1..level3). Names are "L{level}/{file stem}", as in KernelBench's own result files."""
+    levels = tuple(levels)
+    if 4 in levels:
+        raise ProblemError(LEVEL4_MESSAGE)
+    root = Path(path)
+    dirs = _level_dirs(root)
+    if not dirs:
+        raise ProblemError(f"{root}: no level1..level3 folders found (is this a KernelBench checkout?)")
+    missing = [lv for lv in levels if lv not in dirs]
+    if missing:
+        raise ProblemError(f"{root}: no folder for level(s) {', '.join(map(str, missing))}")
+    problems = []
+    for lv in levels:
+        for p in load_folder(dirs[lv], level=lv, prefix=f"L{lv}/"):
+            problems.append(Problem(p.name, p.reference_code, level=lv, metadata={**p.metadata, "suite": "kernelbench"}))
+    return problems
+
+
+def problem_from_record(record: dict[str, Any], origin: str) -> Problem:
+    """A Problem from one JSONL object or RL parquet row.
+
+    Accepts the authors' RL row (reward_model.ground_truth, extra_info.{entry_point, uuid, level},
+    prompt) and a plain object ({"name", "reference_code" | "code", "level", "shape_variants"})."""
+    reward_model = record.get("reward_model") or {}
+    extra = record.get("extra_info") or {}
+    code = record.get("reference_code") or record.get("code") or reward_model.get("ground_truth")
+    if not isinstance(code, str) or not code.strip():
+        raise ProblemError(f"{origin}: no reference code (expected 'reference_code', 'code' or reward_model.ground_truth)")
+    name = record.get("name") or record.get("problem_name") or extra.get("uuid") or extra.get("module_name")
+    if not name:
+        raise ProblemError(f"{origin}: no problem name (expected 'name' or extra_info.uuid)")
+    entry_point = str(record.get("entry_point") or extra.get("entry_point") or "Model")
+    validate_reference_source(code, origin, entry_point)
+    level = record.get("level", extra.get("level"))
+    metadata = {k: record[k] for k in ("prompt", "data_source") if k in record}
+    metadata.update({f"extra_{k}": v for k, v in extra.items() if k in ("ops", "module_name", "uuid")})
+    return Problem(
+        name=str(name),
+        reference_code=code,
+        entry_point=entry_point,
+        level=int(level) if level is not None and str(level).isdigit() else None,
+        shape_variants=tuple(record.get("shape_variants") or ()),
+        metadata={**metadata, "source": origin},
+    )
+
+
+def load_jsonl(path: str | Path) -> list[Problem]:
+    """One problem per line: a JSON object as accepted by problem_from_record."""
+    p = Path(path)
+    try:
+        lines = p.read_text().splitlines()
+    except OSError as exc:
+        raise ProblemError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    problems = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ProblemError(f"{p}:{i}: not JSON: {exc.msg}") from None
+        if not isinstance(record, dict):
+            raise ProblemError(f"{p}:{i}: expected a JSON object")
+        problems.append(problem_from_record(record, f"{p}:{i}"))
+    return problems
+
+
+def _read_parquet_rows(path: Path) -> list[dict[str, Any]]:
+    try:
+        import pyarrow.parquet as pq
+    except ModuleNotFoundError:
+        pq = None
+    if pq is not None:
+        try:
+            return pq.read_table(path).to_pylist()
+        except (OSError, ValueError) as exc:
+            raise ProblemError(f"{path}: not a readable parquet file: {exc}") from None
+    try:
+        import pandas as pd
+    except ModuleNotFoundError:
+        raise ProblemError(f"{path}: reading parquet needs pyarrow (pip install 'drkernel[dev]' or pip install pyarrow)") from None
+    try:
+        return pd.read_parquet(path).to_dict("records")
+    except (OSError, ValueError, ImportError) as exc:
+        raise ProblemError(f"{path}: not a readable parquet file: {exc}") from None
+
+
+def load_rl_parquet(path: str | Path, limit: int | None = None) -> list[Problem]:
+    """The authors' RL data (e.g. cuda_llm_rl_thinking_1025.parquet): one problem per row."""
+    p = Path(path)
+    if not p.is_file():
+        raise ProblemError(f"{p}: no such file")
+    rows = _read_parquet_rows(p)
+    if limit is not None:
+        rows = rows[:limit]
+    return [problem_from_record(dict(row), f"{p}[row {i}]") for i, row in enumerate(rows)]
+
+
+def load_suite(spec: str, levels: tuple[int, ...] | None = None) -> list[Problem]:
+    """Problems of a suite spec: "builtin[:cpu|:gpu]", a KernelBench checkout, a folder, one .py,
+    a .jsonl or a .parquet file. `levels` keeps only those levels."""
+    if levels is not None and 4 in levels and not spec.startswith("builtin"):
+        raise ProblemError(LEVEL4_MESSAGE)
+    if spec.startswith("builtin"):
+        size = spec.partition(":")[2] or "cpu"
+        problems = load_builtin_suite(size=size)
+    else:
+        root = Path(spec)
+        if not root.exists():
+            raise ProblemError(f"suite {spec!r}: no such file or folder")
+        if root.is_file() and root.suffix == ".jsonl":
+            problems = load_jsonl(root)
+        elif root.is_file() and root.suffix == ".parquet":
+            problems = load_rl_parquet(root)
+        elif root.is_file():
+            problems = [load_problem_file(root)]
+        elif dirs := _level_dirs(root):
+            problems = load_kernelbench(root, [lv for lv in sorted(dirs) if lv != 4 and (levels is None or lv in levels)])
+        else:
+            problems = load_folder(root)
+    if levels is not None:
+        problems = [p for p in problems if p.level is None or p.level in levels]
+    if not problems:
+        raise ProblemError(f"suite {spec!r}: no problems found")
+    return problems

@@ -1,0 +1,110 @@
+"""Null candidates for problem audits, and automatic size reduction of a reference for CPU audits.
+
+A null candidate is ModelNew source that does no real work (zeros, a constant, a copy of an input)
+but still launches one Triton kernel per call, so only the correctness check can reject it.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from drkernel.problems.reference import load_reference
+from drkernel.problems.suite import with_size
+from drkernel.types import Problem
+
+__all__ = ["constant_candidate", "identity_candidate", "shrink_sizes"]
+
+_TEMPLATE = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _null_kernel(src_ptr, out_ptr, n, value, COPY: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    if COPY:
+        v = tl.load(src_ptr + offs, mask=mask, other=0.0)
+    else:
+        # a tiny deterministic jitter, so the output is not exactly constant
+        v = tl.zeros((BLOCK,), dtype=tl.float32) + value + ((offs % 3) - 1).to(tl.float32) * 1e-6
+    tl.store(out_ptr + offs, v, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, *inputs):
+        out = torch.empty({shape}, device=inputs[0].device, dtype=torch.float32)
+        src = {src}
+        n = out.numel()
+        _null_kernel[(triton.cdiv(n, 1024),)](src, out, n, {value}, COPY={copy}, BLOCK=1024)
+        return out
+'''
+
+
+def constant_candidate(shape: tuple[int, ...], value: float) -> str:
+    """ModelNew returning `value` (plus a 1e-6 jitter) in the reference's output shape."""
+    return _TEMPLATE.format(shape=tuple(shape), src="out", value=repr(float(value)), copy=False)
+
+
+def identity_candidate(shape: tuple[int, ...], input_index: int) -> str:
+    """ModelNew returning a copy of its input number `input_index` (same shape as the output)."""
+    src = f"inputs[{input_index}].contiguous()"
+    return _TEMPLATE.format(shape=tuple(shape), src=src, value="0.0", copy=True)
+
+
+def _const_int(node: ast.expr) -> int | None:
+    """Value of an integer literal or of +, -, *, //, ** over integer literals; None otherwise."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, int) and not isinstance(node.value, bool) else None
+    if isinstance(node, ast.BinOp):
+        left, right = _const_int(node.left), _const_int(node.right)
+        ops = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__, ast.FloorDiv: int.__floordiv__}
+        if left is not None and right is not None:
+            if type(node.op) in ops and not (isinstance(node.op, ast.FloorDiv) and right == 0):
+                return ops[type(node.op)](left, right)
+            if isinstance(node.op, ast.Pow) and 0 <= right <= 64:
+                return left**right
+    return None
+
+
+def _int_constants(code: str) -> dict[str, int]:
+    """Module-level `NAME = <integer expression>` (and `a = b = ...`) assignments of a reference."""
+    found: dict[str, int] = {}
+    for node in ast.parse(code).body:
+        if isinstance(node, ast.Assign) and (value := _const_int(node.value)) is not None:
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    found[target.id] = value
+    return found
+
+
+def _derived_assignments(code: str) -> list[str]:
+    """Module-level assignments computed from other names without calls (e.g. `bias_shape =
+    (out_channels, 1, 1)`): replayed after the shrunk constants so they follow them."""
+    return [
+        ast.unparse(node)
+        for node in ast.parse(code).body
+        if isinstance(node, ast.Assign) and _const_int(node.value) is None
+        and not any(isinstance(n, (ast.Call, ast.Lambda)) for n in ast.walk(node.value))
+        and any(isinstance(n, ast.Name) for n in ast.walk(node.value))
+    ]
+
+
+def shrink_sizes(problem: Problem, max_input_numel: int, floor: int = 16) -> tuple[Problem, float]:
+    """Halve the module-level integer constants >= 2*floor until one call's inputs and outputs
+    hold at most `max_input_numel` elements. Returns the resized problem and the size ratio (1.0
+    when unchanged). Kernel sizes, strides and other small constants (< 2*floor) are left alone."""
+    original = load_reference(problem).call_numel()
+    sizes = {k: v for k, v in _int_constants(problem.reference_code).items() if v >= 2 * floor}
+    derived = _derived_assignments(problem.reference_code)
+    current, numel = problem, original
+    while numel > max_input_numel and any(v >= 2 * floor for v in sizes.values()):
+        sizes = {k: v // 2 if v >= 2 * floor else v for k, v in sizes.items()}
+        snippet = "\n".join([*(f"{k} = {v}" for k, v in sizes.items()), *derived])
+        current = with_size(problem, snippet, "audit")
+        numel = load_reference(current).call_numel()
+    return current, numel / original if original else 1.0

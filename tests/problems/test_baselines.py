@@ -1,0 +1,66 @@
+"""Baseline timings: measured once per (problem hash, device, backend, torch version), then reused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from drkernel.errors import ConfigError
+from drkernel.problems.baselines import BaselineStore, measure_baseline, refresh_baselines
+from drkernel.problems.suite import builtin_problem
+
+
+def test_eager_timings_are_stored_and_reused(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path / "b.json")
+    problems = [builtin_problem("101_ReLU", "cpu"), builtin_problem("108_Matmul", "cpu")]
+    first = refresh_baselines(problems, store, device="cpu", trials=3, warmup=1)
+    assert [t.problem for t in first] == ["101_ReLU", "108_Matmul"]
+    assert all(t.clock == "cpu_wall" and t.device_name == "cpu" and t.median_ms > 0 and t.n == 3 for t in first)
+    reopened = BaselineStore(tmp_path / "b.json")
+    again = refresh_baselines(problems, reopened, device="cpu", trials=3)
+    assert [t.measured_at for t in again] == [t.measured_at for t in first]  # reused, not re-measured
+    forced = refresh_baselines(problems[:1], reopened, device="cpu", trials=2, force=True)
+    assert forced[0].measured_at > first[0].measured_at and forced[0].n == 2
+    data = json.loads((tmp_path / "b.json").read_text())
+    key = next(iter(data["entries"]))
+    assert key.endswith(f"|cpu|eager|torch-{torch.__version__}") and len(data["entries"]) == 2
+
+
+def test_a_resized_problem_gets_its_own_entry(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path / "b.json")
+    cpu = builtin_problem("101_ReLU", "cpu")
+    store.put(measure_baseline(cpu, trials=1, warmup=0))
+    assert store.get(cpu, "cpu", "eager") is not None
+    assert store.get(builtin_problem("101_ReLU", "gpu"), "cpu", "eager") is None
+    assert store.get(cpu, "cpu", "compile") is None
+
+
+def test_compile_backend_wraps_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = []
+
+    def fake_compile(model: torch.nn.Module) -> torch.nn.Module:  # inductor takes minutes on 2 CPU cores
+        compiled.append(type(model).__name__)
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    timing = measure_baseline(builtin_problem("101_ReLU", "cpu"), backend="compile", trials=2, warmup=0)
+    assert compiled == ["Model"] and timing.backend == "compile" and timing.median_ms > 0
+
+
+@pytest.mark.gpu
+def test_compile_backend_on_gpu() -> None:
+    timing = measure_baseline(builtin_problem("203_Gemm_GELU_LayerNorm", "gpu"), "cuda", "compile", trials=5)
+    assert timing.clock == "cuda_event" and timing.device_name != "cpu" and timing.median_ms > 0
+
+
+def test_bad_arguments_and_store(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="backend"):
+        measure_baseline(builtin_problem("101_ReLU", "cpu"), backend="jit")
+    with pytest.raises(ConfigError, match="trials"):
+        measure_baseline(builtin_problem("101_ReLU", "cpu"), trials=0)
+    (tmp_path / "bad.json").write_text("{oops")
+    with pytest.raises(ConfigError, match="not a baseline store"):
+        BaselineStore(tmp_path / "bad.json")

@@ -1,0 +1,53 @@
+"""`drkernel suite ...` and `drkernel audit ...` through the real dispatcher."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from drkernel.cli import main
+
+
+def test_suite_list_and_show(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["suite", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["problems"]
+    assert len(rows) >= 24 and rows[0]["name"] == "101_ReLU"
+    assert main(["suite", "list"]) == 0
+    assert "built-in problems" in capsys.readouterr().out
+    assert main(["suite", "show", "108_Matmul", "--size", "cpu"]) == 0
+    assert "# --- size: cpu ---" in capsys.readouterr().out
+    assert main(["suite", "show", "108_Matmul", "--solution"]) == 0
+    assert "class ModelNew" in capsys.readouterr().out
+    assert main(["suite"]) == 2
+
+
+def test_suite_show_unknown_problem_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["suite", "show", "nope"]) == 2
+    assert "no built-in problem named 'nope'" in capsys.readouterr().err
+
+
+def test_suite_baselines_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["suite", "baselines", "builtin:cpu", "--only", "101_", "--only", "104_", "--trials", "2",
+            "--store", str(tmp_path / "b.json"), "--json"]  # fmt: skip
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [t["problem"] for t in out["timings"]] == ["101_ReLU", "104_LayerNorm"]
+    assert main(argv[:-1]) == 0
+    assert "CPU timings" in capsys.readouterr().out
+
+
+def test_audit_json_and_fail_on_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "builtin", "--levels", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["summary"] == {"ok": 10, "flagged": 0, "error": 0}
+    bad = tmp_path / "relu_on_rand.py"
+    bad.write_text(
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        "        return torch.relu(x)\n\ndef get_inputs():\n    return [torch.rand(4, 64)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    assert main(["audit", str(bad), "--fail-on-flag"]) == 1
+    assert "identity_passes@drkernel" in capsys.readouterr().out
+    assert main(["audit", str(tmp_path / "missing")]) == 2

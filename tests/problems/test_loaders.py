@@ -1,0 +1,136 @@
+"""Loaders: KernelBench checkouts, folders, JSONL, RL parquet rows; clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from drkernel.errors import ProblemError
+from drkernel.problems.loaders import (
+    load_folder,
+    load_jsonl,
+    load_kernelbench,
+    load_problem_file,
+    load_rl_parquet,
+    load_suite,
+    problem_from_record,
+)
+from drkernel.problems.suite import builtin_problem
+
+REF = builtin_problem("101_ReLU", "cpu").reference_code
+
+
+def _kernelbench(tmp_path: Path) -> Path:
+    for level in (1, 2, 3, 4):
+        d = tmp_path / "KernelBench" / f"level{level}"
+        d.mkdir(parents=True)
+        for i in (2, 10, 1):
+            (d / f"{i}_Op.py").write_text(REF)
+    return tmp_path
+
+
+def test_kernelbench_checkout_levels_1_to_3_in_natural_order(tmp_path: Path) -> None:
+    root = _kernelbench(tmp_path)
+    problems = load_kernelbench(root)
+    assert [p.name for p in problems[:3]] == ["L1/1_Op", "L1/2_Op", "L1/10_Op"]
+    assert [p.level for p in problems] == [1] * 3 + [2] * 3 + [3] * 3
+    assert problems[0].metadata["suite"] == "kernelbench"
+    assert [p.level for p in load_kernelbench(root / "KernelBench", levels=[2])] == [2, 2, 2]
+    assert len(load_suite(str(root))) == 9  # level 4 is skipped when no level is asked for
+
+
+def test_kernelbench_level4_is_refused_with_the_reason(tmp_path: Path) -> None:
+    root = _kernelbench(tmp_path)
+    with pytest.raises(ProblemError, match="model downloads"):
+        load_kernelbench(root, levels=[3, 4])
+    with pytest.raises(ProblemError, match="level 4"):
+        load_suite(str(root), levels=(4,))
+
+
+def test_kernelbench_errors_name_the_folder(tmp_path: Path) -> None:
+    with pytest.raises(ProblemError, match="no level1..level3 folders"):
+        load_kernelbench(tmp_path)
+    (tmp_path / "level1").mkdir()
+    with pytest.raises(ProblemError, match="level\\(s\\) 2"):
+        load_kernelbench(tmp_path, levels=[1, 2])
+
+
+def test_folder_skips_invalid_files_unless_strict(tmp_path: Path) -> None:
+    (tmp_path / "good.py").write_text(REF)
+    (tmp_path / "bad.py").write_text("class Model:\n    pass\n")
+    (tmp_path / "broken.py").write_text("def (:\n")
+    (tmp_path / "_private.py").write_text("x = 1\n")
+    assert [p.name for p in load_folder(tmp_path)] == ["good"]
+    with pytest.raises(ProblemError, match="bad.py: not KernelBench format: missing def get_inputs"):
+        load_folder(tmp_path, strict=True)
+    with pytest.raises(ProblemError, match="broken.py: syntax error at line 1"):
+        load_problem_file(tmp_path / "broken.py")
+    with pytest.raises(ProblemError, match="cannot read"):
+        load_problem_file(tmp_path / "missing.py")
+    assert [p.name for p in load_suite(str(tmp_path))] == ["good"]
+    assert load_suite(str(tmp_path / "good.py"))[0].reference_code == REF
+
+
+def _rl_row(i: int) -> dict:
+    return {
+        "data_source": "cuda_llm",
+        "prompt": [{"role": "user", "content": f"optimize problem {i}"}],
+        "reward_model": {"style": "rule", "ground_truth": REF},
+        "extra_info": {"entry_point": "Model", "uuid": f"uuid-{i}", "level": 1, "module_name": f"m{i}",
+                       "ops": "['relu']", "original_prompt": "..."},
+    }  # fmt: skip
+
+
+def test_rl_record_and_jsonl(tmp_path: Path) -> None:
+    p = problem_from_record(_rl_row(3), "row 3")
+    assert (p.name, p.level, p.entry_point, p.reference_code) == ("uuid-3", 1, "Model", REF)
+    assert p.metadata["prompt"][0]["role"] == "user" and p.metadata["extra_module_name"] == "m3"
+    path = tmp_path / "problems.jsonl"
+    lines = [json.dumps({"name": "a", "reference_code": REF, "shape_variants": ["dim = 3"]}), "",
+             json.dumps(_rl_row(1))]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    problems = load_jsonl(path)
+    assert [p.name for p in problems] == ["a", "uuid-1"] and problems[0].shape_variants == ("dim = 3",)
+    assert [p.name for p in load_suite(str(path))] == ["a", "uuid-1"]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "problems.jsonl:1: not JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        (json.dumps({"name": "x"}), "problems.jsonl:1: no reference code"),
+        (json.dumps({"code": REF}), "no problem name"),
+        (json.dumps({"name": "x", "code": "import torch\n"}), "missing class Model"),
+        (json.dumps({"name": "x", "code": REF, "entry_point": "Net"}), "missing class Net"),
+    ],
+)
+def test_jsonl_errors_are_clear(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "problems.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ProblemError, match=message):
+        load_jsonl(path)
+
+
+def test_rl_parquet_rows(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "cuda_llm_rl.parquet"
+    pq.write_table(pa.Table.from_pylist([_rl_row(i) for i in range(3)]), path)
+    problems = load_rl_parquet(path)
+    assert [p.name for p in problems] == ["uuid-0", "uuid-1", "uuid-2"]
+    assert problems[1].metadata["data_source"] == "cuda_llm"
+    assert len(load_rl_parquet(path, limit=2)) == 2 and len(load_suite(str(path))) == 3
+    (tmp_path / "junk.parquet").write_text("not parquet")
+    with pytest.raises(ProblemError, match="junk.parquet: not a readable parquet file"):
+        load_rl_parquet(tmp_path / "junk.parquet")
+    with pytest.raises(ProblemError, match="no such file"):
+        load_rl_parquet(tmp_path / "absent.parquet")
+
+
+def test_suite_spec_errors() -> None:
+    with pytest.raises(ProblemError, match="no such file or folder"):
+        load_suite("/definitely/not/here")
+    assert {p.metadata["size"] for p in load_suite("builtin:gpu", levels=(2,))} == {"gpu"}
