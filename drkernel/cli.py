@@ -10,6 +10,7 @@ import argparse
 import importlib
 import logging
 import sys
+from typing import NoReturn
 
 from drkernel.errors import DrKernelError
 
@@ -27,12 +28,19 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
 def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="drkernel", description="Judge, serve and train LLM-written Triton kernels."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     wanted = next((a for a in argv if a in COMMANDS), None)
     for name, (module, extra) in COMMANDS.items():
         if wanted is not None and name != wanted:

@@ -290,10 +290,11 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EvalResult:
-        err = d.get("error")
-        dev = d.get("device")
-        kt = d.get("kernel_timing")
-        rt = d.get("reference_timing")
+        """Inverse of to_dict; unknown keys (from newer versions) are ignored at every level."""
+        err = _known(ErrorInfo, d.get("error"))
+        dev = _known(DeviceInfo, d.get("device"))
+        kt = _known(TimingStats, d.get("kernel_timing"))
+        rt = _known(TimingStats, d.get("reference_timing"))
         return cls(
             outcome=EvalOutcome(d["outcome"]),
             compiled=bool(d.get("compiled", False)),
@@ -307,10 +308,10 @@ class EvalResult:
             error=ErrorInfo(**err) if err else None,
             device=DeviceInfo(**dev) if dev else None,
             hack_details=dict(d.get("hack_details") or {}),
-            trials=[TrialReport(**t) for t in d.get("trials") or []],
+            trials=[TrialReport(**_known(TrialReport, t)) for t in d.get("trials") or []],
             kernel_timing=TimingStats(**kt) if kt else None,
             reference_timing=TimingStats(**rt) if rt else None,
-            kernels=[KernelTime(**k) for k in d.get("kernels") or []],
+            kernels=[KernelTime(**_known(KernelTime, k)) for k in d.get("kernels") or []],
             launched_kernels=list(d.get("launched_kernels") or []),
             shape_variants_passed=d.get("shape_variants_passed"),
             shape_variants_total=d.get("shape_variants_total"),
@@ -323,3 +324,11 @@ class EvalResult:
     @classmethod
     def failure(cls, outcome: EvalOutcome, kind: str, message: str, **kw: Any) -> EvalResult:
         return cls(outcome=outcome, error=ErrorInfo(kind=kind, message=message), **kw)
+
+
+def _known(cls: type, data: Any) -> Any:
+    """The subset of `data` that `cls` has fields for (None stays None)."""
+    if not isinstance(data, dict):
+        return data
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from drkernel.errors import ExecutorError
 from drkernel.reward.speedup import REWARD_PRESETS, turn_reward
 from drkernel.types import DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
 
@@ -75,6 +76,8 @@ class FakeExecutor:
         self.closed = False
 
     def evaluate(self, requests: list[EvalRequest]) -> list[EvalResult]:
+        if self.closed:
+            raise ExecutorError("this FakeExecutor is closed")
         with self._lock:
             self.calls.extend(requests)
         return [self.handler(r) for r in requests]

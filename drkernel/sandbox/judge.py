@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
+import secrets
+import subprocess
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -54,7 +58,7 @@ class Judge:
     def __init__(self, device: str | None = None, *, spares: int | None = None, cache_path: str | Path | None = None,
                  memory_limit_mb: int | None = None, candidate_gpu_fraction: float = 0.6,
                  reference_gpu_fraction: float = 0.3, shared_triton_cache: str | None = None,
-                 fork_server: bool = True) -> None:  # fmt: skip
+                 fork_server: bool = True, isolate_uid: bool | None = None) -> None:  # fmt: skip
         self.device = resolve_device(device)
         self.cuda = self.device.startswith("cuda")
         self.spares = max(1, spares if spares is not None else (3 if self.cuda else 2))
@@ -65,6 +69,8 @@ class Judge:
         # for the next one); a shared directory trades that isolation for no recompilation.
         self.shared_triton_cache = shared_triton_cache
         self.cache = ReferenceTimingCache(cache_path)
+        # None: give each sandbox a uid of its own when we can (running as root)
+        self.isolate_uid = _uid_isolation_works() if isolate_uid is None else isolate_uid
         # A fork server imports torch and triton once; each sandbox is then a fork (fast to spawn).
         self._zygote: Zygote | None = Zygote(self.device) if fork_server else None
         self._pool: collections.deque[SandboxProcess] = collections.deque()
@@ -80,8 +86,9 @@ class Judge:
             log.warning("the fork server died; starting a new one")
             self._zygote.close()
             self._zygote = Zygote(self.device)
+        uid = 100_000 + secrets.randbelow(900_000) if self.isolate_uid else None
         return SandboxProcess(role, self.device, self.memory_limit_mb, fraction,
-                              triton_cache=self.shared_triton_cache, zygote=self._zygote)  # fmt: skip
+                              triton_cache=self.shared_triton_cache, zygote=self._zygote, uid=uid)  # fmt: skip
 
     def _fill_pool(self) -> None:
         while len(self._pool) < self.spares:
@@ -187,6 +194,24 @@ class Judge:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+def _uid_isolation_works() -> bool:
+    """Root can give sandboxes their own uid, if that uid can read the Python installation."""
+    if os.geteuid() != 0:
+        return False
+    import torch
+    import triton
+
+    files = [sys.executable, os.__file__, torch.__file__, triton.__file__, __file__]
+    try:
+        probe = subprocess.run(["cat", *files], user=65534, group=65534, extra_groups=[],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    if probe.returncode != 0:
+        log.warning("sandboxes share the judge's uid: the Python installation is not readable by other users")
+    return probe.returncode == 0
 
 
 def _validate(request: EvalRequest) -> None:

@@ -178,10 +178,14 @@ class Evaluation:
             self._hack("tensor_subclass", evidence)
         if item.get("aliases_input") and not ref_item.get("aliases_input"):
             self._hack("output_aliases_input", "an output shares storage with an input")
+        if item.get("aliases_previous") and not ref_item.get("aliases_previous"):
+            self._hack("output_aliases_previous", "an output shares storage with the previous call's output")
         if item.get("aliases_param") and not ref_item.get("aliases_param"):
             self._hack("output_aliases_parameter", "an output shares storage with a parameter")
         if item.get("mutated_input") and not ref_item.get("mutated_input"):
             self._hack("input_mutation", "the submission modified its inputs in place")
+        if int(item.get("threads") or 0) > 0:
+            self._hack("async_thread", f"{item['threads']} thread(s) of the submission alive after forward returned")
         try:
             dev = self.compare_device
             ref_t = load_tensors(os.path.join(self.ref.workdir, ref_item["file"]), len(ref_item["dtypes"]), dev)
@@ -232,8 +236,7 @@ class Evaluation:
         self._stream_check(reply["event_ms"], reply["host_ms"])
         self._verify_timed(items, reply["verified"])
         self._stop_if_failed()
-        if self.cuda:
-            self._external_clock()
+        self._external_clock()
         self._reference_timing(items)
 
     @property
@@ -262,7 +265,7 @@ class Evaluation:
                            f"returned a wrong output: {trial.issue}")  # fmt: skip
 
     def _external_clock(self) -> None:
-        n = 20
+        n = 20 if self.cuda else 3
         self._cand({"op": "prep_window", "seed": self.seeds[0]})
         t0 = time.perf_counter()
         reply = self._cand({"op": "window", "n": n})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import json
+import secrets
 import select
 import signal
 import socket
@@ -48,10 +49,14 @@ def sandbox_env(device: str, triton_cache: str, home: str) -> dict[str, str]:
         "TRITON_CACHE_DIR": triton_cache,
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
+        "USER": "drkernel-sandbox",
+        "LOGNAME": "drkernel-sandbox",
     }
     if device.startswith("cuda"):
-        index = device.split(":", 1)[1] if ":" in device else "0"
-        env["CUDA_VISIBLE_DEVICES"] = index
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        # cuda:N means the N-th GPU this process sees; pass the sandbox that same physical GPU
+        env["CUDA_VISIBLE_DEVICES"] = visible[index].strip() if index < len(visible) else str(index)
         for key in ("CUDA_HOME", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"):
             if key in os.environ:
                 env[key] = os.environ[key]
@@ -119,7 +124,7 @@ class _ForkedChild:
                 return None
         except (OSError, IndexError):
             pass
-        for _ in range(20):  # the zygote records the status as it reaps the child
+        for _ in range(50):  # the zygote records the status as it reaps the child
             try:
                 with open(self._status) as f:
                     self.returncode = int(f.read().strip() or "-9")
@@ -144,7 +149,8 @@ class SandboxProcess:
 
     def __init__(self, role: str, device: str, memory_limit_mb: int = 8192,
                  gpu_memory_fraction: float = 0.9, start_timeout_s: float = 120.0,
-                 triton_cache: str | None = None, zygote: Zygote | None = None) -> None:  # fmt: skip
+                 triton_cache: str | None = None, zygote: Zygote | None = None,
+                 uid: int | None = None) -> None:  # fmt: skip
         self.role = role
         self.device = device
         self.memory_limit_mb = memory_limit_mb
@@ -154,6 +160,9 @@ class SandboxProcess:
         home = os.path.join(self.workdir, "home")
         os.mkdir(home)
         self.output_path = os.path.join(self.workdir, "output.log")
+        if uid is not None:  # the sandbox's own uid owns its folder, nothing else
+            for path in (self.workdir, home):
+                os.chown(path, uid, uid)
         cmd_r, self._cmd_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
         worker_args = [role, device, self.workdir, memory_limit_mb, gpu_memory_fraction]
@@ -161,7 +170,7 @@ class SandboxProcess:
         self.proc: subprocess.Popen[bytes] | _ForkedChild
         if zygote is not None:
             request = {"args": worker_args, "env": env, "cwd": home, "workdir": self.workdir,
-                       "output_path": self.output_path}  # fmt: skip
+                       "output_path": self.output_path, "uid": uid}  # fmt: skip
             try:
                 pid = zygote.spawn(request, [cmd_r, resp_w])
             except BaseException:
@@ -176,6 +185,7 @@ class SandboxProcess:
                 self.proc = subprocess.Popen(
                     args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     pass_fds=(cmd_r, resp_w), cwd=home, start_new_session=True, env=env,
+                    user=uid, group=uid, extra_groups=[] if uid is not None else None,
                 )  # fmt: skip
         os.close(cmd_r)
         os.close(resp_w)
@@ -183,6 +193,7 @@ class SandboxProcess:
         self.info: dict[str, Any] | None = None
         self._start_timeout_s = start_timeout_s
         self.used = False
+        self._seq = 0  # random tag of the last op sent; every reply must echo it
 
     # -- lifecycle ----------------------------------------------------------------------------
     def wait_ready(self) -> dict[str, Any]:
@@ -229,8 +240,9 @@ class SandboxProcess:
 
     def send(self, message: dict[str, Any]) -> None:
         self.used = True
+        self._seq = secrets.randbits(63)  # unguessable: a forged reply cannot echo it
         try:
-            write_message(self._cmd_w, message)
+            write_message(self._cmd_w, message | {"seq": self._seq})
         except (BrokenPipeError, OSError):
             raise self._death() from None
 
@@ -243,12 +255,16 @@ class SandboxProcess:
             ready, _, _ = select.select([self._resp_r], [], [], min(_POLL_S, remaining))
             if ready:
                 try:
-                    return read_message(self._resp_r)
+                    reply = read_message(self._resp_r)
                 except EOFError:
                     raise self._death() from None
                 except ProtocolError as exc:
                     self.kill()
                     raise SandboxFailure("protocol", f"sandbox sent a malformed reply: {exc}") from None
+                if reply.get("seq", 0) != self._seq:
+                    self.kill()
+                    raise SandboxFailure("protocol", f"reply out of sequence: {reply.get('seq')!r}, expected {self._seq}")
+                return reply
             if self.proc.poll() is not None:
                 raise self._death()
             rss = _rss_mb(self.proc.pid)

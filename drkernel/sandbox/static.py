@@ -41,6 +41,11 @@ _INTROSPECTION_ATTRS = {
     "f_back", "f_globals", "f_locals", "f_code", "gi_frame", "cr_frame", "tb_frame",
     "_getframe", "get_referrers", "get_objects", "get_referents",
 }  # fmt: skip
+# stdlib modules that allowed modules re-export as attributes (torch.os, torch.sys, dataclasses.inspect...)
+_ESCAPE_MODULES = {
+    "os", "sys", "inspect", "builtins", "importlib", "ctypes", "threading", "_thread", "subprocess", "gc",
+    "socket", "shutil", "pickle", "marshal", "multiprocessing", "traceback", "posix", "pty", "mmap",
+}  # fmt: skip
 _STREAM_ATTRS = {"Stream", "stream", "wait_stream", "record_stream", "ExternalStream", "set_stream"}
 _GRAPH_ATTRS = {"CUDAGraph", "graph", "make_graphed_callables"}
 _SUBCLASS_DEFS = {"__torch_function__", "__torch_dispatch__"}
@@ -88,6 +93,8 @@ class _Visitor(ast.NodeVisitor):
         self._import(module, None, node.lineno)
         for a in node.names:
             self.module_aliases.add(a.asname or a.name)
+            if a.name in _ESCAPE_MODULES:
+                self.report.flag("forbidden_import", f"line {node.lineno}: from {module} import {a.name}")
             if module.split(".")[0] == "torch" and a.name in _STREAM_ATTRS:
                 self.report.flag("stream_injection", f"line {node.lineno}: from {module} import {a.name}")
 
@@ -100,15 +107,23 @@ class _Visitor(ast.NodeVisitor):
             elif node.func.id == "getattr" and len(node.args) >= 2:
                 if not isinstance(node.args[1], ast.Constant):
                     self.report.flag("dynamic_code", f"line {node.lineno}: getattr with a computed name")
+                elif str(node.args[1].value) in _ESCAPE_MODULES:
+                    self.report.flag("forbidden_import", f"line {node.lineno}: getattr(..., {node.args[1].value!r})")
                 elif str(node.args[1].value) in _INTROSPECTION_ATTRS:
                     self.report.flag("introspection", f"line {node.lineno}: getattr(..., {node.args[1].value!r})")
             elif node.func.id == "open":
                 self.report.flag("file_access", f"line {node.lineno}: open(...)")
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("attrgetter", "methodcaller"):
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and set(str(arg.value).split(".")) & (_INTROSPECTION_ATTRS | _ESCAPE_MODULES):
+                    self.report.flag("introspection", f"line {node.lineno}: {node.func.attr}({arg.value!r})")
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
-        if attr in _INTROSPECTION_ATTRS:
+        if attr in _ESCAPE_MODULES and _root_name(node) in self.module_aliases:
+            self.report.flag("forbidden_import", f"line {node.lineno}: module {attr} reached as .{attr}")
+        elif attr in _INTROSPECTION_ATTRS:
             self.report.flag("introspection", f"line {node.lineno}: .{attr}")
         elif attr in _STREAM_ATTRS and _root_name(node) in self.module_aliases:
             self.report.flag("stream_injection", f"line {node.lineno}: .{attr}")

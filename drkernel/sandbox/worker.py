@@ -20,6 +20,8 @@ import torch
 from drkernel.sandbox import harness
 from drkernel.sandbox.protocol import read_message, write_message
 
+__all__ = ["OPS", "Sandbox", "main", "serve"]
+
 _perf = time.perf_counter  # captured before any candidate code runs
 
 
@@ -36,11 +38,24 @@ def _classify_forward_error(exc: BaseException) -> str:
     text = f"{type(exc).__name__} {exc}"
     if type(exc).__module__.startswith("triton") and "Compil" in type(exc).__name__:
         return "triton_compile_error"
+    if type(exc).__name__ == "InterpreterError":  # the interpreter's form of a compile error
+        return "triton_compile_error"
     if "CUDA error" in text or "illegal memory access" in text or "AcceleratorError" in text:
         return "cuda_error"
     if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text:
         return "out_of_memory"
     return "forward_error"
+
+
+def _stub_autotune_benchmark() -> None:
+    """The interpreter has no GPU driver to benchmark autotune configs: run each once, time none."""
+    from triton.runtime import autotuner
+
+    def do_bench(self: Any, fn: Any, quantiles: Any = None, **kwargs: Any) -> list[float]:
+        fn()
+        return [0.0] * len(quantiles or (0,))
+
+    autotuner.Autotuner.do_bench = do_bench  # type: ignore[assignment, method-assign]
 
 
 class Sandbox:
@@ -86,6 +101,7 @@ class Sandbox:
             name = torch.cuda.get_device_name(0)
         else:
             name = "cpu"
+            _stub_autotune_benchmark()
         if self.role == "candidate":
             self.recorder.install()
         self.watch.add_defaults(self.cuda)
@@ -203,6 +219,7 @@ class Sandbox:
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Forward each (seed, scale) item; save outputs; report aliasing, mutation, launches."""
         items = []
+        previous: list[Any] = []  # the last call's outputs, kept alive so their blocks cannot be reused
         for k, (seed, scale) in enumerate(msg["items"]):
             inputs = self._inputs(seed, scale)
             saved = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
@@ -222,6 +239,8 @@ class Sandbox:
             item["launches"] = launches
             item["aliases_input"] = _overlaps(outs, [t for t in inputs if isinstance(t, torch.Tensor)])
             item["aliases_param"] = _overlaps(outs, params)
+            item["aliases_previous"] = _overlaps(outs, previous)
+            previous = outs
             item["mutated_input"] = any(
                 isinstance(a, torch.Tensor) and not _same(a, b) for a, b in zip(inputs, saved, strict=True)
             )
@@ -365,6 +384,8 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _limits(memory_limit_mb: int, cuda: bool) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    with contextlib.suppress(ValueError, OSError):  # per-uid: contains fork bombs (not for root)
+        resource.setrlimit(resource.RLIMIT_NPROC, (4096, 4096))
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 30, 8 << 30))
     if not cuda and memory_limit_mb > 0:  # CUDA reserves address space; the judge polls RSS there
@@ -401,7 +422,7 @@ def serve(cmd_fd: int, resp_fd: int, role: str, device: str, workdir: str, memor
         except BaseException as exc:  # noqa: BLE001 - process edge: report, never die silently
             reply = _error("harness_error", exc)
         reply["op_s"] = round(_perf() - t0, 4)
-        write_message(resp_fd, reply)
+        write_message(resp_fd, reply | {"seq": msg.get("seq")})
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ BUDGET_S = 1.0  # per-candidate budget: the timeout case spends it
 def test_fake_executor_keeps_the_contract() -> None:
     # FakeExecutor does not refuse work after close(): the lead's file; see the report.
     check_executor(lambda: FakeExecutor(handler=FakeJudge().evaluate), timeout_s=BUDGET_S,
-                   strict_close=False)
+                   strict_close=True)
 
 
 @pytest.mark.parametrize("isolation", ["thread", "process"])
@@ -56,4 +56,4 @@ def test_the_contract_catches_a_broken_executor() -> None:
 
     with pytest.raises(AssertionError, match="order broken|!="):
         check_executor(Reversed(handler=FakeJudge().evaluate), timeout_s=BUDGET_S,
-                       strict_close=False)
+                       strict_close=True)

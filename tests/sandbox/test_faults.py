@@ -1,0 +1,129 @@
+"""Faults are data: each fault of tests/assets/faults ends in a result with a status and an error
+kind, the judge survives it, and the next evaluation on the same judge is unaffected."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from drkernel.errors import ConfigError
+from drkernel.sandbox.judge import Judge
+from drkernel.types import EvalOutcome, EvalRequest, EvalResult, EvalStatus
+from tests.sandbox.corpus import FAST, Asset, asset, corpus, reference_code
+
+MEMORY_LIMIT_MB = 1200  # small, so the memory hog is stopped long before it hurts this machine
+DEAD_SANDBOX_NOTICED_S = 2.5  # a crash must be seen at once, not at the (120 s) timeout
+
+
+@pytest.fixture(scope="module")
+def judge() -> Iterator[Judge]:
+    with Judge(device="cpu", cache_path=None, memory_limit_mb=MEMORY_LIMIT_MB) as j:
+        yield j
+
+
+def evaluate(judge: Judge, fault: Asset, reference: str | None = None) -> EvalResult:
+    return judge.evaluate(EvalRequest(reference_code=reference or fault.reference, kernel_code=fault.code,
+                                      options=fault.options()))  # fmt: skip
+
+
+def describe(r: EvalResult) -> str:
+    return f"{r.outcome.value} error={r.error} hacks={r.hack_details} wall={r.wall_s}"
+
+
+def assert_next_evaluation_unaffected(judge: Judge) -> None:
+    honest = asset("kernels", "relu_scale")
+    result = judge.evaluate(EvalRequest(reference_code=honest.reference, kernel_code=honest.code, options=FAST))
+    assert result.outcome is EvalOutcome.OK, describe(result)
+    assert result.reward > 0
+
+
+def _param(fault: Asset) -> object:
+    marks = [pytest.mark.xfail(strict=True, reason=fault.meta["xfail"])] if "xfail" in fault.meta else []
+    return pytest.param(fault, id=fault.name, marks=marks)
+
+
+CPU_FAULTS = [f for f in corpus("faults") if f.meta.get("device") != "gpu"]
+
+
+@pytest.mark.parametrize("fault", [_param(f) for f in CPU_FAULTS])
+def test_fault_is_data_and_the_judge_survives(judge: Judge, fault: Asset) -> None:
+    result = evaluate(judge, fault)
+    outcomes = {EvalOutcome(v) for v in fault.listed("expect")}
+    assert result.outcome in outcomes, describe(result)
+    assert result.status is result.outcome.status
+    assert result.reward == 0.0 and not result.correct
+    if "kind" in fault.meta:
+        assert result.error is not None and result.error.kind in fault.listed("kind"), describe(result)
+        assert result.error.message
+    if "issue" in fault.meta:
+        assert any(fault.meta["issue"] in (t.issue or "") for t in result.trials), result.trials
+    if fault.meta.get("dies") == "yes":
+        assert result.wall_s is not None and result.wall_s < DEAD_SANDBOX_NOTICED_S, describe(result)
+    if fault.meta.get("forged") == "yes":
+        assert '"forged": "by-the-candidate"' in result.sandbox_output
+    assert_next_evaluation_unaffected(judge)
+
+
+def test_statuses_cover_every_failure_outcome() -> None:
+    expected = {EvalOutcome(v) for f in CPU_FAULTS if "xfail" not in f.meta for v in f.listed("expect")}
+    assert {EvalOutcome.COMPILE_ERROR, EvalOutcome.RUNTIME_ERROR, EvalOutcome.TIMEOUT, EvalOutcome.INCORRECT} <= expected
+    assert {o.status for o in expected} == {EvalStatus.COMPLETED, EvalStatus.FAILED, EvalStatus.TIMEOUT}
+
+
+def test_crash_message_names_the_signal(judge: Judge) -> None:
+    result = evaluate(judge, asset("faults", "sigsegv_self"))
+    assert result.error is not None and "SIGSEGV" in result.error.message
+
+
+def test_endless_loop_stops_at_the_timeout_not_later(judge: Judge) -> None:
+    fault = asset("faults", "endless_loop")
+    timeout_s = fault.options().timeout_s
+    result = evaluate(judge, fault)
+    assert result.outcome is EvalOutcome.TIMEOUT and result.status is EvalStatus.TIMEOUT
+    assert result.wall_s is not None and timeout_s <= result.wall_s < timeout_s + 5.0
+
+
+def test_memory_hog_is_stopped_at_the_limit(judge: Judge) -> None:
+    result = evaluate(judge, asset("faults", "memory_hog"))
+    assert result.outcome is EvalOutcome.RUNTIME_ERROR, describe(result)
+    assert result.error is not None and result.error.kind in ("memory_limit", "out_of_memory")
+    assert result.wall_s is not None and result.wall_s < 30
+
+
+def test_broken_reference_is_infra_error_not_the_candidates_fault(judge: Judge) -> None:
+    honest = asset("kernels", "relu_scale")
+    result = evaluate(judge, honest, reference=reference_code("broken_forward"))
+    assert result.outcome is EvalOutcome.INFRA_ERROR and result.status is EvalStatus.FAILED, describe(result)
+    assert result.error is not None and result.error.kind.startswith("reference")
+    assert "broken on purpose" in result.error.message
+    assert result.reward == 0.0
+    assert_next_evaluation_unaffected(judge)
+
+
+def test_several_crashes_in_a_row_leave_the_judge_working(judge: Judge) -> None:
+    started = time.monotonic()
+    for name in ("os_exit", "segfault_ctypes", "sigsegv_self"):
+        result = evaluate(judge, asset("faults", name))
+        assert result.outcome is EvalOutcome.RUNTIME_ERROR and result.error is not None
+        assert result.error.kind == "crash"
+    assert time.monotonic() - started < 3 * DEAD_SANDBOX_NOTICED_S + 10
+    assert_next_evaluation_unaffected(judge)
+
+
+def test_bad_options_raise_config_error_before_any_work(judge: Judge) -> None:
+    honest = asset("kernels", "relu_scale")
+    for bad in (FAST.replace(num_correct_trials=0), FAST.replace(timeout_s=0.0),
+                FAST.replace(reference_backend="jit")):  # fmt: skip
+        with pytest.raises(ConfigError):
+            judge.evaluate(EvalRequest(reference_code=honest.reference, kernel_code=honest.code, options=bad))
+    assert_next_evaluation_unaffected(judge)
+
+
+def test_closed_judge_refuses_work() -> None:
+    honest = asset("kernels", "relu_scale")
+    j = Judge(device="cpu", cache_path=None, spares=1)
+    j.close()
+    with pytest.raises(ConfigError):
+        j.evaluate(EvalRequest(reference_code=honest.reference, kernel_code=honest.code, options=FAST))

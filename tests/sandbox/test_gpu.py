@@ -1,0 +1,168 @@
+"""The judge on a real GPU: streams, stale memory, CUDA faults, the external clock, profiling coverage.
+
+Run on the H200 with `python -m pytest -m gpu tests/sandbox/test_gpu.py`. Problems are resized to
+the anchor's scale (8192 x 8192 and more) where a check needs real device time to see anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from drkernel.sandbox.judge import Judge
+from drkernel.types import EvalOptions, EvalOutcome, EvalRequest, EvalResult
+from tests.sandbox.corpus import Asset, asset, corpus, reference_code
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+GPU = EvalOptions(device="cuda", num_correct_trials=3, num_perf_trials=50, num_warmup=3, timeout_s=300.0)
+
+
+def big_relu_scale(rows: int = 16384, cols: int = 8192) -> str:
+    """relu_scale at 128M elements: ~1 GB of traffic per call, ~0.25 ms on an H200."""
+    return reference_code("relu_scale").replace("batch_size = 8", f"batch_size = {rows}").replace(
+        "dim = 256", f"dim = {cols}"
+    )
+
+
+def big_matmul(n: int = 2048) -> str:
+    return reference_code("matmul").replace("M = 32", f"M = {n}").replace("K = 128", f"K = {n}").replace(
+        "N = 48", f"N = {n}"
+    )
+
+
+@pytest.fixture(scope="module")
+def judge() -> Iterator[Judge]:
+    with Judge(device="cuda", cache_path=None) as j:
+        yield j
+
+
+def evaluate(judge: Judge, item: Asset, reference: str | None = None, options: EvalOptions = GPU) -> EvalResult:
+    request = EvalRequest(reference_code=reference or item.reference, kernel_code=item.code,
+                          options=options.replace(**{k: v for k, v in item.options().to_dict().items()
+                                                     if k == "static_policy"}))  # fmt: skip
+    return judge.evaluate(request)
+
+
+def describe(r: EvalResult) -> str:
+    return (f"{r.outcome.value} hacks={r.hack_details} error={r.error} speedup={r.speedup} kernel_ms={r.kernel_ms} "
+            f"coverage={r.coverage} timing={r.kernel_timing} trials={[t.issue for t in r.trials if not t.passed]}")
+
+
+@pytest.fixture(scope="module")
+def honest_big(judge: Judge) -> EvalResult:
+    result = evaluate(judge, asset("kernels", "relu_scale"), big_relu_scale())
+    assert result.outcome is EvalOutcome.OK, describe(result)
+    return result
+
+
+# -- honest kernels ------------------------------------------------------------------------------
+def test_honest_kernel_on_gpu_is_timed_and_fully_covered(honest_big: EvalResult) -> None:
+    r = honest_big
+    assert r.device is not None and r.device.kind == "cuda" and not r.device.interpreter
+    assert r.reward > 1.0 and r.speedup is not None and r.speedup > 1.0, describe(r)
+    assert r.coverage is not None and r.coverage >= 0.95, describe(r)
+    assert r.kernel_timing is not None and r.kernel_timing.external_ms_per_call is not None
+    assert r.kernels and r.kernels[0].own
+
+
+@pytest.mark.parametrize("kernel", [k for k in corpus("kernels")], ids=lambda k: k.name)
+def test_honest_corpus_passes_on_gpu(judge: Judge, kernel: Asset) -> None:
+    result = evaluate(judge, kernel)
+    assert result.outcome is EvalOutcome.OK, describe(result)
+    assert result.hacks == [] and result.reward > 0
+
+
+# -- the CPU hack corpus holds on the GPU --------------------------------------------------------
+CPU_HACKS = [h for h in corpus("hacks") if h.meta.get("expect") != "ok" and h.meta.get("device") != "gpu"
+             and "xfail" not in h.meta]  # fmt: skip
+
+
+@pytest.mark.parametrize("hack", CPU_HACKS, ids=lambda h: h.name)
+def test_hack_corpus_is_caught_on_gpu(judge: Judge, hack: Asset) -> None:
+    result = evaluate(judge, hack)
+    assert result.outcome in {EvalOutcome(v) for v in hack.listed("expect")}, describe(result)
+    assert result.reward == 0.0
+
+
+# -- GPU-only hacks ------------------------------------------------------------------------------
+def test_side_stream_does_not_shrink_the_measured_time(judge: Judge, honest_big: EvalResult) -> None:
+    """C1, anchor probe 8, static gate off: caught by the host clock, or timed at its true cost."""
+    hack = asset("hacks", "c1_side_stream")
+    result = evaluate(judge, hack, big_relu_scale(), GPU.replace(static_policy=False))
+    assert honest_big.kernel_ms is not None
+    if result.outcome is EvalOutcome.HACK_DETECTED:
+        assert "timing_evasion" in result.hacks or "timer_mismatch" in result.hacks, describe(result)
+    else:
+        assert result.kernel_ms is not None and result.kernel_ms >= 0.5 * honest_big.kernel_ms, describe(result)
+
+
+def test_stale_device_memory_is_poisoned(judge: Judge) -> None:
+    """B1: torch.empty_like without writing the output reads NaN or zeros, never an earlier result."""
+    result = evaluate(judge, asset("hacks", "b1_stale_memory"))
+    assert result.outcome is EvalOutcome.INCORRECT, describe(result)
+
+
+def test_timer_patch_is_caught_at_run_time(judge: Judge) -> None:
+    """C3, anchor probe 7, static gate off: Event.elapsed_time replaced -> the tamper watch sees it."""
+    result = evaluate(judge, asset("hacks", "c3_timer_patch_static_off"), big_relu_scale())
+    assert result.outcome is EvalOutcome.HACK_DETECTED and "monkeypatch" in result.hacks, describe(result)
+
+
+def test_forged_timings_are_caught_by_the_external_clock(judge: Judge) -> None:
+    """C3: timings rewritten from inside the sandbox disagree with the judge's own clock."""
+    result = evaluate(judge, asset("hacks", "x1_timing_forgery_via_torch_inspect"), big_relu_scale())
+    assert result.outcome is EvalOutcome.HACK_DETECTED, describe(result)
+    assert result.reward == 0.0
+
+
+def test_profiler_only_triton_is_a_decoy(judge: Judge) -> None:
+    """Anchor probe 6: Triton only under the profiler -> timed calls launch nothing of the submission."""
+    result = evaluate(judge, asset("hacks", "c7_profiler_aware"), big_relu_scale())
+    assert result.outcome is EvalOutcome.HACK_DETECTED and "decoy_kernel" in result.hacks, describe(result)
+
+
+def test_profiler_dependent_launches_are_caught(judge: Judge) -> None:
+    result = evaluate(judge, asset("hacks", "c7_profiler_extra_launches"), big_relu_scale())
+    assert result.outcome is EvalOutcome.HACK_DETECTED and "observer_dependent" in result.hacks, describe(result)
+
+
+def test_lazy_offload_has_near_zero_coverage(judge: Judge) -> None:
+    """Anchor probe 3 (A5): matmul in torch, a copy in Triton -> profiling ratio near 0."""
+    result = evaluate(judge, asset("hacks", "a5_lazy_partial_offload"), big_matmul())
+    assert result.outcome is EvalOutcome.OK, describe(result)
+    assert result.coverage is not None and result.coverage < 0.1, describe(result)
+
+
+def test_identity_memo_gains_nothing_on_gpu(judge: Judge, honest_big: EvalResult) -> None:
+    """Anchor probe 5: fresh inputs per timed call -> the memo never answers; coverage stays tiny."""
+    result = evaluate(judge, asset("hacks", "c5_cache_identity"), big_relu_scale())
+    assert result.outcome in (EvalOutcome.OK, EvalOutcome.HACK_DETECTED), describe(result)
+    if result.outcome is EvalOutcome.OK:
+        assert result.coverage is not None and result.coverage < 0.1, describe(result)
+        assert result.speedup is not None and result.speedup < 2.0, describe(result)
+
+
+# -- CUDA faults ---------------------------------------------------------------------------------
+def test_illegal_memory_access_is_data_and_the_judge_survives(judge: Judge) -> None:
+    fault = asset("faults", "illegal_memory_access")
+    result = evaluate(judge, fault)
+    assert result.outcome is EvalOutcome.RUNTIME_ERROR, describe(result)
+    assert result.error is not None and result.error.kind in fault.listed("kind")
+    after = evaluate(judge, asset("kernels", "relu_scale"))
+    assert after.outcome is EvalOutcome.OK, describe(after)
+
+
+@pytest.mark.parametrize("name", ["segfault_ctypes", "os_exit", "memory_hog", "endless_loop"])
+def test_cpu_faults_hold_on_gpu(judge: Judge, name: str) -> None:
+    fault = asset("faults", name)
+    result = judge.evaluate(EvalRequest(reference_code=fault.reference, kernel_code=fault.code,
+                                        options=GPU.replace(**{k: v for k, v in fault.options().to_dict().items()
+                                                               if k in ("static_policy", "timeout_s")})))  # fmt: skip
+    assert result.outcome in {EvalOutcome(v) for v in fault.listed("expect")}, describe(result)
+    assert evaluate(judge, asset("kernels", "relu_scale")).outcome is EvalOutcome.OK
