@@ -131,6 +131,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--mix", type=int, default=12, help="evaluations in the throughput mix")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--only-overhead", action="store_true", help="stop after the fixed-overhead table")
     args = ap.parse_args()
     lines: list[str] = []
     small_ref, small_ker = ELEMENTWISE_REF.format(n=256), ELEMENTWISE_KERNEL
@@ -152,6 +153,9 @@ def main() -> None:
         lines.append(f"\nmedian fixed overhead: {statistics.median(r[2] for r in rows):.3f} s; "
                      f"stages of the last run: {json.dumps(rows[-1][4])}\n")
         # 2. throughput over a mix of small problems, fresh compile each (cache off)
+    if args.only_overhead:
+        print("\n".join(lines))
+        return
     with Judge(device=args.device) as judge:
         judge.warm()
         mix = [(ELEMENTWISE_REF.format(n=256 * (1 + i % 3)), ELEMENTWISE_KERNEL) if i % 2 == 0

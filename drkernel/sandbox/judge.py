@@ -70,7 +70,8 @@ class Judge:
         self.shared_triton_cache = shared_triton_cache
         self.cache = ReferenceTimingCache(cache_path)
         # None: give each sandbox a uid of its own when we can (running as root)
-        self.isolate_uid = _uid_isolation_works() if isolate_uid is None else isolate_uid
+        # (a Triton cache shared between sandboxes already crosses that boundary: no uid of their own then)
+        self.isolate_uid = (_uid_isolation_works() and shared_triton_cache is None) if isolate_uid is None else isolate_uid
         # A fork server imports torch and triton once; each sandbox is then a fork (fast to spawn).
         self._zygote: Zygote | None = Zygote(self.device) if fork_server else None
         self._pool: collections.deque[SandboxProcess] = collections.deque()

@@ -275,8 +275,10 @@ class Evaluation:
         stats.external_ms_per_call = external
         if reply.get("launches", 0) < n:
             self._hack("decoy_kernel", f"back-to-back window launched {reply.get('launches')} kernels in {n} calls")
-        if stats.median_ms < 0.5 * external - 0.02:
-            self._hack("timer_mismatch", f"in-sandbox median {stats.median_ms:.4f} ms is below half of "
+        # GPU: events cannot be far below the judge's clock. CPU (noisy, interpreter): only gross forgeries.
+        floor = 0.5 * external - 0.02 if self.cuda else 0.1 * external
+        if stats.median_ms < floor:
+            self._hack("timer_mismatch", f"in-sandbox median {stats.median_ms:.4f} ms is far below the "
                        f"{external:.4f} ms per call measured by the judge's own clock")  # fmt: skip
 
     def _reference_timing(self, cand_items: list[tuple[int, float]]) -> None:
