@@ -1,0 +1,147 @@
+"""RunConfig sections -> the live components of a run: problems, model and tokenizer, executor, sampler.
+
+Each builder reads one section and nothing else; the trainer and `drkernel train` call them, tests
+pass their own objects instead (a FakeExecutor, a scripted sampler, a prebuilt tiny model).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from drkernel.errors import ConfigError
+from drkernel.executors.base import Executor
+from drkernel.rl.config import DataConfig, JudgeConfig, ModelConfig, RolloutConfig
+from drkernel.rl.rollout import ModelSampler, PolicySampler, Sampler
+from drkernel.types import Problem
+
+__all__ = [
+    "build_executor",
+    "build_model",
+    "build_sampler",
+    "load_pretrained",
+    "load_problems",
+    "load_tokenizer",
+    "resolve_device",
+    "training_problems",
+    "validation_problems",
+]
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(device: str | None) -> str:
+    import torch
+
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def load_problems(suite: str, names: Sequence[str] = (), levels: Sequence[int] = (), limit: int | None = None) -> list[Problem]:
+    """Problems of a suite spec (drkernel.problems.load_suite), filtered by name, level and count."""
+    from drkernel.problems import load_suite
+
+    problems = load_suite(suite, tuple(levels) or None)
+    if names:
+        by_name = {p.name: p for p in problems}
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            raise ConfigError(f"data.problems: not in suite {suite!r}: {', '.join(missing)}")
+        problems = [by_name[n] for n in names]
+    return problems[:limit] if limit else problems
+
+
+def training_problems(data: DataConfig) -> list[Problem]:
+    return load_problems(data.suite, data.problems, data.levels, data.limit)
+
+
+def validation_problems(data: DataConfig) -> list[Problem]:
+    if not data.validation_suite:
+        return []
+    return load_problems(data.validation_suite, data.validation_problems, data.validation_levels, data.validation_limit)
+
+
+def build_model(cfg: ModelConfig, problems: Sequence[Problem] = (), *, seed: int = 0) -> tuple[Any, Any]:
+    """(model, tokenizer) on cfg.device in cfg.dtype: a tiny random model or a pretrained one."""
+    import torch
+
+    dtype = getattr(torch, cfg.dtype)
+    if cfg.tiny is not None:
+        from drkernel.rl.tiny import build_tiny, builtin_variants
+
+        model, tokenizer = build_tiny(cfg.tiny, builtin_variants(problems, cfg.tiny.variants), seed=seed)
+    else:
+        model, tokenizer = load_pretrained(str(cfg.path), dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code)
+    model = model.to(device=resolve_device(cfg.device), dtype=dtype)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    return model, tokenizer
+
+
+def load_pretrained(path: str, *, dtype: str = "bfloat16", trust_remote_code: bool = False) -> tuple[Any, Any]:
+    import torch
+
+    try:
+        from transformers import AutoModelForCausalLM
+    except ModuleNotFoundError as exc:
+        raise ConfigError("training needs transformers (pip install 'drkernel[train]')") from exc
+    tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code
+    )
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def load_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
+    """AutoTokenizer, except for a bare `tokenizers` tokenizer (tiny models): AutoTokenizer would map
+    it to the architecture's tokenizer class and lose the vocabulary."""
+    import json
+    from pathlib import Path
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    cfg_file = Path(path) / "tokenizer_config.json"
+    if cfg_file.is_file():
+        cls = json.loads(cfg_file.read_text()).get("tokenizer_class")
+        if cls in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+            return PreTrainedTokenizerFast.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+
+
+def build_executor(cfg: JudgeConfig) -> Executor:
+    """The judge: a local pool of sandboxed judges, a drkernel server over HTTP, or the fake."""
+    if cfg.executor == "fake":
+        from drkernel.executors.fake import FakeExecutor
+
+        return FakeExecutor()
+    if cfg.executor == "http":
+        if not cfg.server:
+            raise ConfigError("judge.server: the http executor needs a drkernel server URL")
+        from drkernel.executors.http import HttpExecutor
+
+        return HttpExecutor(HttpExecutor.Config(base_url=cfg.server))
+    from drkernel.executors.local import LocalExecutor
+
+    devices = (cfg.device,) * (cfg.workers or 1) if cfg.device is not None else None
+    return LocalExecutor(LocalExecutor.Config(devices=devices, num_cpu_workers=cfg.workers))
+
+
+def build_sampler(cfg: RolloutConfig, model: Any, tokenizer: Any) -> Sampler:
+    """The trainer's own model (batched generation) or an OpenAI-compatible server of its weights."""
+    if cfg.backend == "model":
+        return ModelSampler(model, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens, batch_size=cfg.generation_batch)
+    from drkernel.agent.openai_policy import OpenAIPolicy
+
+    policy = OpenAIPolicy.Config(
+        base_url=cfg.base_url, model=cfg.served_model or "policy", max_concurrency=cfg.concurrency
+    ).build()
+    log.warning(
+        "rollouts come from %s: that server must serve the current weights (reload it from "
+        "run_dir/checkpoints/latest after each step), or the samples are off-policy", cfg.base_url
+    )
+    return PolicySampler(policy, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens, concurrency=cfg.concurrency)

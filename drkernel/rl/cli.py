@@ -1,0 +1,164 @@
+"""`drkernel train rl | sft | recipes`: run a recipe (with --set overrides) into a run folder.
+
+`train rl --recipe debug_cpu --run-dir DIR [--set key=value ...]` trains and resumes from DIR's last
+checkpoint when rerun; `train sft --recipe R --data TRAJ.jsonl [--model PATH] --out DIR` is the cold
+start; `train recipes [NAME]` lists the recipes or prints one resolved config as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+# the `train` extra, imported here so that `drkernel` can name what is missing
+import transformers
+
+from drkernel.errors import ConfigError
+from drkernel.recipes import RECIPES, get_recipe
+from drkernel.rl.config import (
+    RunConfig,
+    apply_overrides,
+    config_keys,
+    load_config,
+    to_dict,
+)
+
+__all__ = ["register", "resolve_config", "run"]
+
+# settings a resumed run may change (everything else must match run_dir/config.json)
+_RESUMABLE = ("trainer.steps", "trainer.validate_every", "trainer.save_every", "trainer.keep_checkpoints", "log.")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("train", help="SFT and multi-turn RL (the Dr. Kernel recipe)")
+    sub = p.add_subparsers(dest="train_command", metavar="{rl,sft,recipes}")
+    rl = sub.add_parser("rl", help="multi-turn RL on one node (resumes from --run-dir)")
+    _common(rl)
+    rl.add_argument("--run-dir", required=True, help="checkpoints, metrics.jsonl, tensorboard/, rollouts/")
+    rl.add_argument("--force-config", action="store_true", help="resume even if the config changed")
+    rl.set_defaults(func=run_rl)
+    sft = sub.add_parser("sft", help="multi-turn SFT on chat trajectories (assistant tokens only)")
+    _common(sft)
+    sft.add_argument("--data", required=True, help="trajectories .jsonl or .parquet with `messages`")
+    sft.add_argument("--model", help="model name or folder (overrides model.path)")
+    sft.add_argument("--out", required=True, help="output folder: model/, metrics.jsonl")
+    sft.add_argument("--lora-rank", type=int, help="train LoRA adapters of this rank (needs peft)")
+    sft.set_defaults(func=run_sft_command)
+    rec = sub.add_parser("recipes", help="list the recipes, or print one resolved config")
+    rec.add_argument("name", nargs="?")
+    rec.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    rec.add_argument("--keys", action="store_true", help="list every settable key")
+    rec.set_defaults(func=run_recipes)
+    p.set_defaults(func=lambda args: _usage(p))
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--recipe", default="debug_cpu", help=f"one of {', '.join(RECIPES)}")
+    p.add_argument("--config", help="a config.json to start from instead of a recipe")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+
+
+def _usage(p: argparse.ArgumentParser) -> int:
+    p.print_help(sys.stderr)
+    return 2
+
+
+def resolve_config(recipe: str | None, config: str | None, overrides: list[str]) -> RunConfig:
+    base = load_config(config) if config else get_recipe(recipe or "debug_cpu")
+    return apply_overrides(base, overrides)
+
+
+def _check_resume(cfg: RunConfig, run_dir: Path, force: bool) -> None:
+    saved = run_dir / "config.json"
+    if not saved.exists() or not (run_dir / "checkpoints").exists() or force:
+        return
+    old, new = _flatten(json.loads(saved.read_text())), _flatten(to_dict(cfg))
+    diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and not k.startswith(_RESUMABLE)]
+    if diff:
+        raise ConfigError(
+            f"{run_dir} holds a run with another config ({', '.join(diff[:6])}): use a new --run-dir, "
+            "or --force-config"
+        )
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def run_rl(args: argparse.Namespace) -> int:
+    cfg = resolve_config(args.recipe, args.config, args.set)
+    if args.print_config:
+        print(json.dumps(to_dict(cfg), indent=2))
+        return 0
+    run_dir = Path(args.run_dir)
+    _check_resume(cfg, run_dir, args.force_config)
+    _quiet_progress_bars()
+    from drkernel.rl.trainer import Trainer
+
+    with Trainer(cfg, run_dir) as trainer:
+        start = trainer.state.step
+        if start:
+            print(f"resuming {run_dir} after step {start}", file=sys.stderr)
+        for m in trainer.fit():
+            print(f"step {m['step']}: reward {m['reward/mean']:.4f}  fast@1 {m['batch/fast@1']:.3f}  "
+                  f"groups {m['filter/groups_kept']}/{m['filter/groups']}  loss {m['actor/loss']:.4g}")  # fmt: skip
+    print(f"run finished at step {cfg.trainer.steps}: {run_dir}")
+    return 0
+
+
+def run_sft_command(args: argparse.Namespace) -> int:
+    overrides = list(args.set)
+    if args.model:
+        overrides += [f"model.path={args.model}", "model.tiny=null"]
+    if args.lora_rank is not None:
+        overrides.append(f"sft.lora_rank={args.lora_rank}")
+    cfg = resolve_config(args.recipe, args.config, overrides)
+    if args.print_config:
+        print(json.dumps(to_dict(cfg), indent=2))
+        return 0
+    from drkernel.rl.build import build_model, training_problems
+    from drkernel.rl.config import save_config
+    from drkernel.rl.sft import load_conversations, run_sft
+
+    _quiet_progress_bars()
+    conversations = load_conversations(args.data)
+    problems = training_problems(cfg.data) if cfg.model.tiny is not None else []
+    model, tokenizer = build_model(cfg.model, problems, seed=cfg.sft.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.json")
+    summary = run_sft(cfg.sft, conversations, model, tokenizer, out, tensorboard=cfg.log.tensorboard)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def run_recipes(args: argparse.Namespace) -> int:
+    if args.keys:
+        print("\n".join(config_keys()))
+        return 0
+    if not args.name:
+        for name, fn in RECIPES.items():
+            doc = (fn.__doc__ or "").strip().splitlines()[0]
+            print(f"{name:16s} {doc}")
+        return 0
+    print(json.dumps(to_dict(resolve_config(args.name, None, args.set)), indent=2))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(args.func(args))
+
+
+def _quiet_progress_bars() -> None:
+    """Checkpoint saves would draw a progress bar per step on stderr."""
+    transformers.utils.logging.disable_progress_bar()

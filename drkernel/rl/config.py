@@ -1,0 +1,408 @@
+"""RunConfig: every setting of an SFT or RL run, as frozen dataclasses owned by their component.
+
+A recipe (drkernel.recipes) returns a RunConfig; `apply_overrides(cfg, ["rl.advantage=grpo"])`
+type-checks and applies `--set key=value` edits; `to_dict`/`from_dict` round-trip run_dir/config.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from drkernel.errors import ConfigError
+from drkernel.rl.advantages import AdvantageConfig
+from drkernel.rl.filters import DynamicSamplingConfig
+from drkernel.rl.losses import LossConfig
+from drkernel.rl.rejection import MismatchConfig, ProfilingRejectionConfig
+from drkernel.types import EvalOptions
+
+__all__ = [
+    "DataConfig",
+    "JudgeConfig",
+    "LogConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "RLConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "SFTConfig",
+    "TinyModelConfig",
+    "TrainerConfig",
+    "apply_overrides",
+    "config_keys",
+    "from_dict",
+    "load_config",
+    "save_config",
+    "to_dict",
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TinyModelConfig:
+    """A randomly initialised Qwen2-style model with a word-level tokenizer built locally.
+
+    Its vocabulary holds a few filler words and one token per (problem, kernel variant) that decodes
+    to that variant's whole source ("macro" tokens), so a tiny model can submit real kernels.
+    """
+
+    hidden_size: int = 32
+    layers: int = 2
+    heads: int = 2
+    max_positions: int = 8192
+    filler_words: tuple[str, ...] = ("here", "is", "my", "kernel", "triton", "fast", "code", "ok")
+    # variants per problem: "honest" (the built-in solution) and "passthrough" (the reference's own
+    # torch code renamed ModelNew: a hack the judge must catch)
+    variants: tuple[str, ...] = ("honest", "passthrough")
+
+    def __post_init__(self) -> None:
+        if self.hidden_size < 8 or self.hidden_size % self.heads:
+            raise ConfigError("model.tiny.hidden_size: must be >= 8 and divisible by heads")
+        if self.layers < 1:
+            raise ConfigError("model.tiny.layers: must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelConfig:
+    path: str | None = None  # a Hugging Face name or local folder
+    tiny: TinyModelConfig | None = None  # when set, a tiny random model is built instead of `path`
+    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    device: str | None = None  # None: cuda when present, else cpu
+    gradient_checkpointing: bool = False
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        if self.path is None and self.tiny is None:
+            raise ConfigError("model: set model.path (or model.tiny, which takes precedence)")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DataConfig:
+    suite: str = "builtin:cpu"  # anything drkernel.problems.load_suite reads (folder, .jsonl, .parquet)
+    problems: tuple[str, ...] = ()  # keep only these problem names (empty: all)
+    levels: tuple[int, ...] = ()
+    limit: int | None = None
+    validation_suite: str | None = None  # paper-spec §9.3: KernelBench level 2
+    validation_problems: tuple[str, ...] = ()
+    validation_levels: tuple[int, ...] = ()
+    validation_limit: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RolloutConfig:
+    backend: Literal["model", "openai"] = "model"  # the trainer's own model, or a served copy of it
+    base_url: str = "http://127.0.0.1:8000/v1"  # openai backend: a server that serves the current weights
+    served_model: str | None = None
+    n: int = 16  # paper-spec §9.3: rollouts per prompt
+    max_turns: int = 3  # paper-spec §9.3
+    temperature: float = 1.0  # paper-spec §9.3
+    top_p: float = 1.0  # paper-spec §9.3
+    max_new_tokens: int = 8192  # paper-spec §9.3: response length per turn
+    max_prompt_tokens: int = 10240  # paper-spec §9.3: longer prompts end the turn ("prompt overlong")
+    generation_batch: int = 64  # sequences generated together by the model backend
+    concurrency: int = 32  # paper-spec §3.1: max concurrency 32 towards the judge
+    feedback_chars: int = 3000
+    cache_evaluations: bool = False  # reuse the verdict of an identical (reference, kernel) pair
+
+    def __post_init__(self) -> None:
+        for name in ("n", "max_turns", "max_new_tokens", "max_prompt_tokens", "generation_batch", "concurrency"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"rollout.{name}: must be >= 1")
+        if not 0 < self.top_p <= 1 or self.temperature < 0:
+            raise ConfigError("rollout: need temperature >= 0 and top_p in (0, 1]")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JudgeConfig:
+    executor: Literal["local", "http", "fake"] = "local"
+    server: str | None = None  # executor "http": a drkernel server URL
+    device: str | None = None  # None: cuda when present
+    workers: int | None = None  # judge workers (CPU: default cores // 2)
+    reward: Literal["paper", "released", "eval", "correctness_speedup"] = "paper"  # paper-spec §4
+    eval: EvalOptions = field(default_factory=EvalOptions)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RLConfig:
+    advantage: Literal["trloo", "grpo", "rloo", "reinforce"] = "trloo"  # paper-spec §5.3
+    gamma: float = 1.0  # paper-spec §5.1
+    singleton: Literal["return", "zero"] = "return"
+    baseline_members: Literal["kept", "valid"] = "kept"
+    grpo_scale_by_std: bool = False
+    mask_void_turn: bool = True  # paper-spec §5.4
+    mrs: MismatchConfig = field(default_factory=MismatchConfig)
+    prs: ProfilingRejectionConfig = field(default_factory=ProfilingRejectionConfig)
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    # paper-spec §8: roll out more prompts until `prompts_per_step` groups survive, at most this
+    # many rounds per step (1: no refill)
+    max_sampling_rounds: int = 1
+    loss: LossConfig = field(default_factory=LossConfig)
+
+    def __post_init__(self) -> None:
+        if self.max_sampling_rounds < 1:
+            raise ConfigError("rl.max_sampling_rounds: must be >= 1")
+        self.advantage_config()  # validates
+
+    def advantage_config(self) -> AdvantageConfig:
+        return AdvantageConfig(
+            estimator=self.advantage,
+            gamma=self.gamma,
+            singleton=self.singleton,
+            baseline_members=self.baseline_members,
+            grpo_scale_by_std=self.grpo_scale_by_std,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OptimConfig:
+    lr: float = 1e-6  # paper-spec §9.3
+    weight_decay: float = 0.01  # paper-spec §5.5
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0  # paper-spec §5.5
+    warmup_ratio: float = 0.0  # paper-spec §5.5: no warm-up in RL
+    schedule: Literal["constant", "cosine"] = "constant"
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.grad_clip <= 0:
+            raise ConfigError("optim: lr and grad_clip must be > 0")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError("optim.warmup_ratio: must be in [0, 1)")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainerConfig:
+    steps: int = 300  # paper-spec §9.3: figures stop at step 300
+    prompts_per_step: int = 16  # paper-spec §9.3
+    micro_batch_tokens: int = 32768  # tokens per forward/backward micro-batch (padding included)
+    seed: int = 0
+    save_every: int = 1  # checkpoint after every k-th step (1: a crash loses no completed step)
+    keep_checkpoints: int = 2
+    validate_every: int = 10  # paper-spec §9.3 (0: never)
+    validation_samples: int = 8  # paper-spec §9.3
+    validation_top_p: float = 0.95  # paper-spec §9.3
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "prompts_per_step", "micro_batch_tokens", "save_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"trainer.{name}: must be >= 1")
+        if self.validate_every < 0:
+            raise ConfigError("trainer.validate_every: must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LogConfig:
+    tensorboard: bool = True  # also write TensorBoard events (needs the tensorboard package)
+    save_rollouts: bool = True  # run_dir/rollouts/step_XXXXXX.jsonl, one trajectory a line
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SFTConfig:
+    """Cold-start SFT (paper-spec §9.2; the script's values, the paper's are in the recipes' comments)."""
+
+    lr: float = 2e-5
+    batch_size: int = 64  # conversations per optimizer step
+    micro_batch_size: int = 2
+    epochs: int = 4
+    max_length: int = 18432  # right truncation
+    warmup_ratio: float = 0.1
+    schedule: Literal["constant", "cosine"] = "cosine"
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    lora_rank: int = 0  # > 0: train LoRA adapters (needs peft)
+    lora_alpha: int = 16
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.micro_batch_size < 1 or self.epochs < 1 or self.max_length < 2:
+            raise ConfigError("sft: batch_size, micro_batch_size, epochs >= 1 and max_length >= 2")
+        if self.lr <= 0:
+            raise ConfigError("sft.lr: must be > 0")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunConfig:
+    name: str = "run"
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(path="Qwen/Qwen3-8B-Base"))
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+
+
+# -- (de)serialisation ---------------------------------------------------------------------------
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A JSON-ready dict (tuples become lists)."""
+    out = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    return out  # type: ignore[no-any-return]
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _convert(value: Any, tp: Any, key: str) -> Any:
+    """Check/convert a JSON or parsed value to the annotated type `tp`."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(value, arg, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{key}: cannot be None")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(repr, args))}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(v, args[0], key) for v in value)
+        if len(value) != len(args):
+            raise ConfigError(f"{key}: expected {len(args)} values, got {len(value)}")
+        return tuple(_convert(v, a, key) for v, a in zip(value, args, strict=True))
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):  # type: ignore[arg-type]
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return from_dict(tp, value, key)  # type: ignore[arg-type]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: type[Any], data: dict[str, Any], prefix: str = "") -> Any:
+    """Build dataclass `cls` from a dict such as to_dict() wrote; unknown keys raise ConfigError."""
+    hints = _hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ConfigError(f"{prefix or cls.__name__}: unknown key(s) {', '.join(sorted(unknown))}")
+    kwargs = {k: _convert(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
+
+
+def load_config(path: str | Path) -> RunConfig:
+    cfg = from_dict(RunConfig, json.loads(Path(path).read_text()))
+    assert isinstance(cfg, RunConfig)
+    return cfg
+
+
+# -- --set key=value -----------------------------------------------------------------------------
+
+
+def _parse_text(text: str) -> Any:
+    """A --set value: JSON when it parses (numbers, true/false/null, lists), else "a,b" lists or a string."""
+    low = text.strip()
+    if low.lower() in ("none", "null"):
+        return None
+    if low.lower() in ("true", "false"):
+        return low.lower() == "true"
+    try:
+        return json.loads(low)
+    except json.JSONDecodeError:
+        pass
+    if "," in low:
+        return [_parse_text(part) for part in low.split(",")]
+    return text
+
+
+def _coerce_text(value: Any, tp: Any) -> Any:
+    """Let "1" set a str field, "x" a one-item tuple, and "1e-6" a float."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is str and not isinstance(value, str):
+        return json.dumps(value) if not isinstance(value, (int, float)) else str(value)
+    if origin is tuple and not isinstance(value, (list, tuple)):
+        return [value]
+    if origin in (typing.Union, types.UnionType) and str in args and not isinstance(value, str) and value is not None:
+        return str(value)
+    return value
+
+
+def config_keys(cls: type[Any] = RunConfig, prefix: str = "") -> list[str]:
+    """Every settable dotted key of a config class (nested dataclasses expanded)."""
+    keys: list[str] = []
+    for name, tp in _hints(cls).items():
+        key = f"{prefix}{name}"
+        inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)] or (
+            [tp] if dataclasses.is_dataclass(tp) else []
+        )
+        if inner:
+            keys.extend(config_keys(inner[0], key + "."))  # type: ignore[arg-type]
+        else:
+            keys.append(key)
+    return keys
+
+
+def _set(obj: Any, path: list[str], raw: str, full: str) -> Any:
+    name = path[0]
+    hints = _hints(type(obj))
+    if name not in hints:
+        choices = ", ".join(sorted(hints))
+        raise ConfigError(f"--set {full}: unknown key {name!r} (choose from {choices})")
+    tp = hints[name]
+    if len(path) == 1:
+        value = _convert(_coerce_text(_parse_text(raw), tp), tp, full)
+        return dataclasses.replace(obj, **{name: value})
+    child = getattr(obj, name)
+    if child is None:
+        dc = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+        if not dc:
+            raise ConfigError(f"--set {full}: {name!r} has no sub-keys")
+        child = dc[0]()  # type: ignore[operator]
+    if not dataclasses.is_dataclass(child):
+        raise ConfigError(f"--set {full}: {name!r} has no sub-keys")
+    return dataclasses.replace(obj, **{name: _set(child, path[1:], raw, full)})
+
+
+def apply_overrides(cfg: RunConfig, overrides: list[str] | tuple[str, ...]) -> RunConfig:
+    """Apply `key=value` edits in order; each value is type-checked against its field.
+
+    >>> apply_overrides(RunConfig(), ["rl.advantage=grpo", "rl.mrs.bounds=0.99,1.01"]).rl.mrs.bounds
+    (0.99, 1.01)
+    """
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        try:
+            cfg = _set(cfg, key.strip().split("."), raw, key.strip())
+        except TypeError as exc:  # a constructor rejected the combination
+            raise ConfigError(f"--set {item}: {exc}") from None
+    return cfg

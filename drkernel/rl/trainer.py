@@ -1,0 +1,296 @@
+"""The single-node multi-turn RL loop: rollouts through the judge -> masks and advantages -> update.
+
+Per step (paper-spec §8): n rollouts per prompt over up to T turns; turn rewards (with the profiling
+ratio); void-turn masks; trainer log-probs recomputed (pi_old); MRS, PRS; the dynamic-sampling group
+filter; TRLOO advantages; one clipped update. Then metrics (JSONL, TensorBoard) and a checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import torch
+
+from drkernel.agent.env import EnvConfig
+from drkernel.agent.feedback import FeedbackConfig
+from drkernel.agent.policy import SamplingParams
+from drkernel.agent.trajectories import save_trajectories
+from drkernel.executors.base import Executor
+from drkernel.rl.build import (
+    build_executor,
+    build_model,
+    build_sampler,
+    load_pretrained,
+    training_problems,
+    validation_problems,
+)
+from drkernel.rl.checkpoint import (
+    TrainState,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from drkernel.rl.config import RunConfig, save_config
+from drkernel.executors.caching import CachingExecutor
+from drkernel.rl.filters import dynamic_sampling_filter
+from drkernel.rl.masks import last_present_values
+from drkernel.rl.rewards import turn_rewards
+from drkernel.rl.rollout import RolloutBatch, Sampler, collect_rollouts
+from drkernel.rl.runlog import RunLog
+from drkernel.rl.step import StepTensors, batch_metrics, prepare_step
+from drkernel.rl.update import backward_rows
+from drkernel.types import Problem
+
+__all__ = ["Trainer"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Parts:
+    """Components a caller may supply instead of building them from the config."""
+
+    model: Any = None
+    tokenizer: Any = None
+    problems: list[Problem] | None = None
+    validation: list[Problem] | None = None
+    executor: Executor | None = None
+    sampler: Sampler | None = None
+
+
+class Trainer:
+    """`Trainer(config, run_dir).fit()`; resumes from run_dir/checkpoints when one is there."""
+
+    def __init__(self, config: RunConfig, run_dir: str | Path, **parts: Any) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        given = _Parts(**parts)
+        cfg = config
+        random.seed(cfg.trainer.seed)
+        torch.manual_seed(cfg.trainer.seed)
+        self.problems = given.problems if given.problems is not None else training_problems(cfg.data)
+        self.validation = given.validation if given.validation is not None else validation_problems(cfg.data)
+        self.model, self.tokenizer = self._model(given)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        ckpt = latest_checkpoint(self.ckpt_dir)
+        self.state = load_checkpoint(ckpt, self.optimizer) if ckpt is not None else TrainState()
+        if ckpt is not None:
+            log.info("resumed from %s (step %d)", ckpt, self.state.step)
+        executor = given.executor if given.executor is not None else build_executor(cfg.judge)
+        if cfg.rollout.cache_evaluations:
+            executor = CachingExecutor(executor, self.run_dir / "eval_cache.jsonl")
+        self.executor = executor
+        self.sampler = given.sampler or build_sampler(cfg.rollout, self.model, self.tokenizer)
+        self.env_config = EnvConfig(
+            max_turns=cfg.rollout.max_turns,
+            eval_options=cfg.judge.eval.replace(reward_preset=cfg.judge.reward),
+            feedback=FeedbackConfig(max_chars=cfg.rollout.feedback_chars),
+            executor_retries=2,
+        )
+        self.runlog = RunLog(self.run_dir, resume_step=self.state.step, tensorboard=cfg.log.tensorboard)
+        save_config(cfg, self.run_dir / "config.json")
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    def _model(self, given: _Parts) -> tuple[Any, Any]:
+        cfg = self.config.model
+        ckpt = latest_checkpoint(self.ckpt_dir)
+        if ckpt is not None:  # the checkpoint's weights and tokenizer win over anything given
+            model, tokenizer = load_pretrained(str(ckpt / "model"), dtype=cfg.dtype)
+            from drkernel.rl.build import resolve_device
+
+            return model.to(resolve_device(cfg.device)), tokenizer
+        if given.model is not None:
+            return given.model, given.tokenizer
+        problems = list({p.name: p for p in [*self.problems, *self.validation]}.values())
+        return build_model(cfg, problems, seed=self.config.trainer.seed)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def fit(self) -> list[dict[str, Any]]:
+        """Run until trainer.steps are completed; returns the metrics of the steps run here."""
+        out = []
+        tc = self.config.trainer
+        while self.state.step < tc.steps:
+            step = self.state.step + 1
+            t0 = time.perf_counter()
+            metrics = self.train_step(step)
+            if tc.validate_every and step % tc.validate_every == 0 and self.validation:
+                metrics.update(self.validate(step))
+            metrics["time/step_s"] = time.perf_counter() - t0
+            self.runlog.write(step, metrics)
+            self.state.step = step
+            if step % tc.save_every == 0 or step == tc.steps:
+                save_checkpoint(self.ckpt_dir, self.state, self.model, self.tokenizer, self.optimizer,
+                                keep=tc.keep_checkpoints)  # fmt: skip
+            log.info("step %d: reward %.3f, loss %.4g", step, metrics["reward/mean"], metrics["actor/loss"])
+            out.append({"step": step, **metrics})
+        return out
+
+    def _next_prompts(self, count: int) -> list[Problem]:
+        """The next `count` prompts of a per-epoch shuffle; the cursor makes it resumable."""
+        out = []
+        n = len(self.problems)
+        for _ in range(count):
+            epoch, pos = divmod(self.state.cursor, n)
+            gen = torch.Generator().manual_seed(self.config.trainer.seed * 100_003 + epoch)
+            out.append(self.problems[int(torch.randperm(n, generator=gen)[pos])])
+            self.state.cursor += 1
+        return out
+
+    def _rollouts(self) -> tuple[RolloutBatch, int]:
+        """Roll out prompt groups until enough survive the group filter (paper-spec §8)."""
+        cfg = self.config
+        want = cfg.trainer.prompts_per_step
+        ro = cfg.rollout
+        sampling = SamplingParams(temperature=ro.temperature, top_p=ro.top_p, max_tokens=ro.max_new_tokens)
+        rounds: list[RolloutBatch] = []
+        survivors = 0
+        for _ in range(cfg.rl.max_sampling_rounds):
+            batch = collect_rollouts(
+                self._next_prompts(want), self.sampler, self.executor, n=ro.n,
+                env_config=self.env_config, sampling=sampling, concurrency=ro.concurrency,
+            )  # fmt: skip
+            rounds.append(batch)
+            survivors += int(self._groups_ok(batch).sum().item())
+            if survivors >= want * ro.n:
+                break
+        return RolloutBatch.concat(rounds), len(rounds)
+
+    def _groups_ok(self, batch: RolloutBatch) -> torch.Tensor:
+        """Trajectories [B] whose prompt group survives the dynamic-sampling filter."""
+        ds = self.config.rl.dynamic_sampling
+        tr = turn_rewards(batch.results(), self.config.judge.reward, max_turns=self.config.rollout.max_turns)
+        alive = ~torch.tensor(batch.aborted(), dtype=torch.bool)
+        if not ds.enabled:
+            return alive
+        last = last_present_values(tr.rewards, tr.present)
+        return dynamic_sampling_filter(
+            last, torch.tensor(batch.group_ids), alive,
+            std_threshold=ds.std_threshold, min_group_size=ds.min_group_size,
+        )  # fmt: skip
+
+    def _pick_groups(self, batch: RolloutBatch) -> torch.Tensor:
+        """The group filter, then at most prompts_per_step surviving groups chosen at random."""
+        ok = self._groups_ok(batch)
+        gid = torch.tensor(batch.group_ids)
+        alive = sorted({int(g) for g in gid[ok].tolist()})
+        want = self.config.trainer.prompts_per_step
+        if len(alive) > want:
+            chosen = set(random.sample(alive, want))
+            ok &= torch.tensor([int(g) in chosen for g in gid.tolist()], dtype=torch.bool)
+        return ok
+
+    def train_step(self, step: int) -> dict[str, Any]:
+        cfg = self.config
+        t0 = time.perf_counter()
+        batch, rounds = self._rollouts()
+        t1 = time.perf_counter()
+        groups_ok = self._pick_groups(batch)
+        tensors = prepare_step(batch, groups_ok, self.model, self.tokenizer, cfg, step)
+        t2 = time.perf_counter()
+        actor = self._update(tensors)
+        t3 = time.perf_counter()
+        metrics = batch_metrics(batch, tensors, cfg)
+        metrics.update(actor)
+        metrics.update({
+            "data/cursor": self.state.cursor,
+            "data/sampling_rounds": rounds,
+            "time/rollout_s": t1 - t0,
+            "time/generate_s": batch.generate_s,
+            "time/judge_s": batch.judge_s,
+            "time/score_s": t2 - t1,
+            "time/update_s": t3 - t2,
+        })  # fmt: skip
+        if isinstance(self.executor, CachingExecutor):
+            metrics["judge/cache_hits"] = self.executor.hits
+            metrics["judge/cache_misses"] = self.executor.misses
+        if cfg.log.save_rollouts:
+            (self.run_dir / "rollouts").mkdir(exist_ok=True)
+            save_trajectories(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl", batch.trajectories)
+        return metrics
+
+    def _lr(self, step: int) -> float:
+        o, steps = self.config.optim, self.config.trainer.steps
+        warm = int(o.warmup_ratio * steps)
+        if step <= warm:
+            return o.lr * step / max(warm, 1)
+        if o.schedule == "cosine":
+            import math
+
+            frac = (step - warm) / max(steps - warm, 1)
+            return o.lr * 0.5 * (1 + math.cos(math.pi * frac))
+        return o.lr
+
+    def _update(self, t: StepTensors) -> dict[str, Any]:
+        """One optimizer step on the batch (paper-spec §5.5: ppo_epochs 1, one mini-batch)."""
+        cfg = self.config
+        self.optimizer.zero_grad(set_to_none=True)
+        lm = backward_rows(
+            self.model, t.rows, t.old_logp, t.advantages.reshape(-1), t.loss_mask, cfg.rl.loss,
+            token_budget=cfg.trainer.micro_batch_tokens, temperature=cfg.rollout.temperature or 1.0,
+        )  # fmt: skip
+        trained = bool(t.loss_mask.any())
+        grad_norm = float("nan")
+        lr = self._lr(self.state.step + 1)
+        if trained:
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip).item())
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {
+            **{f"actor/{k}": v for k, v in lm.items()},
+            "actor/grad_norm": grad_norm,
+            "actor/lr": lr,
+            "actor/skipped": 0 if trained else 1,
+            "actor/trained_rows": int(t.loss_mask.any(-1).sum().item()),
+            "actor/trained_tokens": int(t.loss_mask.sum().item()),
+        }
+
+    # -- validation ---------------------------------------------------------------------------------
+    def validate(self, step: int) -> dict[str, Any]:
+        """Fast@p of the current model on the validation suite, through `drkernel bench`'s runner."""
+        from drkernel.agent.cli_bench import run_bench
+        from drkernel.agent.loop import LoopConfig
+
+        cfg = self.config
+        policy = getattr(self.sampler, "policy", self.sampler)
+        sampling = SamplingParams(
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.trainer.validation_top_p,
+            max_tokens=cfg.rollout.max_new_tokens,
+        )
+        loop = LoopConfig(env=self.env_config, sampling=sampling, concurrency=cfg.rollout.concurrency, model=cfg.name)
+        out = self.run_dir / "validation" / f"step_{step:06d}"
+        summary = run_bench(self.validation, policy, self.executor, loop, out,  # type: ignore[arg-type]
+                            samples=cfg.trainer.validation_samples, progress=False)  # fmt: skip
+        last = summary.get("last_turn") or {}
+        fp = last.get("fast_p", {})
+        return {
+            "val/fast@1": fp.get("1"),
+            "val/fast@1.2": fp.get("1.2"),
+            "val/correct": last.get("correct"),
+            "val/hacked": last.get("hacked"),
+        }
+
+    def close(self) -> None:
+        self.runlog.close()
+        self.executor.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

@@ -1,0 +1,89 @@
+"""Recipes are code: importable two ways, carrying the paper's values, overridable with type checks."""
+
+import dataclasses
+import json
+
+import pytest
+
+import recipes
+from drkernel import recipes as shipped
+from drkernel.cli import main
+from drkernel.errors import ConfigError
+from drkernel.rl.config import (
+    RunConfig,
+    apply_overrides,
+    config_keys,
+    from_dict,
+    to_dict,
+)
+
+
+def test_top_level_package_is_the_shipped_module():
+    assert recipes.dr_kernel_8b is shipped.dr_kernel_8b
+    assert set(recipes.__all__) == {"RECIPES", "debug_cpu", "dr_kernel_14b", "dr_kernel_8b", "get_recipe"}
+    assert set(shipped.RECIPES) == {"debug_cpu", "dr_kernel_8b", "dr_kernel_14b"}
+
+
+@pytest.mark.parametrize("name", ["dr_kernel_8b", "dr_kernel_14b"])
+def test_paper_recipes_carry_the_paper_values(name):
+    cfg = shipped.get_recipe(name)
+    assert (cfg.rollout.n, cfg.rollout.max_turns, cfg.trainer.prompts_per_step) == (16, 3, 16)  # §9.3
+    assert (cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens) == (10240, 8192)
+    assert cfg.rollout.temperature == 1.0 and cfg.rollout.top_p == 1.0
+    assert cfg.rl.advantage == "trloo" and cfg.rl.gamma == 1.0
+    assert cfg.rl.mrs.bounds == (0.999, 1.001) and cfg.rl.mrs.veto == 1e-4  # §6
+    assert (cfg.rl.prs.tau, cfg.rl.prs.slope) == (0.3, 0.1)  # §7
+    assert cfg.rl.dynamic_sampling.min_group_size == 9 and cfg.rl.dynamic_sampling.std_threshold == 1e-3  # §8
+    loss = cfg.rl.loss
+    assert (loss.clip_low, loss.clip_high, loss.dual_clip, loss.agg, loss.scale) == (
+        0.2, 0.28, 3.0, "seq-mean-token-sum", 1000.0)  # fmt: skip
+    assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.grad_clip) == (1e-6, 0.01, 1.0)  # §5.5
+    assert (cfg.trainer.steps, cfg.trainer.validate_every, cfg.trainer.validation_samples) == (300, 10, 8)
+    assert cfg.data.validation_levels == (2,)
+    assert (cfg.sft.lr, cfg.sft.batch_size, cfg.sft.epochs, cfg.sft.max_length) == (2e-5, 64, 4, 18432)  # §9.2
+    assert cfg.judge.eval.num_perf_trials == 100 and cfg.judge.eval.atol == 1e-2  # §11
+
+
+def test_variants_derive_with_dataclasses_replace():
+    cfg = shipped.dr_kernel_8b()
+    short = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_turns=5))
+    assert short.rollout.max_turns == 5 and cfg.rollout.max_turns == 3
+
+
+def test_overrides_are_type_checked_and_nested():
+    cfg = apply_overrides(
+        shipped.debug_cpu(),
+        ["rl.advantage=grpo", "rl.mrs.bounds=0.99,1.01", "optim.lr=3e-4", "rl.mrs.veto=none",
+         "data.problems=101_ReLU", "judge.eval.num_perf_trials=5", "log.tensorboard=false"],
+    )  # fmt: skip
+    assert cfg.rl.advantage == "grpo" and cfg.rl.mrs.bounds == (0.99, 1.01) and cfg.rl.mrs.veto is None
+    assert cfg.optim.lr == 3e-4 and cfg.data.problems == ("101_ReLU",)
+    assert cfg.judge.eval.num_perf_trials == 5 and cfg.log.tensorboard is False
+    for bad, words in [
+        ("rl.advantage=ppo", "not one of"),
+        ("trainer.steps=1.5", "integer"),
+        ("rl.mrs.bounds=1", "2 values"),
+        ("rl.nothing=1", "unknown key"),
+        ("rl.mrs.bounds=1.1,0.9", "lower"),  # the component's own __post_init__ check
+        ("novalue", "key=value"),
+    ]:
+        with pytest.raises(ConfigError, match=words):
+            apply_overrides(RunConfig(), [bad])
+
+
+def test_config_round_trips_through_json():
+    for fn in shipped.RECIPES.values():
+        cfg = fn()
+        again = from_dict(RunConfig, json.loads(json.dumps(to_dict(cfg))))
+        assert again == cfg
+    assert "rl.mrs.bounds" in config_keys() and "model.tiny.hidden_size" in config_keys()
+
+
+def test_cli_lists_and_prints_recipes(capsys):
+    assert main(["train", "recipes"]) == 0
+    assert "dr_kernel_14b" in capsys.readouterr().out
+    assert main(["train", "recipes", "dr_kernel_8b", "--set", "rl.advantage=grpo"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["rl"]["advantage"] == "grpo" and printed["rollout"]["n"] == 16
+    assert main(["train", "rl", "--recipe", "nope", "--run-dir", "unused"]) == 2
+    assert "unknown recipe" in capsys.readouterr().err

@@ -1,0 +1,97 @@
+"""Multi-turn SFT: loss on assistant tokens only, a tiny model learns the answer, LoRA, the CLI."""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from drkernel.agent.trajectories import Trajectory, Turn, save_trajectories
+from drkernel.cli import main
+from drkernel.errors import ConfigError
+from drkernel.rl.config import SFTConfig, TinyModelConfig
+from drkernel.rl.sft import load_conversations, run_sft, tokenize_conversation
+from drkernel.rl.tiny import build_tiny, macro_text
+from drkernel.types import EvalOutcome, EvalResult
+
+KERNEL = "class ModelNew:\n    pass"
+
+
+def _tiny():
+    return build_tiny(TinyModelConfig(), {"p": {"honest": KERNEL, "other": "class ModelNew:\n    x = 1"}}, seed=0)
+
+
+def _conversation():
+    return [
+        {"role": "user", "content": "here is my code"},
+        {"role": "assistant", "content": "ok" + macro_text(KERNEL)},
+        {"role": "user", "content": "fast ok"},
+        {"role": "assistant", "content": "kernel" + macro_text(KERNEL)},
+    ]
+
+
+def test_labels_cover_assistant_turns_and_their_end_tokens_only():
+    _, tok = _tiny()
+    ex = tokenize_conversation(tok, _conversation(), max_length=512)
+    labelled = [i for i, lab in zip(ex.input_ids, ex.labels) if lab]
+    assert tok.convert_ids_to_tokens(labelled[:1] + labelled[3:4]) == ["ok", "kernel"]
+    assert tok.convert_ids_to_tokens([labelled[2], labelled[5]]) == ["<|end|>", "<|end|>"]
+    assert len(labelled) == 6  # word, macro, end-of-turn; twice
+    unlabelled = tok.convert_ids_to_tokens([i for i, lab in zip(ex.input_ids, ex.labels) if not lab])
+    assert "<|assistant|>" in unlabelled and "here" in unlabelled and "fast" in unlabelled
+    short = tokenize_conversation(tok, _conversation(), max_length=5)
+    assert len(short.input_ids) == 5  # right truncation
+
+
+def test_sft_teaches_a_tiny_model_the_assistant_answer(tmp_path):
+    model, tok = _tiny()
+    cfg = SFTConfig(lr=3e-2, batch_size=4, micro_batch_size=2, epochs=15, max_length=256, warmup_ratio=0.0,
+                    schedule="constant")  # fmt: skip
+    summary = run_sft(cfg, [_conversation()] * 4, model, tok, tmp_path, tensorboard=False)
+    losses = [json.loads(line)["sft/loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert summary["steps"] == 15 and losses[-1] < 0.2 * losses[0]
+    from drkernel.rl.build import load_pretrained
+
+    loaded, tok2 = load_pretrained(str(tmp_path / "model"), dtype="float32")
+    prompt = tok2.apply_chat_template(_conversation()[:1], tokenize=False, add_generation_prompt=True)
+    ids = torch.tensor([tok2(prompt, add_special_tokens=False)["input_ids"]])
+    out = loaded.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
+                          pad_token_id=tok2.pad_token_id)  # fmt: skip
+    assert tok2.convert_ids_to_tokens(out[0, ids.shape[1] :]) == ["ok", macro_text(KERNEL), "<|end|>"]
+
+
+def test_lora_adapters_are_merged_into_the_saved_model(tmp_path):
+    pytest.importorskip("peft")
+    model, tok = _tiny()
+    cfg = SFTConfig(lr=1e-2, batch_size=2, micro_batch_size=1, epochs=1, max_length=128, lora_rank=4)
+    run_sft(cfg, [_conversation()] * 2, model, tok, tmp_path, tensorboard=False)
+    from safetensors.torch import load_file
+
+    keys = load_file(tmp_path / "model" / "model.safetensors").keys()
+    assert keys and not any("lora" in k for k in keys)
+
+
+def test_lora_without_peft_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "peft", None)
+    model, tok = _tiny()
+    with pytest.raises(ConfigError, match="needs peft"):
+        run_sft(SFTConfig(lora_rank=4, max_length=128), [_conversation()], model, tok, tmp_path, tensorboard=False)
+
+
+def test_cli_sft_on_agent_trajectories(tmp_path, capsys):
+    ok = EvalResult(outcome=EvalOutcome.OK, compiled=True, correct=True, speedup=1.5)
+    traj = Trajectory(problem="101_ReLU", sample=0, prompt=[{"role": "user", "content": "optimize here"}])
+    for i in range(2):
+        traj.turns.append(Turn(index=i, response="kernel ok", code=None, extraction="none", result=ok,
+                               reward=2.5, feedback="fast ok"))  # fmt: skip
+    data = tmp_path / "traj.jsonl"
+    save_trajectories(data, [traj, traj])
+    assert len(load_conversations(data)) == 2
+    out = tmp_path / "sft"
+    rc = main(["train", "sft", "--recipe", "debug_cpu", "--data", str(data), "--out", str(out),
+               "--set", "sft.epochs=1", "--set", "log.tensorboard=false"])  # fmt: skip
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out)["examples"] == 2
+    assert (out / "model" / "config.json").is_file() and (out / "config.json").is_file()
+    (tmp_path / "empty.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n")
+    assert main(["train", "sft", "--data", str(tmp_path / "empty.jsonl"), "--out", str(out)]) == 2

@@ -1,0 +1,130 @@
+"""One trainer step on scripted rollouts and the fake judge: masks, filter, advantages, update."""
+
+import json
+
+import pytest
+import torch
+
+from drkernel.agent.policy import Completion
+from drkernel.executors.fake import FakeExecutor
+from drkernel.recipes import debug_cpu
+from drkernel.rl.config import TinyModelConfig, apply_overrides
+from drkernel.rl.tiny import build_tiny
+from drkernel.rl.trainer import Trainer
+from drkernel.types import Problem
+
+GOOD = "```python\nclass ModelNew:\n    pass\n# fake: speedup=2.0\n# fake: coverage=0.9\n```"
+LOW_PR = "```python\nclass ModelNew:\n    pass\n# fake: speedup=2.0\n# fake: coverage=0.1\n```"
+BAD = "```python\nclass ModelNew:\n    pass\n# fake: incorrect\n```"
+
+# problem -> per sample: (text of every turn, rollout log-probs are wrong: MRS must reject it)
+SCRIPT = {
+    "A": [(GOOD, False), (BAD, False), (BAD, True)],
+    "B": [(BAD, False), (BAD, False), (BAD, False)],  # tied: the group filter drops it
+    "C": [(LOW_PR, False), (BAD, False), (GOOD, False)],  # PRS drops the low-PR sample
+}
+
+
+class ScriptedSampler:
+    """Known texts and token ids; log-probs None (compared with themselves) or far off."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def count_tokens(self, text):
+        return len(text.split())
+
+    def sample(self, conversations, sampling):
+        out = []
+        for i, conv in enumerate(conversations):
+            name = conv[0]["content"].split("PROBLEM_")[1][0]
+            text, off = SCRIPT[name][i % self.n]
+            ids = [7, 8, 9]
+            out.append(Completion(text=text, finish_reason="stop", token_ids=ids,
+                                  logprobs=[-9.0, -9.0, -9.0] if off else None, extra={"prompt_ids": [3, 4, 5, 6]}))
+        return out
+
+
+def _problem(name):
+    return Problem(name=name, reference_code=f"# PROBLEM_{name}\nclass Model:\n    pass\n")
+
+
+def _trainer(tmp_path, script_overrides=()):
+    cfg = apply_overrides(debug_cpu(), [
+        "rollout.n=3", "trainer.prompts_per_step=3", "trainer.steps=1", "trainer.validate_every=0",
+        "judge.executor=fake", "rollout.cache_evaluations=false", "log.tensorboard=false", *script_overrides,
+    ])  # fmt: skip
+    model, tok = build_tiny(TinyModelConfig(), {"x": {"honest": "class ModelNew: pass"}}, seed=0)
+    return Trainer(cfg, tmp_path, model=model, tokenizer=tok, problems=[_problem(n) for n in "ABC"],
+                   validation=[], executor=FakeExecutor(), sampler=ScriptedSampler(3))  # fmt: skip
+
+
+def test_step_masks_filter_advantages_and_update(tmp_path):
+    with _trainer(tmp_path) as tr:
+        before = [p.detach().clone() for p in tr.model.parameters()]
+        batch, _ = tr._rollouts()
+        names = [batch.problems[g].name for g in batch.group_ids]
+        from drkernel.rl.step import prepare_step
+
+        groups_ok = tr._pick_groups(batch)
+        t = prepare_step(batch, groups_ok, tr.model, tr.tokenizer, tr.config, step=1)
+        row = {(names[i], i % 3): i for i in range(9)}
+        assert [bool(groups_ok[row["B", s]]) for s in range(3)] == [False] * 3
+        assert bool(groups_ok[row["A", 0]]) and bool(groups_ok[row["C", 0]])
+        assert not t.mrs_kept[row["A", 2]].any() and t.mrs_kept[row["A", 0]].all()  # MRS: whole trajectory
+        assert not t.prs_kept[row["C", 0]].any() and t.prs_kept[row["C", 2]].all()  # PRS: PR 0.1 < 0.3
+        # paper reward 1 + min(2, 3) + 0.9 = 3.9 per good turn; returns (7.8, 3.9) vs (0, 0)
+        a0, a1 = t.advantages[row["A", 0]], t.advantages[row["A", 1]]
+        assert torch.allclose(a0, torch.tensor([7.8, 3.9])) and torch.allclose(a1, torch.tensor([-7.8, -3.9]))
+        assert (t.advantages[row["A", 2]] == 0).all()  # rejected: no advantage, not in the baseline
+        trained = t.loss_mask.view(9, 2, -1).any(-1)
+        assert trained[row["A", 0]].all() and not trained[row["A", 2]].any()
+        assert not trained[[row["B", s] for s in range(3)]].any()
+        metrics = tr._update(t)
+        assert metrics["actor/skipped"] == 0 and metrics["actor/grad_norm"] > 0
+        assert any(not torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
+
+
+def test_fit_writes_metrics_and_checkpoint(tmp_path):
+    with _trainer(tmp_path) as tr:
+        (m,) = tr.fit()
+    assert m["filter/groups"] == 3 and m["filter/groups_kept"] == 2
+    assert m["mrs/reject_rate"] > 0 and m["prs/reject_rate"] > 0
+    assert m["batch/fast@1.2"] == pytest.approx(3 / 9)  # A0, C0 and C2 are correct at 2x at the last turn
+    assert m["batch/hack_rate"] == 0.0
+    record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert record["step"] == 1 and record["actor/skipped"] == 0
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_000001"
+    assert json.loads((tmp_path / "config.json").read_text())["rollout"]["n"] == 3
+    assert len((tmp_path / "rollouts" / "step_000001.jsonl").read_text().splitlines()) == 9
+
+
+def test_an_all_filtered_batch_skips_the_update_and_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setitem(SCRIPT, "A", [(BAD, False)] * 3)
+    monkeypatch.setitem(SCRIPT, "C", [(BAD, False)] * 3)
+    with _trainer(tmp_path, ["trainer.steps=2", "rl.max_sampling_rounds=2"]) as tr:
+        before = [p.detach().clone() for p in tr.model.parameters()]
+        metrics = tr.fit()
+        assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
+    assert [m["actor/skipped"] for m in metrics] == [1, 1]
+    assert [m["data/sampling_rounds"] for m in metrics] == [2, 2]  # refill tried, nothing survived
+    assert metrics[0]["filter/groups_kept"] == 0 and metrics[0]["actor/loss"] == 0.0
+    assert (tmp_path / "checkpoints" / "step_000002").is_dir()
+
+
+def test_resume_restores_weights_tokenizer_optimizer_and_cursor(tmp_path):
+    with _trainer(tmp_path) as tr:
+        tr.fit()
+        weights = {k: v.clone() for k, v in tr.model.state_dict().items()}
+        vocab = tr.tokenizer.get_vocab()
+        cursor = tr.state.cursor
+        moments = tr.optimizer.state_dict()["state"][0]["exp_avg"].clone()
+        rng_next = torch.rand(3)  # the RNG stream the next step would see
+    with _trainer(tmp_path, ["trainer.steps=2"]) as again:
+        assert again.state.step == 1 and again.state.cursor == cursor
+        assert again.tokenizer.get_vocab() == vocab
+        assert all(torch.equal(weights[k], v) for k, v in again.model.state_dict().items())
+        assert torch.equal(again.optimizer.state_dict()["state"][0]["exp_avg"], moments)
+        assert torch.equal(torch.rand(3), rng_next)
+        (m,) = again.fit()
+    assert m["step"] == 2
