@@ -120,6 +120,19 @@ class ModelNew(nn.Module):
 """
 
 
+class _Lines(list):  # type: ignore[type-arg]
+    """Collects the report and prints each line at once, so a run cut short keeps its sections."""
+
+    def append(self, line: str) -> None:  # type: ignore[override]
+        super().append(line)
+        print(line, flush=True)
+
+    def __iadd__(self, more):  # type: ignore[no-untyped-def, override]
+        for line in more:
+            self.append(line)
+        return self
+
+
 def evaluate(judge: Judge, ref: str, ker: str, **opts: object) -> dict:
     r = judge.evaluate(EvalRequest(reference_code=ref, kernel_code=ker, options=EvalOptions(**opts)))
     return r.to_dict()
@@ -133,7 +146,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--only-overhead", action="store_true", help="stop after the fixed-overhead table")
     args = ap.parse_args()
-    lines: list[str] = []
+    lines = _Lines()
     small_ref, small_ker = ELEMENTWISE_REF.format(n=256), ELEMENTWISE_KERNEL
     with tempfile.TemporaryDirectory() as cache, Judge(device=args.device, shared_triton_cache=cache) as judge:
         t0 = time.monotonic()
@@ -154,7 +167,6 @@ def main() -> None:
                      f"stages of the last run: {json.dumps(rows[-1][4])}\n")
         # 2. throughput over a mix of small problems, fresh compile each (cache off)
     if args.only_overhead:
-        print("\n".join(lines))
         return
     with Judge(device=args.device) as judge:
         judge.warm()
@@ -182,7 +194,6 @@ def main() -> None:
             top = "; ".join(f"{k['name'][:30]}{'*' if k['own'] else ''}={k['device_us']:.0f}us" for k in d["kernels"][:3])
             lines.append(f"| {name} | {d['outcome']} {d['hacks']} | {d['coverage']} | {d['speedup']} | {top} |")
     text = "\n".join(lines)
-    print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "eval_overhead.md").write_text(text)
