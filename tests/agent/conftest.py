@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from agent_fixtures import RELU_REF
+from tests.agent.agent_fixtures import RELU_REF
 
 from drkernel.types import Problem
 

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from agent_fixtures import RELU_REF
+from tests.agent.agent_fixtures import RELU_REF
 
 from drkernel.agent.cli_bench import run_bench
 from drkernel.agent.cli_options import build_executor

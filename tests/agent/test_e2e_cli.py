@@ -6,7 +6,7 @@ import json
 import threading
 
 import pytest
-from agent_fixtures import RELU_BROKEN, RELU_HACK, RELU_REF, answer, relu_kernel
+from tests.agent.agent_fixtures import RELU_BROKEN, RELU_HACK, RELU_REF, answer, relu_kernel
 
 from drkernel.agent.trajectories import load_trajectories
 from drkernel.cli import main
