@@ -13,7 +13,13 @@ from drkernel.problems.loaders import (
     load_suite,
     problem_from_record,
 )
-from drkernel.problems.suite import builtin_names, builtin_problem, builtin_solution, load_builtin_suite, with_size
+from drkernel.problems.suite import (
+    builtin_names,
+    builtin_problem,
+    builtin_solution,
+    load_builtin_suite,
+    with_size,
+)
 
 __all__ = [
     "builtin_names",

@@ -116,7 +116,7 @@ def problem_from_record(record: dict[str, Any], origin: str) -> Problem:
     entry_point = str(record.get("entry_point") or extra.get("entry_point") or "Model")
     validate_reference_source(code, origin, entry_point)
     level = record.get("level", extra.get("level"))
-    metadata = {k: record[k] for k in ("prompt", "data_source") if k in record}
+    metadata: dict[str, Any] = {k: record[k] for k in ("prompt", "data_source") if k in record}
     metadata.update({f"extra_{k}": v for k, v in extra.items() if k in ("ops", "module_name", "uuid")})
     return Problem(
         name=str(name),

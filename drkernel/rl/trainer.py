@@ -21,6 +21,7 @@ from drkernel.agent.feedback import FeedbackConfig
 from drkernel.agent.policy import SamplingParams
 from drkernel.agent.trajectories import save_trajectories
 from drkernel.executors.base import Executor
+from drkernel.executors.caching import CachingExecutor
 from drkernel.rl.build import (
     build_executor,
     build_model,
@@ -36,7 +37,6 @@ from drkernel.rl.checkpoint import (
     save_checkpoint,
 )
 from drkernel.rl.config import RunConfig, save_config
-from drkernel.executors.caching import CachingExecutor
 from drkernel.rl.filters import dynamic_sampling_filter
 from drkernel.rl.masks import last_present_values
 from drkernel.rl.rewards import turn_rewards

@@ -38,7 +38,7 @@ class LaunchRecorder:
     def install(self) -> None:
         from triton.runtime.jit import JITFunction
 
-        classes: list[type] = [JITFunction]
+        classes: list[Any] = [JITFunction]
         try:
             from triton.runtime.interpreter import InterpretedFunction
 
@@ -48,7 +48,7 @@ class LaunchRecorder:
         for cls in classes:
             original = cls.run
             self._patched.append((cls, original))
-            cls.run = self._wrap(original)  # type: ignore[method-assign]
+            cls.run = self._wrap(original)
 
     def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         recorder = self
@@ -58,7 +58,7 @@ class LaunchRecorder:
             if recorder.enabled and not kwargs.get("warmup", False):
                 fn = getattr(kernel, "fn", None)
                 code = getattr(fn, "__code__", None)
-                if code is not None and code.co_filename == recorder.own_file:
+                if fn is not None and code is not None and code.co_filename == recorder.own_file:
                     recorder.launches.append(fn.__name__)
             return result
 

@@ -20,7 +20,14 @@ from drkernel.sandbox.process import SandboxFailure, SandboxProcess
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.static import check_source
 from drkernel.types import (
-    DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult, KernelTime, TimingStats, TrialReport,
+    DeviceInfo,
+    ErrorInfo,
+    EvalOutcome,
+    EvalRequest,
+    EvalResult,
+    KernelTime,
+    TimingStats,
+    TrialReport,
 )  # fmt: skip
 
 __all__ = ["Evaluation", "ReferenceFailure"]

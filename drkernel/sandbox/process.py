@@ -8,8 +8,8 @@ SandboxFailure with a kind ("crash", "timeout", "memory_limit", "protocol").
 from __future__ import annotations
 
 import contextlib
-import os
 import json
+import os
 import secrets
 import select
 import signal
