@@ -75,7 +75,7 @@ class Zygote:
         env = sandbox_env(device, os.path.join(self._tmp.name, "triton"), self._tmp.name)
         with open(os.path.join(self._tmp.name, "zygote.log"), "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "drkernel.sandbox.zygote", str(theirs.fileno())],
+                [sys.executable, "-m", "drkernel.sandbox.zygote", str(theirs.fileno()), str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),),
                 cwd=self._tmp.name, start_new_session=True, env=env,
             )  # fmt: skip
@@ -165,7 +165,8 @@ class SandboxProcess:
                 os.chown(path, uid, uid)
         cmd_r, self._cmd_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
-        worker_args = [role, device, self.workdir, memory_limit_mb, gpu_memory_fraction]
+        parent = zygote.proc.pid if zygote is not None else os.getpid()
+        worker_args = [role, device, self.workdir, memory_limit_mb, gpu_memory_fraction, parent]
         env = sandbox_env(device, triton_cache or os.path.join(self.workdir, "triton"), home)
         self.proc: subprocess.Popen[bytes] | _ForkedChild
         if zygote is not None:

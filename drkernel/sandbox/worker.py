@@ -406,9 +406,23 @@ OPS = {"load": Sandbox.load, "run": Sandbox.run, "modes": Sandbox.modes, "time":
        "prep_window": Sandbox.prep_window, "window": Sandbox.window, "profile": Sandbox.profile}  # fmt: skip
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when its parent dies, so nothing outlives a killed judge or fork server.
+
+    Set after any uid change (the kernel clears it on a change of credentials).
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    if parent_pid > 0 and os.getppid() != parent_pid:  # the parent was already gone
+        os._exit(1)
+
+
 def serve(cmd_fd: int, resp_fd: int, role: str, device: str, workdir: str, memory_limit_mb: int,
-          gpu_fraction: float) -> None:  # fmt: skip
+          gpu_fraction: float, parent_pid: int = 0) -> None:  # fmt: skip
     """Answer ops on `cmd_fd` until the judge closes it."""
+    die_with_parent(int(parent_pid))
     _limits(memory_limit_mb, device.startswith("cuda"))
     try:
         box = Sandbox(role, device, workdir)
@@ -435,7 +449,7 @@ def serve(cmd_fd: int, resp_fd: int, role: str, device: str, workdir: str, memor
 
 def main() -> None:
     a = sys.argv
-    serve(int(a[1]), int(a[2]), a[3], a[4], a[5], int(a[6]), float(a[7]))
+    serve(int(a[1]), int(a[2]), a[3], a[4], a[5], int(a[6]), float(a[7]), int(a[8]))
 
 
 if __name__ == "__main__":

@@ -82,6 +82,9 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
 
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
+    from drkernel.sandbox.worker import die_with_parent
+
+    die_with_parent(int(sys.argv[2]))
     import torch  # noqa: F401 - the point of the zygote: import once, fork many
     import triton  # noqa: F401
 

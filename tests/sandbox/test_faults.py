@@ -127,3 +127,46 @@ def test_closed_judge_refuses_work() -> None:
     j.close()
     with pytest.raises(ConfigError):
         j.evaluate(EvalRequest(reference_code=honest.reference, kernel_code=honest.code, options=FAST))
+
+
+_KILLED_JUDGE = r'''
+import sys
+from drkernel.sandbox.judge import Judge
+from drkernel.types import EvalOptions, EvalRequest
+reference, kernel = sys.argv[1], sys.argv[2]
+judge = Judge(device="cpu", cache_path=None)
+judge.warm()
+pids = [judge._zygote.proc.pid, judge._ref.proc.pid, *(p.proc.pid for p in judge._pool)]
+print(" ".join(map(str, pids)), flush=True)
+judge.evaluate(EvalRequest(reference_code=reference, kernel_code=kernel,
+                           options=EvalOptions(static_policy=False, timeout_s=600)))
+'''
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def test_nothing_outlives_a_killed_judge() -> None:
+    """kill -9 of the judge: its fork server, the reference and every sandbox (the busy one too) die."""
+    import subprocess
+    import sys
+
+    loop = asset("faults", "endless_loop")
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_JUDGE, loop.reference, loop.code],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]  # type: ignore[union-attr]
+        assert len(pids) >= 3
+        time.sleep(3)  # the candidate is now spinning in its forward
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if _running(p)]
