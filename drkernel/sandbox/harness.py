@@ -22,6 +22,7 @@ __all__ = [
     "ThreadWatch",
     "flatten_outputs",
     "make_inputs",
+    "scaled_copy",
     "to_device",
 ]
 
@@ -166,11 +167,12 @@ def to_device(obj: Any, device: torch.device) -> Any:
     return obj
 
 
-def _scale(obj: Any, scale: float) -> Any:
+def scaled_copy(obj: Any, scale: float) -> Any:
+    """New tensors (new storage) with floating values multiplied by `scale`; others copied."""
     if isinstance(obj, torch.Tensor):
-        return obj * scale if obj.is_floating_point() else obj.clone()
+        return obj * scale if obj.is_floating_point() and scale != 1.0 else obj.clone()
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_scale(o, scale) for o in obj)
+        return type(obj)(scaled_copy(o, scale) for o in obj)
     return obj
 
 
@@ -182,7 +184,7 @@ def make_inputs(get_inputs: Callable[[], Any], seed: int, device: torch.device, 
     """
     torch.manual_seed(seed)
     inputs = to_device(list(get_inputs()), device)
-    return inputs if scale == 1.0 else _scale(inputs, scale)
+    return inputs if scale == 1.0 else scaled_copy(inputs, scale)
 
 
 def flatten_outputs(out: Any) -> tuple[Any, list[torch.Tensor]]:

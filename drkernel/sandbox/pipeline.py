@@ -7,6 +7,7 @@ reference side raise ReferenceFailure for the judge to report as infra_error.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -193,13 +194,18 @@ class Evaluation:
             self._hack("input_mutation", "the submission modified its inputs in place")
         if int(item.get("threads") or 0) > 0:
             self._hack("async_thread", f"{item['threads']} thread(s) of the submission alive after forward returned")
+        ref_path = os.path.join(self.ref.workdir, str(ref_item.get("file")))
+        out_path = os.path.join(self.cand.workdir, str(item.get("file")))
         try:
             dev = self.compare_device
-            ref_t = load_tensors(os.path.join(self.ref.workdir, ref_item["file"]), len(ref_item["dtypes"]), dev)
-            out_t = load_tensors(os.path.join(self.cand.workdir, str(item.get("file"))),
-                                 len(item.get("dtypes") or []), dev)  # fmt: skip
+            ref_t = load_tensors(ref_path, len(ref_item["dtypes"]), dev)
+            out_t = load_tensors(out_path, len(item.get("dtypes") or []), dev)
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
             return TrialReport(seed=seed, passed=False, issue=f"unreadable output: {exc}")
+        finally:  # outputs of GPU-sized problems are large: keep at most one pair on disk
+            for path in (ref_path, out_path):
+                with contextlib.suppress(OSError):
+                    os.remove(path)
         c = compare_outputs(ref_item["structure"], ref_t, item.get("structure"), out_t,
                             self.opts.atol, self.opts.rtol, self.opts.check_relative_error)  # fmt: skip
         return TrialReport(seed, c.passed, c.max_abs_diff, c.max_rel_diff, c.rel_l2, c.issue)

@@ -74,6 +74,7 @@ class Sandbox:
         self.get_inputs: Any = None
         self.loaded_key: str | None = None
         self._poison_sizes: set[int] = set()
+        self._input_cache: dict[int, list[Any]] = {}
         self._sync = torch.cuda.synchronize if self.cuda else (lambda *a, **k: None)
         if self.cuda:
             self._event = torch.cuda.Event
@@ -116,6 +117,7 @@ class Sandbox:
         if self.role == "reference" and key == self.loaded_key:
             return {"ok": True, "cached": True}
         entry = msg.get("entry_point", "Model")
+        self._input_cache.clear()
         ns: dict[str, Any] = {"__name__": "drkernel_reference", "__builtins__": __builtins__}
         try:
             with self.mode:
@@ -176,8 +178,19 @@ class Sandbox:
 
     # -- calls -------------------------------------------------------------------------------
     def _inputs(self, seed: int, scale: float) -> list[Any]:
-        with self.mode:
-            return harness.make_inputs(self.get_inputs, seed, self.device, scale)
+        """Fresh copies of the inputs for `seed` (scaled); get_inputs runs once per seed.
+
+        get_inputs builds GPU-sized problems on the host, which can take seconds; the few seeds of
+        one evaluation are kept on the device and every call gets its own copy.
+        """
+        base = self._input_cache.pop(seed, None)
+        if base is None:
+            with self.mode:
+                base = harness.make_inputs(self.get_inputs, seed, self.device, 1.0)
+        self._input_cache[seed] = base
+        while len(self._input_cache) > 3:
+            self._input_cache.pop(next(iter(self._input_cache)))
+        return harness.scaled_copy(base, scale)
 
     def _forward(self, inputs: list[Any]) -> Any:
         with self.mode:
@@ -290,7 +303,7 @@ class Sandbox:
                     done += 1
                 event_ms, host_ms, launches, saved = [], [], [], []
                 for k, (seed, scale) in enumerate(msg["items"]):
-                    inputs = harness._scale(bases[seed], scale) if scale != 1.0 else bases[seed]
+                    inputs = harness.scaled_copy(bases[seed], scale) if scale != 1.0 else bases[seed]
                     e, h, out = self._timed_call(inputs)
                     event_ms.append(e)
                     host_ms.append(h)

@@ -23,7 +23,7 @@ SANDBOX_ALL = {
     "static": {"ALLOWED_IMPORT_ROOTS", "StaticReport", "check_source"},
     "protocol": {"MAX_MESSAGE_BYTES", "ProtocolError", "read_message", "write_message"},
     "refcache": {"ReferenceTimingCache"},
-    "harness": {"CpuDeviceMode", "LaunchRecorder", "TamperWatch", "ThreadWatch", "flatten_outputs", "make_inputs",
+    "harness": {"CpuDeviceMode", "LaunchRecorder", "TamperWatch", "ThreadWatch", "flatten_outputs", "make_inputs", "scaled_copy",
                 "to_device"},
     "cli": {"register", "render_verdict"},
     "zygote": {"STATUS_FILE", "main"},
