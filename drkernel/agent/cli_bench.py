@@ -19,6 +19,7 @@ from drkernel.agent.cli_options import (
     build_executor,
     build_loop_config,
     build_policy,
+    server_token,
 )
 from drkernel.agent.loop import LoopConfig, run_episodes
 from drkernel.agent.metrics import summarize
@@ -158,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
         problems = problems[: args.limit]
     config = build_loop_config(args, default_turns=3)
     policy = build_policy(args)
-    executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers)
+    executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers,
+                              token=server_token(args))  # fmt: skip
     try:
         summary = run_bench(
             problems, policy, executor, config, args.out,

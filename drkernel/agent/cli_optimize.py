@@ -18,6 +18,7 @@ from drkernel.agent.cli_options import (
     build_executor,
     build_loop_config,
     build_policy,
+    server_token,
 )
 from drkernel.agent.env import KernelEnv
 from drkernel.agent.loop import LoopConfig, run_episode
@@ -115,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"optimize-{problem.name}")
     config = build_loop_config(args, default_turns=3)
     policy = build_policy(args)
-    executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers)
+    executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers,
+                              token=server_token(args))  # fmt: skip
     try:
         traj = optimize(problem, policy, executor, config, out)
     finally:

@@ -52,6 +52,8 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g = p.add_argument_group("judge")
     g.add_argument("--executor", choices=("local", "http", "fake"), default="local")
     g.add_argument("--server", help="drkernel server URL for --executor http")
+    g.add_argument("--server-token-env", default=None,
+                   help="name of the environment variable holding the server's bearer token")  # fmt: skip
     g.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when present)")
     g.add_argument("--workers", type=int, help="judge workers (CPU; default cores // 2)")
     g.add_argument("--reference-backend", choices=("eager", "compile"), default="eager")
@@ -116,6 +118,7 @@ def build_executor(
     server: str | None = None,
     device: str | None = None,
     workers: int | None = None,
+    token: str | None = None,
 ) -> Executor:
     """An executor by name: "local" (a judge pool here), "http" (a drkernel server) or "fake"."""
     if kind == "fake":
@@ -125,7 +128,7 @@ def build_executor(
     if kind == "http":
         if not server:
             raise ConfigError("--executor http needs --server URL")
-        return _http_executor(server)
+        return _http_executor(server, token)
     if kind != "local":
         raise ConfigError(f"unknown executor {kind!r} (local | http | fake)")
     from drkernel.executors.local import LocalExecutor
@@ -134,7 +137,18 @@ def build_executor(
     return LocalExecutor(LocalExecutor.Config(devices=devices, num_cpu_workers=workers))
 
 
-def _http_executor(server: str) -> Executor:
+def server_token(args: argparse.Namespace) -> str | None:
+    """The bearer token for --executor http, read from the variable --server-token-env names."""
+    name = getattr(args, "server_token_env", None)
+    if not name:
+        return None
+    token = os.environ.get(name)
+    if not token:
+        raise ConfigError(f"--server-token-env {name}: that environment variable is not set")
+    return token
+
+
+def _http_executor(server: str, token: str | None) -> Executor:
     from drkernel.executors.http import HttpExecutor
 
-    return HttpExecutor(HttpExecutor.Config(base_url=server))
+    return HttpExecutor(HttpExecutor.Config(base_url=server, token=token))

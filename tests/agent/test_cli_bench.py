@@ -131,3 +131,17 @@ def test_optimize_with_fake_executor_and_no_verified_kernel(chat_server, tmp_pat
 def test_usage_errors(tmp_path, capsys):
     assert main(["optimize", str(tmp_path / "nope.py"), "--model", "m", "--executor", "fake"]) == 2
     assert main(["bench", str(tmp_path), "--model", "m", "--samples", "0", "--executor", "fake"]) == 2
+
+
+def test_server_token_comes_from_the_named_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from drkernel.agent.cli_options import server_token
+    from drkernel.errors import ConfigError
+
+    monkeypatch.setenv("DRK_TEST_TOKEN", "s3cret")
+    assert server_token(argparse.Namespace(server_token_env="DRK_TEST_TOKEN")) == "s3cret"
+    assert server_token(argparse.Namespace(server_token_env=None)) is None
+    monkeypatch.delenv("DRK_TEST_TOKEN")
+    with pytest.raises(ConfigError, match="DRK_TEST_TOKEN"):
+        server_token(argparse.Namespace(server_token_env="DRK_TEST_TOKEN"))
