@@ -119,12 +119,15 @@ class _ForkedChild:
             return self.returncode
         try:
             with open(f"/proc/{self.pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            if state not in ("Z", "X"):
+                fields = f.read().rsplit(")", 1)[1].split()
+            if fields[0] not in ("Z", "X"):
                 return None
-        except (OSError, IndexError):
+            status = int(fields[-1])  # a zombie's wait status (/proc/PID/stat field 52)
+            self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            return self.returncode
+        except (OSError, IndexError, ValueError):
             pass
-        for _ in range(50):  # the zygote records the status as it reaps the child
+        for _ in range(100):  # already reaped: the zygote records the status as it reaps the child
             try:
                 with open(self._status) as f:
                     self.returncode = int(f.read().strip() or "-9")

@@ -9,9 +9,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from tests.agent.agent_fixtures import RELU_REF
 
 from drkernel.types import Problem
+from tests.agent.agent_fixtures import RELU_REF
 
 
 @pytest.fixture

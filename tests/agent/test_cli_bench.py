@@ -3,7 +3,6 @@
 import json
 
 import pytest
-from tests.agent.agent_fixtures import RELU_REF
 
 from drkernel.agent.cli_bench import run_bench
 from drkernel.agent.cli_options import build_executor
@@ -15,6 +14,7 @@ from drkernel.cli import main
 from drkernel.errors import ConfigError
 from drkernel.executors.fake import FakeExecutor
 from drkernel.problems.loaders import load_suite
+from tests.agent.agent_fixtures import RELU_REF
 
 
 def fake_answer(msgs):

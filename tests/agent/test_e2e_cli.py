@@ -6,10 +6,10 @@ import json
 import threading
 
 import pytest
-from tests.agent.agent_fixtures import RELU_BROKEN, RELU_HACK, RELU_REF, answer, relu_kernel
 
 from drkernel.agent.trajectories import load_trajectories
 from drkernel.cli import main
+from tests.agent.agent_fixtures import RELU_BROKEN, RELU_HACK, RELU_REF, answer, relu_kernel
 
 pytest.importorskip("drkernel.sandbox.judge")
 pytestmark = pytest.mark.slow

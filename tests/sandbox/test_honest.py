@@ -11,7 +11,6 @@ from drkernel.types import EvalOptions, EvalOutcome, EvalRequest, EvalResult, Ev
 from tests.sandbox.corpus import FAST, Asset, asset, corpus, reference_code
 
 
-
 @pytest.fixture(scope="module")
 def judge() -> Iterator[Judge]:
     with Judge(device="cpu", cache_path=None) as j:
