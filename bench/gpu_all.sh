@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
-# Every GPU measurement of docs/benchmarks.md in one call of the lent H200 (about 9 minutes).
-# Usage (repository root, on the GPU machine): bash bench/gpu_all.sh        output: $OUT or ./gpu-out
+# The GPU measurements of docs/benchmarks.md, in parts that fit 10-minute calls of the lent H200.
+# Usage (repository root, on the GPU machine): bash bench/gpu_all.sh PART [PART ...]
+#   judge  overhead, throughput, speedup spread, coverage; the GPU tests; the service   (~8 min)
+#   rl     experiments/rl_gpu_demo (issue 7)                                           (~4 min)
+#   suite  bench/suite_gpu.py over the built-in suite (issue 6)                        (~2 min)
+#   agent  bench/agent_gpu_demo.py (issue 5)                                           (~6 min)
+# Logs and tables go to $OUT (or ./gpu-out). Parts may run side by side on different GPUs:
+#   CUDA_VISIBLE_DEVICES=0 bash bench/gpu_all.sh judge & CUDA_VISIBLE_DEVICES=1 bash bench/gpu_all.sh rl suite; wait
 # FastAPI/uvicorn are not on the device image: carry their wheels in .whl/ (see docs/benchmarks.md).
 set -u
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-if [ -d .whl ]; then
+if [ -d .whl ] && [ ! -d /tmp/site/fastapi ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
+[ -d /tmp/site ] && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv > "$OUT/gpu.txt" 2>&1
-timeout 120 python3 bench/eval_overhead.py --repeats 10 --mix 12 --out "$OUT" > "$OUT/overhead.log" 2>&1
-timeout 200 python3 -m pytest -m gpu tests/sandbox/test_gpu.py -v -rfE -p no:cacheprovider \
-  -W ignore::pytest.PytestConfigWarning -o timeout=60 > "$OUT/gpu_tests.log" 2>&1
-timeout 80 python3 bench/service_throughput.py --batch 24 --rounds 1 --latency-samples 3 > "$OUT/service.log" 2>&1
-timeout 130 python3 bench/suite_gpu.py --perf-trials 20 --json "$OUT/suite.json" > "$OUT/suite.log" 2>&1
-tail -n 12 "$OUT/overhead.log"; grep -E "PASSED|FAILED|ERROR" "$OUT/gpu_tests.log" | grep -c PASSED
-grep -E "FAILED|ERROR" "$OUT/gpu_tests.log" | head -20; tail -n 8 "$OUT/service.log"; tail -n 30 "$OUT/suite.log"
+nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
+for part in "$@"; do
+  case $part in
+  judge)
+    timeout 180 python3 bench/eval_overhead.py --repeats 10 --mix 12 --out "$OUT" > "$OUT/overhead.log" 2>&1
+    timeout 240 python3 -m pytest -m gpu tests/sandbox/test_gpu.py -v -rfE -p no:cacheprovider \
+      -W ignore::pytest.PytestConfigWarning -o timeout=60 > "$OUT/gpu_tests.log" 2>&1
+    timeout 100 python3 bench/service_throughput.py --batch 24 --rounds 1 --latency-samples 3 > "$OUT/service.log" 2>&1
+    ;;
+  rl)
+    timeout 330 python3 experiments/rl_gpu_demo/run.py --device cuda --out "$OUT/rl_gpu_demo" > "$OUT/rl.log" 2>&1 ;;
+  suite)
+    timeout 200 python3 bench/suite_gpu.py --perf-trials 20 --json "$OUT/suite.json" > "$OUT/suite.log" 2>&1 ;;
+  agent)
+    timeout 500 python3 bench/agent_gpu_demo.py --out "$OUT/agent_gpu_demo" --samples 2 --perf-trials 20 \
+      > "$OUT/agent.log" 2>&1 ;;
+  *) echo "unknown part $part (judge | rl | suite | agent)" >&2; exit 2 ;;
+  esac
+done
