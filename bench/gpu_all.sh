@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The GPU measurements of docs/benchmarks.md, in parts that fit 10-minute calls of the lent H200.
 # Usage (repository root, on the GPU machine): bash bench/gpu_all.sh PART [PART ...]
-#   judge  overhead, throughput, speedup spread, coverage; the GPU tests; the service   (~8 min)
-#   rl     experiments/rl_gpu_demo (issue 7)                                           (~4 min)
-#   suite  bench/suite_gpu.py over the built-in suite (issue 6)                        (~2 min)
-#   agent  bench/agent_gpu_demo.py (issue 5)                                           (~6 min)
+#   judge    overhead, throughput, speedup spread, coverage; the GPU tests             (~7 min)
+#   service  bench/service_throughput.py (issue 3)                                     (~1 min)
+#   rl       experiments/rl_gpu_demo (issue 7)                                         (~3 min)
+#   suite    bench/suite_gpu.py over the built-in suite (issue 6)                      (~3 min)
+#   agent    bench/agent_gpu_demo.py (issue 5)                                         (~5 min)
 # Logs and tables go to $OUT (or ./gpu-out). Parts may run side by side on different GPUs:
-#   CUDA_VISIBLE_DEVICES=0 bash bench/gpu_all.sh judge & CUDA_VISIBLE_DEVICES=1 bash bench/gpu_all.sh rl suite; wait
+#   CUDA_VISIBLE_DEVICES=0 bash bench/gpu_all.sh judge & CUDA_VISIBLE_DEVICES=1 bash bench/gpu_all.sh rl service suite; wait
 # FastAPI/uvicorn are not on the device image: carry their wheels in .whl/ (see docs/benchmarks.md).
 set -u
 OUT=${OUT:-gpu-out}
@@ -21,18 +22,20 @@ nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv > "$OU
 for part in "$@"; do
   case $part in
   judge)
-    timeout 180 python3 bench/eval_overhead.py --repeats 10 --mix 12 --out "$OUT" > "$OUT/overhead.log" 2>&1
-    timeout 240 python3 -m pytest -m gpu tests/sandbox/test_gpu.py -v -rfE -p no:cacheprovider \
+    timeout 170 python3 bench/eval_overhead.py --repeats 10 --mix 12 --out "$OUT" > "$OUT/overhead.log" 2>&1
+    timeout 300 python3 -m pytest -m gpu tests/sandbox/test_gpu.py -v -rfE -p no:cacheprovider \
       -W ignore::pytest.PytestConfigWarning -o timeout=60 > "$OUT/gpu_tests.log" 2>&1
+    ;;
+  service)
     timeout 100 python3 bench/service_throughput.py --batch 24 --rounds 1 --latency-samples 3 > "$OUT/service.log" 2>&1
     ;;
   rl)
-    timeout 330 python3 experiments/rl_gpu_demo/run.py --device cuda --out "$OUT/rl_gpu_demo" > "$OUT/rl.log" 2>&1 ;;
+    timeout 240 python3 experiments/rl_gpu_demo/run.py --device cuda --out "$OUT/rl_gpu_demo" > "$OUT/rl.log" 2>&1 ;;
   suite)
     timeout 200 python3 bench/suite_gpu.py --perf-trials 20 --json "$OUT/suite.json" > "$OUT/suite.log" 2>&1 ;;
   agent)
     timeout 500 python3 bench/agent_gpu_demo.py --out "$OUT/agent_gpu_demo" --samples 2 --perf-trials 20 \
       > "$OUT/agent.log" 2>&1 ;;
-  *) echo "unknown part $part (judge | rl | suite | agent)" >&2; exit 2 ;;
+  *) echo "unknown part $part (judge | service | rl | suite | agent)" >&2; exit 2 ;;
   esac
 done

@@ -86,6 +86,9 @@ class EvalOptions:
     num_warmup: int = 3  # paper-spec §3.2
     num_profile_calls: int = 5
     num_verified_timed_calls: int = 3  # timed calls whose outputs are checked (replay defence)
+    # GPU: keep the device busy this many µs before each timed call, so that the host's launch
+    # overhead (up to this much) overlaps it instead of being timed. 0: off (the anchor's way).
+    launch_preroll_us: float = 0.0
     timeout_s: float = 180.0
     atol: float | None = None  # None: per-dtype defaults (sandbox/correctness.py)
     rtol: float | None = None

@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--no-profile", action="store_true", help="skip the profiling window (coverage null)")
     p.add_argument("--memory-limit-mb", type=int, default=None, help="host memory limit of the sandbox")
     p.add_argument("--cache", type=Path, default=None, help="reference timing cache file")
+    p.add_argument("--launch-preroll-us", type=float, default=None,
+                   help="GPU: keep the device busy this long before each timed call so that host launch "
+                        "overhead is not timed (default 0: off)")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -46,7 +49,8 @@ def _options(args: argparse.Namespace) -> EvalOptions:
                                   "profile": not args.no_profile}  # fmt: skip
     for field, value in (("num_correct_trials", args.trials), ("num_perf_trials", args.perf_trials),
                          ("num_warmup", args.warmup), ("atol", args.atol), ("rtol", args.rtol),
-                         ("reward_preset", args.reward), ("memory_limit_mb", args.memory_limit_mb)):  # fmt: skip
+                         ("reward_preset", args.reward), ("memory_limit_mb", args.memory_limit_mb),
+                         ("launch_preroll_us", args.launch_preroll_us)):  # fmt: skip
         if value is not None:
             changes[field] = value
     return base.replace(**changes)

@@ -22,6 +22,7 @@ __all__ = [
     "ThreadWatch",
     "flatten_outputs",
     "make_inputs",
+    "on_device_first",
     "scaled_copy",
     "to_device",
 ]
@@ -182,9 +183,27 @@ def make_inputs(get_inputs: Callable[[], Any], seed: int, device: torch.device, 
     Scaled copies give every timed call fresh values (and fresh storage) that the reference process
     can reproduce exactly, so the outputs of timed calls can be verified.
     """
-    torch.manual_seed(seed)
-    inputs = to_device(list(get_inputs()), device)
+    raw = on_device_first(lambda: list(get_inputs()), seed, device)
+    inputs = to_device(raw, device)
     return inputs if scale == 1.0 else scaled_copy(inputs, scale)
+
+
+def on_device_first(build: Callable[[], Any], seed: int, device: torch.device) -> Any:
+    """`build()` under `seed` with `device` as the default device; on the host if that fails.
+
+    KernelBench-sized inputs and weights take seconds to fill on the host with one thread and
+    milliseconds on the GPU. The reference process and the sandbox build the same way, so both see
+    the same values. Code that cannot run with a CUDA default device gets the host, as before.
+    """
+    torch.manual_seed(seed)
+    if device.type != "cuda":
+        return build()
+    try:
+        with torch.device(device):
+            return build()
+    except Exception:  # noqa: BLE001 - e.g. numpy interop on a CUDA default device
+        torch.manual_seed(seed)
+        return build()
 
 
 def flatten_outputs(out: Any) -> tuple[Any, list[torch.Tensor]]:

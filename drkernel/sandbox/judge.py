@@ -223,6 +223,8 @@ def _validate(request: EvalRequest) -> None:
         raise ConfigError("num_perf_trials: must be between 1 and 10000")
     if o.num_warmup < 0 or o.timeout_s <= 0:
         raise ConfigError("num_warmup must be >= 0 and timeout_s > 0")
+    if not 0.0 <= o.launch_preroll_us <= 1000.0:
+        raise ConfigError("launch_preroll_us: must be between 0 and 1000")
     if o.reference_backend not in ("eager", "compile"):
         raise ConfigError(f"reference_backend: {o.reference_backend!r} is not 'eager' or 'compile'")
     if not isinstance(request.kernel_code, str) or not isinstance(request.reference_code, str):

@@ -58,6 +58,12 @@ def timing_stats(event_ms: list[float], host_ms: list[float] | None = None) -> T
     )
 
 
+def _without_preroll(reply: dict[str, Any]) -> list[float]:
+    """Host times of a time op less the GPU pre-roll, which the host clock's final sync also waited for."""
+    pre = float(reply.get("preroll_ms") or 0.0)
+    return [max(float(h) - pre, 0.0) for h in reply["host_ms"]]
+
+
 class Evaluation:
     def __init__(self, request: EvalRequest, cand: SandboxProcess, ref: SandboxProcess,
                  cache: ReferenceTimingCache, device: DeviceInfo, compare_device: str = "cpu") -> None:  # fmt: skip
@@ -213,6 +219,9 @@ class Evaluation:
     def _correctness(self) -> None:
         items = [(s, 1.0) for s in self.seeds]
         ref_reply, reply = self._run_pair(items, "trial")
+        first = reply["items"][0].get("forward_s") if reply.get("items") else None
+        if isinstance(first, (int, float)):  # the candidate's JIT compile (or cache load) is in here
+            self.result.stage_s["first_call"] = round(float(first), 4)
         for seed, ref_item, item in zip(self.seeds, ref_reply["items"], reply["items"], strict=True):
             self.result.trials.append(self._compare_item(ref_item, item, seed))
             self.result.launched_kernels.extend(n for n in item["launches"] if n not in self.result.launched_kernels)
@@ -240,17 +249,23 @@ class Evaluation:
         k_verify = min(self.opts.num_verified_timed_calls, n)
         verify = sorted(set(self.rng.sample(range(n), k_verify)) | {n - 1})
         reply = self._cand({"op": "time", "base_seeds": bases, "items": items, "warmup": self.opts.num_warmup,
-                            "warmup_s": self._warmup_s, "verify": verify, "tag": "timed"})  # fmt: skip
+                            "warmup_s": self._warmup_s, "verify": verify, "tag": "timed",
+                            "preroll_us": self._preroll_us})  # fmt: skip
         no_launch = [k for k, c in enumerate(reply["launches"]) if c == 0]
         if no_launch:
             self._hack("decoy_kernel", f"timed call {no_launch[0]} launched no Triton kernel of the submission")
-        self.result.kernel_timing = timing_stats(reply["event_ms"], reply["host_ms"])
+        host_ms = _without_preroll(reply)
+        self.result.kernel_timing = timing_stats(reply["event_ms"], host_ms)
         self.timed_launches_per_call = statistics.median(reply["launches"])
-        self._stream_check(reply["event_ms"], reply["host_ms"])
+        self._stream_check(reply["event_ms"], host_ms)
         self._verify_timed(items, reply["verified"])
         self._stop_if_failed()
         self._external_clock()
         self._reference_timing(items)
+
+    @property
+    def _preroll_us(self) -> float:
+        return float(self.opts.launch_preroll_us) if self.cuda else 0.0
 
     @property
     def _warmup_s(self) -> float:
@@ -289,7 +304,8 @@ class Evaluation:
         if reply.get("launches", 0) < n:
             self._hack("decoy_kernel", f"back-to-back window launched {reply.get('launches')} kernels in {n} calls")
         # GPU: events cannot be far below the judge's clock. CPU (noisy, interpreter): only gross forgeries.
-        floor = 0.5 * external - 0.02 if self.cuda else 0.1 * external
+        # (a pre-roll hides up to its length of launch overhead from the events, not from this clock)
+        floor = 0.5 * external - 0.02 - self._preroll_us / 1e3 if self.cuda else 0.1 * external
         if stats.median_ms < floor:
             self._hack("timer_mismatch", f"in-sandbox median {stats.median_ms:.4f} ms is far below the "
                        f"{external:.4f} ms per call measured by the judge's own clock")  # fmt: skip
@@ -298,13 +314,14 @@ class Evaluation:
         info = self.ref.info or {}
         backend = self.opts.reference_backend
         key = self.cache.key(_hash(self.req.reference_code), str(info.get("device_name")), backend,
-                             str(info.get("torch")), len(cand_items), self.opts.num_warmup)  # fmt: skip
+                             str(info.get("torch")), len(cand_items), self.opts.num_warmup,
+                             self._preroll_us)  # fmt: skip
         stats = self.cache.get(key)
         if stats is None:
             reply = self._ref({"op": "time", "base_seeds": self.seeds[:2], "items": cand_items, "verify": [],
                                "warmup": self.opts.num_warmup, "warmup_s": self._warmup_s, "tag": "reftime",
-                               "compile": backend == "compile"})  # fmt: skip
-            stats = timing_stats(reply["event_ms"], reply["host_ms"])
+                               "compile": backend == "compile", "preroll_us": self._preroll_us})  # fmt: skip
+            stats = timing_stats(reply["event_ms"], _without_preroll(reply))
             self.cache.put(key, stats)
         self.result.reference_timing = stats
         kt = self.result.kernel_timing

@@ -9,24 +9,70 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
 from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
 
-__all__ = ["SandboxFailure", "SandboxProcess", "Zygote", "sandbox_env"]
+log = logging.getLogger(__name__)
+
+__all__ = ["SandboxFailure", "SandboxProcess", "Zygote", "remove_tree", "sandbox_env", "scratch_root", "sweep_uid"]
 
 _POLL_S = 0.05
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+def scratch_root(device: str) -> str | None:
+    """Where sandboxes keep their folders: tmpfs (/dev/shm) on a GPU judge when it has room.
+
+    Outputs of KernelBench-sized problems are files of a GiB each way, written and read several
+    times per evaluation; tmpfs keeps them in memory. DRKERNEL_SCRATCH_DIR overrides the choice.
+    """
+    override = os.environ.get("DRKERNEL_SCRATCH_DIR")
+    if override:
+        return override
+    if not device.startswith("cuda"):
+        return None
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    return "/dev/shm" if free >= 16 << 30 and os.access("/dev/shm", os.W_OK | os.X_OK) else None
+
+
+def remove_tree(path: str) -> bool:
+    """Remove a sandbox folder; retried, since the fork server may still write a dead child's status.
+
+    Never raises: a folder that stays is logged by the caller's caller, not fatal to a verdict.
+    """
+    for attempt in range(20):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            return True
+        time.sleep(0.005 * (attempt + 1))
+    return False
+
+
+def sweep_uid(uid: int) -> None:
+    """SIGKILL every process running as `uid` (a sandbox's own uid): nothing it forked survives."""
+    kill = shutil.which("kill", path="/usr/bin:/bin")
+    cmd = [kill, "-9", "-1"] if kill else [sys.executable, "-c", "import os; os.kill(-1, 9)"]
+    with contextlib.suppress(OSError, subprocess.SubprocessError):  # kill(-1) spares the caller itself
+        subprocess.run(cmd, user=uid, group=uid, extra_groups=[], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=5, check=False)  # fmt: skip
 
 
 class SandboxFailure(Exception):
@@ -157,8 +203,9 @@ class SandboxProcess:
         self.role = role
         self.device = device
         self.memory_limit_mb = memory_limit_mb
-        self._tmp = tempfile.TemporaryDirectory(prefix=f"drkernel-{role}-")
-        self.workdir = self._tmp.name
+        self.workdir = tempfile.mkdtemp(prefix=f"drkernel-{role}-", dir=scratch_root(device))
+        self._cleanup = weakref.finalize(self, remove_tree, self.workdir)
+        self.uid = uid
         os.chmod(self.workdir, 0o700)
         home = os.path.join(self.workdir, "home")
         os.mkdir(home)
@@ -221,10 +268,13 @@ class SandboxProcess:
         else:  # the leader is gone; its group may not be
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.uid is not None:  # processes that left the group (setsid) still run as this uid
+            sweep_uid(self.uid)
         for fd in (self._cmd_w, self._resp_r):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self._tmp.cleanup()
+        if not remove_tree(self.workdir):
+            log.warning("could not remove the sandbox folder %s", self.workdir)
 
     def output_tail(self, limit: int = 4000) -> str:
         try:

@@ -39,8 +39,10 @@ class ReferenceTimingCache:
         self._db.commit()
 
     @staticmethod
-    def key(problem_hash: str, device_name: str, backend: str, torch_version: str, trials: int, warmup: int) -> str:
-        return json.dumps([problem_hash, device_name, backend, torch_version, trials, warmup])
+    def key(problem_hash: str, device_name: str, backend: str, torch_version: str, trials: int, warmup: int,
+            preroll_us: float = 0.0) -> str:  # fmt: skip
+        parts: list[object] = [problem_hash, device_name, backend, torch_version, trials, warmup]
+        return json.dumps(parts + [preroll_us] if preroll_us else parts)  # keys of earlier runs stay valid
 
     def get(self, key: str) -> TimingStats | None:
         with self._lock:

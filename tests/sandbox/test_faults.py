@@ -115,10 +115,18 @@ def test_several_crashes_in_a_row_leave_the_judge_working(judge: Judge) -> None:
 def test_bad_options_raise_config_error_before_any_work(judge: Judge) -> None:
     honest = asset("kernels", "relu_scale")
     for bad in (FAST.replace(num_correct_trials=0), FAST.replace(timeout_s=0.0),
-                FAST.replace(reference_backend="jit")):  # fmt: skip
+                FAST.replace(reference_backend="jit"), FAST.replace(launch_preroll_us=-1.0),
+                FAST.replace(launch_preroll_us=5000.0)):  # fmt: skip
         with pytest.raises(ConfigError):
             judge.evaluate(EvalRequest(reference_code=honest.reference, kernel_code=honest.code, options=bad))
     assert_next_evaluation_unaffected(judge)
+
+
+def test_launch_preroll_is_a_gpu_option_that_the_interpreter_ignores(judge: Judge) -> None:
+    honest = asset("kernels", "relu_scale")
+    r = judge.evaluate(EvalRequest(reference_code=honest.reference, kernel_code=honest.code,
+                                   options=FAST.replace(launch_preroll_us=50.0)))  # fmt: skip
+    assert r.outcome is EvalOutcome.OK and r.kernel_timing is not None, r.error
 
 
 def test_closed_judge_refuses_work() -> None:

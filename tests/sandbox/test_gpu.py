@@ -13,7 +13,7 @@ import torch
 
 from drkernel.sandbox.judge import Judge
 from drkernel.types import EvalOptions, EvalOutcome, EvalRequest, EvalResult
-from tests.sandbox.corpus import Asset, asset, corpus, reference_code
+from tests.sandbox.corpus import Asset, asset, corpus, parse_options, reference_code
 
 pytestmark = [
     pytest.mark.gpu,
@@ -43,9 +43,10 @@ def judge() -> Iterator[Judge]:
 
 
 def evaluate(judge: Judge, item: Asset, reference: str | None = None, options: EvalOptions = GPU) -> EvalResult:
+    # an asset's own options line may turn the static gate off; it never turns it back on
+    own = {k: v for k, v in parse_options(item.meta.get("options", "")).items() if k == "static_policy"}
     request = EvalRequest(reference_code=reference or item.reference, kernel_code=item.code,
-                          options=options.replace(**{k: v for k, v in item.options().to_dict().items()
-                                                     if k == "static_policy"}))  # fmt: skip
+                          options=options.replace(**own))
     return judge.evaluate(request)
 
 
@@ -72,10 +73,18 @@ def test_honest_kernel_on_gpu_is_timed_and_fully_covered(honest_big: EvalResult)
 
 
 @pytest.mark.parametrize("kernel", [k for k in corpus("kernels")], ids=lambda k: k.name)
-def test_honest_corpus_passes_on_gpu(judge: Judge, kernel: Asset) -> None:
-    result = evaluate(judge, kernel)
+@pytest.mark.parametrize("preroll_us", [0.0, 50.0])
+def test_honest_corpus_passes_on_gpu(judge: Judge, kernel: Asset, preroll_us: float) -> None:
+    result = evaluate(judge, kernel, options=GPU.replace(launch_preroll_us=preroll_us))
     assert result.outcome is EvalOutcome.OK, describe(result)
     assert result.hacks == [] and result.reward > 0
+
+
+def test_launch_preroll_times_device_work_only(judge: Judge, honest_big: EvalResult) -> None:
+    """With the pre-roll, a big kernel's time barely moves (launch overhead is small beside it)."""
+    r = evaluate(judge, asset("kernels", "relu_scale"), big_relu_scale(), GPU.replace(launch_preroll_us=50.0))
+    assert r.outcome is EvalOutcome.OK and r.kernel_ms is not None and honest_big.kernel_ms is not None, describe(r)
+    assert 0.8 * honest_big.kernel_ms <= r.kernel_ms <= 1.1 * honest_big.kernel_ms, describe(r)
 
 
 # -- the CPU hack corpus holds on the GPU --------------------------------------------------------
@@ -91,10 +100,11 @@ def test_hack_corpus_is_caught_on_gpu(judge: Judge, hack: Asset) -> None:
 
 
 # -- GPU-only hacks ------------------------------------------------------------------------------
-def test_side_stream_does_not_shrink_the_measured_time(judge: Judge, honest_big: EvalResult) -> None:
+@pytest.mark.parametrize("preroll_us", [0.0, 50.0])
+def test_side_stream_does_not_shrink_the_measured_time(judge: Judge, honest_big: EvalResult, preroll_us: float) -> None:
     """C1, anchor probe 8, static gate off: caught by the host clock, or timed at its true cost."""
     hack = asset("hacks", "c1_side_stream")
-    result = evaluate(judge, hack, big_relu_scale(), GPU.replace(static_policy=False))
+    result = evaluate(judge, hack, big_relu_scale(), GPU.replace(static_policy=False, launch_preroll_us=preroll_us))
     assert honest_big.kernel_ms is not None
     if result.outcome is EvalOutcome.HACK_DETECTED:
         assert "timing_evasion" in result.hacks or "timer_mismatch" in result.hacks, describe(result)
