@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU measurements of docs/benchmarks.md, in parts that fit 10-minute calls of the lent H200.
 # Usage (repository root, on the GPU machine): bash bench/gpu_all.sh PART [PART ...]
-#   judge    overhead, throughput, speedup spread, coverage; the GPU tests             (~7 min)
+#   judge    overhead and tests, below                                                 (~7 min)
+#   overhead bench/eval_overhead.py: fixed cost, throughput, speedup spread, coverage    (~2 min)
+#   tests    tests/sandbox/test_gpu.py, the GPU-only checks                            (~5 min)
 #   service  bench/service_throughput.py (issue 3)                                     (~1 min)
 #   rl       experiments/rl_gpu_demo (issue 7)                                         (~3 min)
 #   suite    bench/suite_gpu.py over the built-in suite (issue 6)                      (~3 min)
@@ -21,9 +23,11 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
 for part in "$@"; do
   case $part in
-  judge)
+  judge|overhead)
     timeout 170 python3 bench/eval_overhead.py --repeats 10 --mix 12 --out "$OUT" > "$OUT/overhead.log" 2>&1
-    timeout 300 python3 -m pytest -m gpu tests/sandbox/test_gpu.py -v -rfE -p no:cacheprovider \
+    ;;&
+  judge|tests)
+    timeout 330 python3 -m pytest -m gpu tests/sandbox/test_gpu.py -v -rfE -p no:cacheprovider \
       -W ignore::pytest.PytestConfigWarning -o timeout=60 > "$OUT/gpu_tests.log" 2>&1
     ;;
   service)
@@ -32,10 +36,11 @@ for part in "$@"; do
   rl)
     timeout 240 python3 experiments/rl_gpu_demo/run.py --device cuda --out "$OUT/rl_gpu_demo" > "$OUT/rl.log" 2>&1 ;;
   suite)
-    timeout 200 python3 bench/suite_gpu.py --perf-trials 20 --json "$OUT/suite.json" > "$OUT/suite.log" 2>&1 ;;
+    timeout "${SUITE_TIMEOUT:-300}" python3 bench/suite_gpu.py --perf-trials 20 --stages --json "$OUT/suite.json" > "$OUT/suite.log" 2>&1 ;;
   agent)
-    timeout 500 python3 bench/agent_gpu_demo.py --out "$OUT/agent_gpu_demo" --samples 2 --perf-trials 20 \
-      > "$OUT/agent.log" 2>&1 ;;
-  *) echo "unknown part $part (judge | service | rl | suite | agent)" >&2; exit 2 ;;
+    # AGENT_ARGS narrows the demo to fit a call, e.g. AGENT_ARGS="--limit 3"
+    timeout "${AGENT_TIMEOUT:-500}" python3 bench/agent_gpu_demo.py --out "$OUT/agent_gpu_demo" --samples 2 \
+      --perf-trials 20 ${AGENT_ARGS:-} > "$OUT/agent.log" 2>&1 ;;
+  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent)" >&2; exit 2 ;;
   esac
 done

@@ -26,6 +26,7 @@ def main() -> int:
     ap.add_argument("--perf-trials", type=int, default=None, help="timed calls (default: the judge's)")
     ap.add_argument("--shape-variants", action="store_true", help="also check the held-out shapes")
     ap.add_argument("--json", default=None, help="write the full results here")
+    ap.add_argument("--stages", action="store_true", help="print where each evaluation spent its time")
     args = ap.parse_args()
     names = [n for n in builtin_names() if not args.only or any(o in n for o in args.only)]
     opts = EvalOptions(device=args.device, reference_backend=args.reference_backend)
@@ -47,6 +48,8 @@ def main() -> int:
             outcome = d["outcome"] + ("" if not d["hacks"] else "!" + ",".join(d["hacks"]))
             print(f"{name:42s} {outcome:14s} {fmt(d['speedup'], '8.3f')} {fmt(d['coverage'], '8.3f')} "
                   f"{fmt(d['kernel_ms'], '10.3f')} {fmt(d['reference_ms'], '10.3f')} {d['bench_wall_s']:7.1f}", flush=True)
+            if args.stages:
+                print("    stages: " + " ".join(f"{k}={v:.2f}" for k, v in d["stage_s"].items() if v >= 0.05), flush=True)
             if d["error"]:
                 print(f"    error: {d['error']['kind']}: {d['error']['message'][:300]}", flush=True)
     ok = [r for r in rows if r["correct"]]

@@ -7,15 +7,18 @@ and a rule that constant or all-zero outputs never pass a reference whose output
 from __future__ import annotations
 
 import math
-import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from drkernel.sandbox.tensorfile import Staging, read_tensors
+
 __all__ = ["Comparison", "Tolerance", "compare_outputs", "default_tolerance", "load_tensors"]
 
 MAX_OUTPUT_BYTES = 4 << 30
+_local = threading.local()  # one pinned staging buffer per judging thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,20 +57,15 @@ class Comparison:
 
 
 def load_tensors(path: str, expected: int, device: str = "cpu") -> list[torch.Tensor]:
-    """Load a sandbox's tensor file safely: plain tensors only, bounded size.
+    """Load a sandbox's tensor file safely: plain tensors of allowed dtypes only, bounded size.
 
-    With a CUDA `device` the comparison runs on the GPU (it is much faster than the host for
-    large outputs); the file itself is always parsed on the host with weights_only=True.
+    The file is parsed by `tensorfile.read_tensors` (a JSON header and raw bytes: nothing is
+    unpickled). With a CUDA `device` the bytes go straight to the GPU, where the comparison runs.
     """
-    if os.path.getsize(path) > MAX_OUTPUT_BYTES:
-        raise ValueError("output file exceeds the size limit")
-    data = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(data, list) or len(data) != expected:
-        raise ValueError("output file does not hold the announced tensors")
-    for t in data:
-        if type(t) is not torch.Tensor:
-            raise ValueError(f"output is a {type(t).__name__}, not a plain tensor")
-    return data if device == "cpu" else [t.to(device, non_blocking=False) for t in data]
+    staging = getattr(_local, "staging", None)
+    if staging is None:
+        staging = _local.staging = Staging()
+    return read_tensors(path, expected, device, MAX_OUTPUT_BYTES, staging)
 
 
 def _same_structure(a: Any, b: Any) -> bool:

@@ -303,10 +303,12 @@ class SandboxProcess:
     def receive(self, deadline: float) -> dict[str, Any]:
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            # look at the pipe even past the deadline: a spare that sat ready in the pool for longer
+            # than its start timeout has its reply waiting there
+            ready, _, _ = select.select([self._resp_r], [], [], max(0.0, min(_POLL_S, remaining)))
+            if not ready and remaining <= 0:
                 self.kill()
                 raise SandboxFailure("timeout", "the evaluation ran past its time limit")
-            ready, _, _ = select.select([self._resp_r], [], [], min(_POLL_S, remaining))
             if ready:
                 try:
                     reply = read_message(self._resp_r)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from drkernel.sandbox import harness
+from drkernel.sandbox import harness, tensorfile
 from drkernel.sandbox.protocol import read_message, write_message
 
 __all__ = ["OPS", "Sandbox", "main", "serve"]
@@ -76,6 +76,7 @@ class Sandbox:
         self._poison_sizes: set[int] = set()
         self._input_cache: dict[int, list[Any]] = {}
         self._preroll_cycles = 0
+        self._staging = tensorfile.Staging()
         self._cycles_per_us: float | None = None
         self._sync = torch.cuda.synchronize if self.cuda else (lambda *a, **k: None)
         if self.cuda:
@@ -207,9 +208,9 @@ class Sandbox:
                 info["subclass"].append(f"output {i} is {type(t).__name__}")
                 t = torch.Tensor(t.detach().cpu()) if hasattr(t, "detach") else torch.empty(0)
             info["dtypes"].append(str(t.dtype))
-            plain.append(t.detach().to("cpu", copy=True).contiguous())
+            plain.append(t)
         path = os.path.join(self.workdir, name)
-        torch.save(plain, path)
+        tensorfile.write_tensors(path, plain, self._staging)  # a copy: later writes do not reach it
         info["file"] = name
         return info
 

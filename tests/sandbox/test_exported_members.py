@@ -23,6 +23,7 @@ SANDBOX_ALL = {
     "static": {"ALLOWED_IMPORT_ROOTS", "StaticReport", "check_source"},
     "protocol": {"MAX_MESSAGE_BYTES", "ProtocolError", "read_message", "write_message"},
     "refcache": {"ReferenceTimingCache"},
+    "tensorfile": {"MAGIC", "Staging", "TensorFileError", "read_tensors", "write_tensors"},
     "harness": {"CpuDeviceMode", "LaunchRecorder", "TamperWatch", "ThreadWatch", "flatten_outputs", "make_inputs", "on_device_first", "scaled_copy",
                 "to_device"},
     "cli": {"register", "render_verdict"},

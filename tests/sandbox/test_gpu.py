@@ -108,6 +108,8 @@ def test_side_stream_does_not_shrink_the_measured_time(judge: Judge, honest_big:
     assert honest_big.kernel_ms is not None
     if result.outcome is EvalOutcome.HACK_DETECTED:
         assert "timing_evasion" in result.hacks or "timer_mismatch" in result.hacks, describe(result)
+    elif result.outcome is EvalOutcome.INCORRECT:  # read before the side stream wrote it: poisoned NaN
+        assert result.reward == 0.0 and any(not t.passed for t in result.trials), describe(result)
     else:
         assert result.kernel_ms is not None and result.kernel_ms >= 0.5 * honest_big.kernel_ms, describe(result)
 

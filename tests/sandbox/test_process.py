@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import threading
 import time
 
 import pytest
 
-from drkernel.sandbox.process import remove_tree, scratch_root, sweep_uid
+from drkernel.sandbox.process import SandboxProcess, Zygote, remove_tree, scratch_root, sweep_uid
 
 
 def test_remove_tree_outlasts_a_late_writer(tmp_path):
@@ -59,3 +60,18 @@ def test_sweep_uid_kills_a_process_that_left_the_group():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_spare_that_waited_past_its_start_timeout_is_still_taken():
+    """A warm spare can sit in the pool longer than its start timeout; its ready reply is waiting."""
+    zygote = Zygote("cpu")
+    proc = SandboxProcess("candidate", "cpu", start_timeout_s=0.5, zygote=zygote)
+    try:
+        for _ in range(300):  # until the ready reply is in the pipe
+            if select.select([proc._resp_r], [], [], 0.1)[0]:
+                break
+        time.sleep(0.6)  # now past started_at + start_timeout_s
+        assert proc.wait_ready()["ok"]
+    finally:
+        proc.kill()
+        zygote.close()

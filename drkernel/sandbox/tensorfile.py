@@ -1,0 +1,160 @@
+"""Output tensors between processes: a raw file format with a JSON header, no pickle at all.
+
+A sandbox writes its outputs with `write_tensors`; the judge reads them with `read_tensors`, which
+trusts nothing in the file: the header is parsed as JSON, every dtype must be on an allow-list,
+every shape must account for exactly the bytes that follow, and the file has a size limit.
+
+Layout: MAGIC, an 8-byte little-endian header length, the header
+(`{"tensors": [{"dtype": "float32", "shape": [4, 8], "nbytes": 128}, ...]}`), then each
+tensor's bytes, contiguous, in order.
+
+GPU tensors move through a small pinned staging buffer in chunks: KernelBench-sized outputs
+(a GiB or more) cost a fraction of what pickling them through torch.save and torch.load did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from typing import Any
+
+import torch
+
+__all__ = ["MAGIC", "Staging", "TensorFileError", "read_tensors", "write_tensors"]
+
+MAGIC = b"DRKTENS1"
+_CHUNK = 64 << 20
+_MAX_HEADER = 1 << 20
+_MAX_DIMS = 16
+
+_DTYPES: dict[str, torch.dtype] = {
+    name: getattr(torch, name)
+    for name in (
+        "float64", "float32", "float16", "bfloat16", "complex64", "complex128", "int64", "int32",
+        "int16", "int8", "uint8", "bool", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+        "uint16", "uint32", "uint64",
+    )
+    if isinstance(getattr(torch, name, None), torch.dtype)
+}  # fmt: skip
+
+
+class TensorFileError(ValueError):
+    """The file is not a well-formed tensor file (the candidate's problem, never the judge's)."""
+
+
+class Staging:
+    """A reusable pinned host buffer for chunked device <-> file copies (CPU tensors need none)."""
+
+    def __init__(self, chunk_bytes: int = _CHUNK) -> None:
+        self.chunk_bytes = chunk_bytes
+        self._buf: torch.Tensor | None = None
+
+    def buffer(self) -> torch.Tensor:
+        if self._buf is None:
+            try:
+                self._buf = torch.empty(self.chunk_bytes, dtype=torch.uint8, pin_memory=True)
+            except RuntimeError:  # no pinnable memory: pageable still works, only slower
+                self._buf = torch.empty(self.chunk_bytes, dtype=torch.uint8)
+        return self._buf
+
+
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
+    """A flat uint8 view of a contiguous tensor (any dtype, 0-d included)."""
+    flat = t.reshape(-1)
+    return flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8, device=t.device)
+
+
+def write_tensors(path: str, tensors: list[torch.Tensor], staging: Staging | None = None) -> int:
+    """Write plain tensors to `path`; returns the bytes written. Tensors are made contiguous."""
+    for t in tensors:
+        if str(t.dtype).removeprefix("torch.") not in _DTYPES:
+            raise TensorFileError(f"an output of dtype {t.dtype} cannot be judged")
+    plain = [t.detach().contiguous() for t in tensors]
+    entries = [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+                "nbytes": t.numel() * t.element_size()} for t in plain]  # fmt: skip
+    header = json.dumps({"tensors": entries}, separators=(",", ":")).encode()
+    written = 0
+    with open(path, "wb", buffering=0) as f:
+        f.write(MAGIC + struct.pack("<Q", len(header)) + header)
+        for t in plain:
+            raw = _bytes_of(t)
+            if raw.device.type == "cpu":
+                f.write(memoryview(raw.numpy()))
+            else:
+                buf = (staging or Staging()).buffer()
+                for start in range(0, raw.numel(), buf.numel()):
+                    n = min(buf.numel(), raw.numel() - start)
+                    buf[:n].copy_(raw[start : start + n])
+                    f.write(memoryview(buf[:n].numpy()))
+            written += raw.numel()
+    return written
+
+
+def _read_exact(f: Any, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            raise TensorFileError("the file ends before its tensors do")
+        got += n
+
+
+def _entry(e: Any) -> tuple[torch.dtype, list[int], int]:
+    if not isinstance(e, dict) or set(e) != {"dtype", "shape", "nbytes"}:
+        raise TensorFileError("malformed tensor entry")
+    dtype = _DTYPES.get(e["dtype"]) if isinstance(e["dtype"], str) else None
+    shape, nbytes = e["shape"], e["nbytes"]
+    if dtype is None:
+        raise TensorFileError(f"dtype {e['dtype']!r} is not allowed")
+    if not isinstance(shape, list) or len(shape) > _MAX_DIMS or not all(
+        type(d) is int and 0 <= d < (1 << 40) for d in shape
+    ):
+        raise TensorFileError("malformed shape")
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if type(nbytes) is not int or nbytes != math.prod(shape) * itemsize:
+        raise TensorFileError("byte count does not match the shape")
+    return dtype, shape, nbytes
+
+
+def read_tensors(path: str, expected: int, device: str = "cpu", max_bytes: int = 4 << 30,
+                 staging: Staging | None = None) -> list[torch.Tensor]:  # fmt: skip
+    """Read `expected` tensors from a file a sandbox wrote, onto `device`. Raises TensorFileError."""
+    size = os.path.getsize(path)
+    if size > max_bytes + _MAX_HEADER:
+        raise TensorFileError("output file exceeds the size limit")
+    target = torch.device(device)
+    with open(path, "rb", buffering=0) as f:
+        head = f.read(len(MAGIC) + 8)
+        if len(head) != len(MAGIC) + 8 or head[: len(MAGIC)] != MAGIC:
+            raise TensorFileError("not a tensor file")
+        (hlen,) = struct.unpack("<Q", head[len(MAGIC) :])
+        if hlen > _MAX_HEADER:
+            raise TensorFileError("header too large")
+        try:
+            header = json.loads(f.read(hlen))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise TensorFileError(f"unreadable header: {exc}") from None
+        raw_entries = header.get("tensors") if isinstance(header, dict) else None
+        if not isinstance(raw_entries, list) or len(raw_entries) != expected:
+            raise TensorFileError("output file does not hold the announced tensors")
+        entries = [_entry(e) for e in raw_entries]
+        if sum(n for _, _, n in entries) > max_bytes:
+            raise TensorFileError("output file exceeds the size limit")
+        if len(MAGIC) + 8 + hlen + sum(n for _, _, n in entries) != size:
+            raise TensorFileError("file size does not match its header")
+        out = []
+        for dtype, shape, nbytes in entries:
+            if target.type == "cpu":
+                raw = torch.empty(nbytes, dtype=torch.uint8)
+                _read_exact(f, memoryview(raw.numpy()))
+            else:
+                raw = torch.empty(nbytes, dtype=torch.uint8, device=target)
+                buf = (staging or Staging()).buffer()
+                for start in range(0, nbytes, buf.numel()):
+                    n = min(buf.numel(), nbytes - start)
+                    _read_exact(f, memoryview(buf[:n].numpy()))
+                    raw[start : start + n].copy_(buf[:n])
+            out.append(raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype, device=target))
+        return out
