@@ -60,6 +60,11 @@ class Staging:
         return self._buf
 
 
+def _mv(t: torch.Tensor) -> memoryview:
+    """The host memory of a CPU uint8 tensor, writable, without a copy."""
+    return memoryview(t.numpy())  # type: ignore[arg-type]
+
+
 def _bytes_of(t: torch.Tensor) -> torch.Tensor:
     """A flat uint8 view of a contiguous tensor (any dtype, 0-d included)."""
     flat = t.reshape(-1)
@@ -81,13 +86,13 @@ def write_tensors(path: str, tensors: list[torch.Tensor], staging: Staging | Non
         for t in plain:
             raw = _bytes_of(t)
             if raw.device.type == "cpu":
-                f.write(memoryview(raw.numpy()))
+                f.write(_mv(raw))
             else:
                 buf = (staging or Staging()).buffer()
                 for start in range(0, raw.numel(), buf.numel()):
                     n = min(buf.numel(), raw.numel() - start)
                     buf[:n].copy_(raw[start : start + n])
-                    f.write(memoryview(buf[:n].numpy()))
+                    f.write(_mv(buf[:n]))
             written += raw.numel()
     return written
 
@@ -148,13 +153,13 @@ def read_tensors(path: str, expected: int, device: str = "cpu", max_bytes: int =
         for dtype, shape, nbytes in entries:
             if target.type == "cpu":
                 raw = torch.empty(nbytes, dtype=torch.uint8)
-                _read_exact(f, memoryview(raw.numpy()))
+                _read_exact(f, _mv(raw))
             else:
                 raw = torch.empty(nbytes, dtype=torch.uint8, device=target)
                 buf = (staging or Staging()).buffer()
                 for start in range(0, nbytes, buf.numel()):
                     n = min(buf.numel(), nbytes - start)
-                    _read_exact(f, memoryview(buf[:n].numpy()))
+                    _read_exact(f, _mv(buf[:n]))
                     raw[start : start + n].copy_(buf[:n])
             out.append(raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype, device=target))
         return out
