@@ -209,15 +209,17 @@ def on_device_first(build: Callable[[], Any], seed: int, device: torch.device) -
 def flatten_outputs(out: Any) -> tuple[Any, list[torch.Tensor]]:
     """Split an output into a JSON structure with tensor slots, and the tensors."""
     tensors: list[torch.Tensor] = []
+    return _walk(out, tensors), tensors
 
-    def walk(o: Any) -> Any:
-        if isinstance(o, torch.Tensor):
-            tensors.append(o)
-            return {"t": len(tensors) - 1}
-        if isinstance(o, (list, tuple)):
-            return {"seq": [walk(x) for x in o]}
-        if o is None or isinstance(o, (bool, int, float, str)):
-            return {"v": o}
-        return {"bad": type(o).__name__}
 
-    return walk(out), tensors
+def _walk(o: Any, tensors: list[torch.Tensor]) -> Any:
+    # a module-level function, not a closure over itself: a self-referencing closure is a reference
+    # cycle that would keep every output (GiBs on a GPU) alive until the garbage collector runs
+    if isinstance(o, torch.Tensor):
+        tensors.append(o)
+        return {"t": len(tensors) - 1}
+    if isinstance(o, (list, tuple)):
+        return {"seq": [_walk(x, tensors) for x in o]}
+    if o is None or isinstance(o, (bool, int, float, str)):
+        return {"v": o}
+    return {"bad": type(o).__name__}

@@ -1,0 +1,39 @@
+"""A sandbox's ops leave no reference cycles holding tensors: on a GPU those are GiBs kept alive
+until the garbage collector happens to run (the persistent reference process ran out of memory)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+_SCRIPT = r'''
+import gc, tempfile, torch
+from drkernel.sandbox.worker import Sandbox
+REF = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return (torch.relu(x), [x.sum(dim=0), (x * 2,)])
+def get_inputs():
+    return [torch.randn(64, 32)]
+def get_init_inputs():
+    return []
+"""
+sb = Sandbox("reference", "cpu", tempfile.mkdtemp())
+sb.warm_up(0.9)
+sb.load({"reference_code": REF, "reference_hash": "h", "init_seed": 1, "entry_point": "Model"})
+gc.collect()
+gc.disable()
+gc.set_debug(gc.DEBUG_SAVEALL)
+assert sb.run({"items": [(s, 1.0) for s in range(3)], "tag": "trial"})["ok"]
+assert sb.time({"base_seeds": [0, 1], "items": [(0, 1.1), (1, 0.9)] * 2, "verify": [1], "warmup": 1, "tag": "t"})["ok"]
+gc.collect()
+print("CYCLIC_TENSORS", sum(isinstance(o, torch.Tensor) for o in gc.garbage))
+'''
+
+
+def test_run_and_time_ops_leave_no_cyclic_garbage_holding_tensors():
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "CYCLIC_TENSORS 0" in proc.stdout, proc.stdout + proc.stderr[-2000:]
