@@ -21,22 +21,25 @@ fi
 [ -d /tmp/site ] && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
+overhead() {
+  timeout 170 python3 bench/eval_overhead.py --repeats 10 --mix 12 --out "$OUT" > "$OUT/overhead.log" 2>&1
+}
+tests() {
+  timeout 330 python3 -m pytest -m gpu tests/sandbox/test_gpu.py -v -rfE -p no:cacheprovider \
+    -W ignore::pytest.PytestConfigWarning -o timeout=60 > "$OUT/gpu_tests.log" 2>&1
+}
 for part in "$@"; do
   case $part in
-  judge|overhead)
-    timeout 170 python3 bench/eval_overhead.py --repeats 10 --mix 12 --out "$OUT" > "$OUT/overhead.log" 2>&1
-    ;;&
-  judge|tests)
-    timeout 330 python3 -m pytest -m gpu tests/sandbox/test_gpu.py -v -rfE -p no:cacheprovider \
-      -W ignore::pytest.PytestConfigWarning -o timeout=60 > "$OUT/gpu_tests.log" 2>&1
-    ;;
+  judge) overhead; tests ;;
+  overhead) overhead ;;
+  tests) tests ;;
   service)
-    timeout 100 python3 bench/service_throughput.py --batch 24 --rounds 1 --latency-samples 3 > "$OUT/service.log" 2>&1
-    ;;
+    timeout 100 python3 bench/service_throughput.py --batch 24 --rounds 1 --latency-samples 3 > "$OUT/service.log" 2>&1 ;;
   rl)
     timeout 240 python3 experiments/rl_gpu_demo/run.py --device cuda --out "$OUT/rl_gpu_demo" > "$OUT/rl.log" 2>&1 ;;
   suite)
-    timeout "${SUITE_TIMEOUT:-300}" python3 bench/suite_gpu.py --perf-trials 20 --stages --json "$OUT/suite.json" > "$OUT/suite.log" 2>&1 ;;
+    timeout "${SUITE_TIMEOUT:-300}" python3 bench/suite_gpu.py --perf-trials 20 --stages --json "$OUT/suite.json" \
+      > "$OUT/suite.log" 2>&1 ;;
   agent)
     # AGENT_ARGS narrows the demo to fit a call, e.g. AGENT_ARGS="--limit 3"
     timeout "${AGENT_TIMEOUT:-500}" python3 bench/agent_gpu_demo.py --out "$OUT/agent_gpu_demo" --samples 2 \

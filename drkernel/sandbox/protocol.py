@@ -1,8 +1,8 @@
 """Wire format between the judge and its sandbox processes.
 
 Control messages are length-prefixed JSON on a dedicated pipe pair (never stdout, which the
-candidate owns). Tensors travel as files that the judge loads with `torch.load(weights_only=True)`:
-nothing the sandbox sends is ever unpickled into arbitrary objects on the judge's side.
+candidate owns). Tensors travel as raw tensor files (`tensorfile.py`: a JSON header, then bytes):
+nothing the sandbox sends is ever unpickled on the judge's side.
 """
 
 from __future__ import annotations
