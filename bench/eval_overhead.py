@@ -209,6 +209,8 @@ def main() -> None:
             stages = d["stage_s"]
             timed, first = stages.get("timing", 0.0), stages.get("first_call", 0.0)
             rows.append((d["wall_s"], timed, first, d["wall_s"] - timed - first, d["outcome"], stages))
+            if stages.get("spare_wait", 0.0) > 0.05:
+                lines.append(f"(waited {stages['spare_wait']:.2f} s for a warm sandbox: the pool did not keep up)")
         lines.append("## Fixed overhead per evaluation (warm, Triton cache shared, 5 runs)\n")
         lines.append("first call: the candidate's first forward, which loads its compiled kernels\n")
         lines.append("| wall s | timing stage s | first call s | wall - timing - first call s | outcome |\n"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -87,9 +86,9 @@ class Judge:
             log.warning("the fork server died; starting a new one")
             self._zygote.close()
             self._zygote = Zygote(self.device)
-        uid = 100_000 + secrets.randbelow(900_000) if self.isolate_uid else None
         return SandboxProcess(role, self.device, self.memory_limit_mb, fraction,
-                              triton_cache=self.shared_triton_cache, zygote=self._zygote, uid=uid)  # fmt: skip
+                              triton_cache=self.shared_triton_cache, zygote=self._zygote,
+                              isolate_uid=self.isolate_uid)  # fmt: skip
 
     def _fill_pool(self) -> None:
         while len(self._pool) < self.spares:
@@ -133,8 +132,11 @@ class Judge:
         try:
             ref = self._reference()
             device = self.device_info()
+            t_take = time.monotonic()
             cand = self._take_candidate()
+            waited = time.monotonic() - t_take  # > 0.05 s: the spare pool did not keep up
             result = Evaluation(request, cand, ref, self.cache, device, self.device).run()
+            result.stage_s["spare_wait"] = round(waited, 4)
         except SandboxFailure as exc:
             outcome = _FAILURE_OUTCOMES.get(exc.kind, EvalOutcome.RUNTIME_ERROR)
             result = EvalResult.failure(outcome, exc.kind, exc.message, device=device, task_id=request.task_id)

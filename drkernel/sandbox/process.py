@@ -28,7 +28,8 @@ from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SandboxFailure", "SandboxProcess", "Zygote", "remove_tree", "sandbox_env", "scratch_root", "sweep_uid"]
+__all__ = ["SandboxFailure", "SandboxProcess", "UidLease", "Zygote", "remove_tree", "sandbox_env", "scratch_root",
+           "sweep_uid"]
 
 _POLL_S = 0.05
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -66,6 +67,12 @@ def remove_tree(path: str) -> bool:
     return False
 
 
+def _discard(workdir: str, lease: UidLease | None) -> None:
+    remove_tree(workdir)
+    if lease is not None:
+        lease.release()
+
+
 def sweep_uid(uid: int) -> None:
     """SIGKILL every process running as `uid` (a sandbox's own uid): nothing it forked survives."""
     kill = shutil.which("kill", path="/usr/bin:/bin")
@@ -73,6 +80,44 @@ def sweep_uid(uid: int) -> None:
     with contextlib.suppress(OSError, subprocess.SubprocessError):  # kill(-1) spares the caller itself
         subprocess.run(cmd, user=uid, group=uid, extra_groups=[], stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=5, check=False)  # fmt: skip
+
+
+_UID_DIR = "/tmp/drkernel-uids"
+
+
+class UidLease:
+    """A random uid that no account has and no other live sandbox on this host holds.
+
+    The lease is an flock on a per-uid file, so it ends with its holder, even one that crashed;
+    whatever such a holder left running under the uid is swept when the uid is leased again.
+    """
+
+    def __init__(self) -> None:
+        import fcntl
+        import pwd
+
+        os.makedirs(_UID_DIR, mode=0o700, exist_ok=True)
+        while True:
+            uid = 100_000 + secrets.randbelow(900_000)
+            try:
+                pwd.getpwuid(uid)
+                continue  # an account has it
+            except KeyError:
+                pass
+            fd = os.open(os.path.join(_UID_DIR, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue  # another live sandbox holds it
+            self.uid, self._fd = uid, fd
+            sweep_uid(uid)  # leftovers of a crashed earlier holder
+            return
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class SandboxFailure(Exception):
@@ -199,12 +244,15 @@ class SandboxProcess:
     def __init__(self, role: str, device: str, memory_limit_mb: int = 8192,
                  gpu_memory_fraction: float = 0.9, start_timeout_s: float = 120.0,
                  triton_cache: str | None = None, zygote: Zygote | None = None,
-                 uid: int | None = None) -> None:  # fmt: skip
+                 isolate_uid: bool = False) -> None:  # fmt: skip
         self.role = role
         self.device = device
         self.memory_limit_mb = memory_limit_mb
         self.workdir = tempfile.mkdtemp(prefix=f"drkernel-{role}-", dir=scratch_root(device))
-        self._cleanup = weakref.finalize(self, remove_tree, self.workdir)
+        self._lease = UidLease() if isolate_uid else None
+        # safety net if kill() is never called: the folder goes and the uid is given back
+        self._cleanup = weakref.finalize(self, _discard, self.workdir, self._lease)
+        uid = self._lease.uid if self._lease is not None else None
         self.uid = uid
         os.chmod(self.workdir, 0o700)
         home = os.path.join(self.workdir, "home")
@@ -227,6 +275,7 @@ class SandboxProcess:
             except BaseException:
                 for fd in (cmd_r, resp_w, self._cmd_w, self._resp_r):
                     os.close(fd)
+                self._cleanup()
                 raise
             self.proc = _ForkedChild(pid, self.workdir)
         else:
@@ -270,6 +319,8 @@ class SandboxProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
         if self.uid is not None:  # processes that left the group (setsid) still run as this uid
             sweep_uid(self.uid)
+        if self._lease is not None:
+            self._lease.release()
         for fd in (self._cmd_w, self._resp_r):
             with contextlib.suppress(OSError):
                 os.close(fd)

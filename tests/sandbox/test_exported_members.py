@@ -18,7 +18,8 @@ DRKERNEL_ALL = {
 SANDBOX_ALL = {
     "judge": {"Judge", "default_cache_path", "resolve_device"},
     "pipeline": {"Evaluation", "ReferenceFailure"},
-    "process": {"SandboxFailure", "SandboxProcess", "Zygote", "remove_tree", "sandbox_env", "scratch_root", "sweep_uid"},
+    "process": {"SandboxFailure", "SandboxProcess", "UidLease", "Zygote", "remove_tree", "sandbox_env", "scratch_root",
+                "sweep_uid"},
     "correctness": {"Comparison", "Tolerance", "compare_outputs", "default_tolerance", "load_tensors"},
     "static": {"ALLOWED_IMPORT_ROOTS", "StaticReport", "check_source"},
     "protocol": {"MAX_MESSAGE_BYTES", "ProtocolError", "read_message", "write_message"},

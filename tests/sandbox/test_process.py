@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from drkernel.sandbox.process import SandboxProcess, Zygote, remove_tree, scratch_root, sweep_uid
+from drkernel.sandbox.process import SandboxProcess, UidLease, Zygote, remove_tree, scratch_root, sweep_uid
 
 
 def test_remove_tree_outlasts_a_late_writer(tmp_path):
@@ -75,3 +75,26 @@ def test_a_spare_that_waited_past_its_start_timeout_is_still_taken():
     finally:
         proc.kill()
         zygote.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="leases sweep a uid, which needs root")
+def test_uid_leases_are_exclusive_and_end_with_their_holder():
+    a, b = UidLease(), UidLease()
+    try:
+        assert a.uid != b.uid
+        import fcntl
+        import pwd
+
+        with pytest.raises(KeyError):
+            pwd.getpwuid(a.uid)
+        fd = os.open(f"/tmp/drkernel-uids/{a.uid}", os.O_RDWR)
+        try:  # held: a second holder is refused
+            with pytest.raises(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            a.release()
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released: free to take
+        finally:
+            os.close(fd)
+    finally:
+        a.release()
+        b.release()
