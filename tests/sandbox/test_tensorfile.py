@@ -105,3 +105,9 @@ def test_dtypes_off_the_list_cannot_be_written(tmp_path):
         odd = torch.zeros(2, dtype=torch.complex32)
     with pytest.raises(TensorFileError):
         write_tensors(str(tmp_path / "q.bin"), [odd])
+
+
+def test_views_with_a_storage_offset_are_written_as_what_they_show(tmp_path):
+    x = torch.arange(100.0).reshape(10, 10)
+    parts = [x[3:], x[:, 2], x[5, 5], torch.tensor([True, False])]
+    assert all(torch.equal(a, b) for a, b in zip(parts, _round_trip(tmp_path, parts), strict=True))
