@@ -36,6 +36,8 @@ _INTERPRETER_UNSUPPORTED = {torch.bfloat16, *(getattr(torch, n) for n in ("float
 
 def _classify_forward_error(exc: BaseException) -> str:
     text = f"{type(exc).__name__} {exc}"
+    if isinstance(exc, tensorfile.TensorFileError):
+        return "unsupported_output"
     if type(exc).__module__.startswith("triton") and "Compil" in type(exc).__name__:
         return "triton_compile_error"
     if type(exc).__name__ == "InterpreterError":  # the interpreter's form of a compile error
@@ -254,7 +256,10 @@ class Sandbox:
             _, outs = harness.flatten_outputs(out)
             self._remember_sizes(outs)
             params = [p for p in self.model.parameters()] if isinstance(self.model, torch.nn.Module) else []
-            item = self._save(out, f"{msg['tag']}_{k}.pt")
+            try:
+                item = self._save(out, f"{msg['tag']}_{k}.pt")
+            except tensorfile.TensorFileError as exc:
+                return _error("unsupported_output", exc)
             item["launches"] = launches
             item["forward_s"] = round(forward_s, 6)  # the first includes the JIT compile of its kernels
             item["aliases_input"] = _overlaps(outs, [t for t in inputs if isinstance(t, torch.Tensor)])
