@@ -18,10 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from drkernel.reward.speedup import REWARD_PRESETS, turn_reward
-from drkernel.sandbox.correctness import compare_outputs, load_tensors
+from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, load_tensors
 from drkernel.sandbox.process import SandboxFailure, SandboxProcess
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.static import check_source
+from drkernel.sandbox.tensorfile import SamplePlan, read_entries, read_header, sample_plan
 from drkernel.types import (
     DeviceInfo,
     ErrorInfo,
@@ -207,7 +208,8 @@ class Evaluation:
         msg = {"op": "run", "items": items, "tag": tag}
         return self._both(msg, msg)
 
-    def _compare_item(self, ref_item: dict[str, Any], item: dict[str, Any], seed: int) -> TrialReport:
+    def _compare_item(self, ref_item: dict[str, Any], item: dict[str, Any], seed: int,
+                      plans: list[SamplePlan | None] | None = None) -> TrialReport:  # fmt: skip
         for evidence in item.get("subclass") or []:
             self._hack("tensor_subclass", evidence)
         if item.get("aliases_input") and not ref_item.get("aliases_input"):
@@ -224,8 +226,19 @@ class Evaluation:
         out_path = os.path.join(self.cand.workdir, str(item.get("file")))
         try:
             dev = self.compare_device
-            ref_t, out_t = _load_pair((ref_path, len(ref_item["dtypes"]), dev),
-                                      (out_path, len(item.get("dtypes") or []), dev))  # fmt: skip
+            if plans is None:
+                ref_t, out_t = _load_pair((ref_path, len(ref_item["dtypes"]), dev),
+                                          (out_path, len(item.get("dtypes") or []), dev))  # fmt: skip
+            else:  # the reference wrote only the sampled elements, where a plan fit its tensor
+                entries = read_header(out_path, len(item.get("dtypes") or []), MAX_OUTPUT_BYTES)
+                shapes = [e.shape for e in entries]
+                if shapes != ref_item.get("shapes"):
+                    return TrialReport(seed=seed, passed=False,
+                                       issue=f"output shapes {shapes} differ from the reference's {ref_item.get('shapes')}")
+                sampled = list(ref_item.get("sampled") or [])
+                use = [plan if k < len(sampled) and sampled[k] else None for k, plan in enumerate(plans)]
+                ref_t = load_tensors(ref_path, len(ref_item["dtypes"]), dev)
+                out_t = read_entries(out_path, entries, use, dev)
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
             return TrialReport(seed=seed, passed=False, issue=f"unreadable output: {exc}")
         finally:  # outputs of GPU-sized problems are large: keep at most one pair on disk
@@ -304,10 +317,22 @@ class Evaluation:
         if not verified:
             self._hack("replayed_output", "the sandbox returned none of the timed outputs asked for")
             return
-        ref_reply = self._ref({"op": "run", "items": [items[int(v["index"])] for v in verified], "tag": "verify"})
-        for v, ref_item in zip(verified, ref_reply["items"], strict=True):
+        # Large outputs are verified on random blocks of elements, drawn after the candidate wrote its
+        # whole file: the reference writes only those, and the judge reads only those.
+        plans: list[list[SamplePlan | None] | None] = []
+        for v in verified:
+            try:
+                entries = read_header(os.path.join(self.cand.workdir, str(v.get("file"))),
+                                      len(v.get("dtypes") or []), MAX_OUTPUT_BYTES)  # fmt: skip
+                plans.append([sample_plan(e.numel, self.rng) for e in entries])
+            except (OSError, ValueError):
+                plans.append(None)  # compared whole, which reports what is wrong with the file
+        samples = [[p.to_json() if p else None for p in ps] if ps else None for ps in plans]
+        ref_reply = self._ref({"op": "run", "items": [items[int(v["index"])] for v in verified], "tag": "verify",
+                               "samples": samples})  # fmt: skip
+        for v, ref_item, item_plans in zip(verified, ref_reply["items"], plans, strict=True):
             seed, scale = items[int(v["index"])]
-            trial = self._compare_item(ref_item, v, seed)
+            trial = self._compare_item(ref_item, v, seed, item_plans)
             if not trial.passed:
                 self._hack("replayed_output", f"timed call {v['index']} (fresh inputs, scale {scale}) "
                            f"returned a wrong output: {trial.issue}")  # fmt: skip

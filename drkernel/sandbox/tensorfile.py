@@ -18,11 +18,13 @@ import json
 import math
 import os
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["MAGIC", "Staging", "TensorFileError", "read_tensors", "write_tensors"]
+__all__ = ["MAGIC", "Entry", "SamplePlan", "Staging", "TensorFileError", "read_entries", "read_header", "read_tensors",
+           "sample_plan", "write_tensors"]
 
 MAGIC = b"DRKTENS1"
 _CHUNK = 64 << 20
@@ -123,13 +125,25 @@ def _entry(e: Any) -> tuple[torch.dtype, list[int], int]:
     return dtype, shape, nbytes
 
 
-def read_tensors(path: str, expected: int, device: str = "cpu", max_bytes: int = 4 << 30,
-                 staging: Staging | None = None) -> list[torch.Tensor]:  # fmt: skip
-    """Read `expected` tensors from a file a sandbox wrote, onto `device`. Raises TensorFileError."""
+@dataclass(frozen=True)
+class Entry:
+    """One tensor of a file, as its header announced it (validated)."""
+
+    dtype: torch.dtype
+    shape: list[int]
+    nbytes: int
+    offset: int  # of its first byte in the file
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def read_header(path: str, expected: int, max_bytes: int = 4 << 30) -> list[Entry]:
+    """Parse and check a tensor file's header against the file's size. Raises TensorFileError."""
     size = os.path.getsize(path)
     if size > max_bytes + _MAX_HEADER:
         raise TensorFileError("output file exceeds the size limit")
-    target = torch.device(device)
     with open(path, "rb", buffering=0) as f:
         head = f.read(len(MAGIC) + 8)
         if len(head) != len(MAGIC) + 8 or head[: len(MAGIC)] != MAGIC:
@@ -141,25 +155,100 @@ def read_tensors(path: str, expected: int, device: str = "cpu", max_bytes: int =
             header = json.loads(f.read(hlen))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise TensorFileError(f"unreadable header: {exc}") from None
-        raw_entries = header.get("tensors") if isinstance(header, dict) else None
-        if not isinstance(raw_entries, list) or len(raw_entries) != expected:
-            raise TensorFileError("output file does not hold the announced tensors")
-        entries = [_entry(e) for e in raw_entries]
-        if sum(n for _, _, n in entries) > max_bytes:
-            raise TensorFileError("output file exceeds the size limit")
-        if len(MAGIC) + 8 + hlen + sum(n for _, _, n in entries) != size:
-            raise TensorFileError("file size does not match its header")
-        out = []
-        for dtype, shape, nbytes in entries:
+    raw_entries = header.get("tensors") if isinstance(header, dict) else None
+    if not isinstance(raw_entries, list) or len(raw_entries) != expected:
+        raise TensorFileError("output file does not hold the announced tensors")
+    parsed = [_entry(e) for e in raw_entries]
+    total = sum(n for _, _, n in parsed)
+    if total > max_bytes:
+        raise TensorFileError("output file exceeds the size limit")
+    offset = len(MAGIC) + 8 + hlen
+    if offset + total != size:
+        raise TensorFileError("file size does not match its header")
+    entries = []
+    for dtype, shape, nbytes in parsed:
+        entries.append(Entry(dtype, shape, nbytes, offset))
+        offset += nbytes
+    return entries
+
+
+def read_tensors(path: str, expected: int, device: str = "cpu", max_bytes: int = 4 << 30,
+                 staging: Staging | None = None) -> list[torch.Tensor]:  # fmt: skip
+    """Read `expected` tensors from a file a sandbox wrote, onto `device`. Raises TensorFileError."""
+    entries = read_header(path, expected, max_bytes)
+    return read_entries(path, entries, [None] * len(entries), device, staging)
+
+
+def read_entries(path: str, entries: list[Entry], plans: list[SamplePlan | None], device: str = "cpu",
+                 staging: Staging | None = None) -> list[torch.Tensor]:  # fmt: skip
+    """Read each entry whole (plan None) or only the elements of its sample plan (a flat tensor)."""
+    target = torch.device(device)
+    out = []
+    with open(path, "rb", buffering=0) as f:
+        for e, plan in zip(entries, plans, strict=True):
+            if plan is not None:
+                out.append(_read_sample(f, e, plan).to(target))
+                continue
+            f.seek(e.offset)
             if target.type == "cpu":
-                raw = torch.empty(nbytes, dtype=torch.uint8)
+                raw = torch.empty(e.nbytes, dtype=torch.uint8)
                 _read_exact(f, _mv(raw))
             else:
-                raw = torch.empty(nbytes, dtype=torch.uint8, device=target)
+                raw = torch.empty(e.nbytes, dtype=torch.uint8, device=target)
                 buf = (staging or Staging()).buffer()
-                for start in range(0, nbytes, buf.numel()):
-                    n = min(buf.numel(), nbytes - start)
+                for start in range(0, e.nbytes, buf.numel()):
+                    n = min(buf.numel(), e.nbytes - start)
                     _read_exact(f, _mv(buf[:n]))
                     raw[start : start + n].copy_(buf[:n])
-            out.append(raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype, device=target))
-        return out
+            out.append(raw.view(e.dtype).reshape(e.shape) if e.nbytes else torch.empty(e.shape, dtype=e.dtype, device=target))
+    return out
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """Blocks of `block` consecutive elements starting at `starts`, of a tensor's flattened view."""
+
+    block: int
+    starts: list[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"block": self.block, "starts": self.starts}
+
+    @classmethod
+    def from_json(cls, d: Any) -> SamplePlan:
+        if not isinstance(d, dict) or type(d.get("block")) is not int or not isinstance(d.get("starts"), list):
+            raise TensorFileError("malformed sample plan")
+        if not all(type(x) is int and x >= 0 for x in d["starts"]) or d["block"] < 1:
+            raise TensorFileError("malformed sample plan")
+        return cls(d["block"], list(d["starts"]))
+
+    def fits(self, numel: int) -> bool:
+        return all(start + self.block <= numel for start in self.starts)
+
+    def index(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Flat element indices of the sample, in plan order."""
+        starts = torch.tensor(self.starts, dtype=torch.int64, device=device)
+        return (starts[:, None] + torch.arange(self.block, device=device)[None, :]).reshape(-1)
+
+
+def sample_plan(numel: int, rng: Any, blocks: int = 512, block: int = 64) -> SamplePlan | None:
+    """A random plan of `blocks` blocks over a tensor of `numel` elements; None: small, read it whole."""
+    if numel <= 2 * blocks * block:
+        return None
+    return SamplePlan(block, sorted(rng.randrange(numel - block + 1) for _ in range(blocks)))
+
+
+def _read_sample(f: Any, e: Entry, plan: SamplePlan) -> torch.Tensor:
+    if not plan.fits(e.numel):
+        raise TensorFileError("the sample plan reaches past the tensor")
+    itemsize = e.nbytes // e.numel if e.numel else 1
+    raw = torch.empty(len(plan.starts) * plan.block * itemsize, dtype=torch.uint8)
+    view = _mv(raw)
+    width = plan.block * itemsize
+    fd = f.fileno()
+    for k, start in enumerate(plan.starts):
+        chunk = os.pread(fd, width, e.offset + start * itemsize)
+        if len(chunk) != width:
+            raise TensorFileError("the file ends before its tensors do")
+        view[k * width : (k + 1) * width] = chunk
+    return raw.view(e.dtype)

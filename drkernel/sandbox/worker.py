@@ -201,15 +201,24 @@ class Sandbox:
         with self.mode:
             return self.model(*inputs)
 
-    def _save(self, out: Any, name: str) -> dict[str, Any]:
+    def _save(self, out: Any, name: str, plans: list[Any] | None = None) -> dict[str, Any]:
+        """Write the outputs to `name`; with `plans` (the reference, verifying timed calls), only the
+        sampled elements of each tensor whose plan fits it."""
         structure, tensors = harness.flatten_outputs(out)
-        info: dict[str, Any] = {"structure": structure, "subclass": [], "dtypes": []}
+        info: dict[str, Any] = {"structure": structure, "subclass": [], "dtypes": [], "shapes": [], "sampled": []}
         plain = []
         for i, t in enumerate(tensors):
             if type(t) is not torch.Tensor:
                 info["subclass"].append(f"output {i} is {type(t).__name__}")
                 t = torch.Tensor(t.detach().cpu()) if hasattr(t, "detach") else torch.empty(0)
             info["dtypes"].append(str(t.dtype))
+            info["shapes"].append(list(t.shape))
+            plan = tensorfile.SamplePlan.from_json(plans[i]) if plans and i < len(plans) and plans[i] else None
+            if plan is not None and plan.fits(t.numel()):
+                t = t.detach().reshape(-1)[plan.index(t.device)]
+                info["sampled"].append(True)
+            else:
+                info["sampled"].append(False)
             plain.append(t)
         path = os.path.join(self.workdir, name)
         tensorfile.write_tensors(path, plain, self._staging)  # a copy: later writes do not reach it
@@ -257,7 +266,8 @@ class Sandbox:
             self._remember_sizes(outs)
             params = [p for p in self.model.parameters()] if isinstance(self.model, torch.nn.Module) else []
             try:
-                item = self._save(out, f"{msg['tag']}_{k}.pt")
+                samples = msg.get("samples")
+                item = self._save(out, f"{msg['tag']}_{k}.pt", samples[k] if samples and k < len(samples) else None)
             except tensorfile.TensorFileError as exc:
                 return _error("unsupported_output", exc)
             item["launches"] = launches

@@ -111,3 +111,26 @@ def test_views_with_a_storage_offset_are_written_as_what_they_show(tmp_path):
     x = torch.arange(100.0).reshape(10, 10)
     parts = [x[3:], x[:, 2], x[5, 5], torch.tensor([True, False])]
     assert all(torch.equal(a, b) for a, b in zip(parts, _round_trip(tmp_path, parts), strict=True))
+
+
+def test_sampled_reads_return_the_planned_blocks_in_order(tmp_path):
+    import random
+
+    from drkernel.sandbox.tensorfile import SamplePlan, read_entries, read_header, sample_plan
+
+    x = torch.randn(300, 500)
+    small = torch.arange(10.0)
+    path = str(tmp_path / "out.bin")
+    write_tensors(path, [x, small])
+    entries = read_header(path, 2)
+    assert [e.shape for e in entries] == [[300, 500], [10]]
+    plan = sample_plan(x.numel(), random.Random(0), blocks=16, block=8)
+    assert plan is not None and sample_plan(small.numel(), random.Random(0)) is None
+    got, whole = read_entries(path, entries, [plan, None])
+    assert torch.equal(got, x.reshape(-1)[plan.index()]) and torch.equal(whole, small)
+    assert SamplePlan.from_json(plan.to_json()) == plan
+    with pytest.raises(TensorFileError):  # a plan past the end of the tensor
+        read_entries(path, entries, [SamplePlan(8, [x.numel() - 4]), None])
+    for bad in ({"block": 0, "starts": [1]}, {"block": 4, "starts": [-1]}, {"block": 4.0, "starts": []}, [1, 2]):
+        with pytest.raises(TensorFileError):
+            SamplePlan.from_json(bad)
