@@ -62,6 +62,9 @@ def test_anchor_probe_1_honest_fused_kernel(judge: Judge) -> None:
     result = evaluate(judge, asset("kernels", "relu_scale"))
     assert_honest_pass(result)
     assert result.launched_kernels == ["relu_scale_kernel"]
+    # where the time went: the first call (kernel compile or cache load) and the wait for a warm sandbox
+    assert 0 < result.stage_s["first_call"] < result.wall_s
+    assert 0 <= result.stage_s["spare_wait"] < result.wall_s
 
 
 def test_shared_kernel_is_recorded_once_by_name(judge: Judge) -> None:
