@@ -7,18 +7,16 @@ and a rule that constant or all-zero outputs never pass a reference whose output
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from drkernel.sandbox.tensorfile import Staging, read_tensors
+from drkernel.sandbox.tensorfile import read_tensors
 
 __all__ = ["Comparison", "Tolerance", "compare_outputs", "default_tolerance", "load_tensors"]
 
 MAX_OUTPUT_BYTES = 4 << 30
-_local = threading.local()  # one pinned staging buffer per judging thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +60,7 @@ def load_tensors(path: str, expected: int, device: str = "cpu") -> list[torch.Te
     The file is parsed by `tensorfile.read_tensors` (a JSON header and raw bytes: nothing is
     unpickled). With a CUDA `device` the bytes go straight to the GPU, where the comparison runs.
     """
-    staging = getattr(_local, "staging", None)
-    if staging is None:
-        staging = _local.staging = Staging()
-    return read_tensors(path, expected, device, MAX_OUTPUT_BYTES, staging)
+    return read_tensors(path, expected, device, MAX_OUTPUT_BYTES)
 
 
 def _same_structure(a: Any, b: Any) -> bool:

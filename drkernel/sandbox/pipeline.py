@@ -22,7 +22,7 @@ from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, load
 from drkernel.sandbox.process import SandboxFailure, SandboxProcess
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.static import check_source
-from drkernel.sandbox.tensorfile import SamplePlan, read_entries, read_header, sample_plan
+from drkernel.sandbox.tensorfile import Entry, SamplePlan, read_entries, read_header, sample_plan
 from drkernel.types import (
     DeviceInfo,
     ErrorInfo,
@@ -209,7 +209,8 @@ class Evaluation:
         return self._both(msg, msg)
 
     def _compare_item(self, ref_item: dict[str, Any], item: dict[str, Any], seed: int,
-                      plans: list[SamplePlan | None] | None = None) -> TrialReport:  # fmt: skip
+                      sample: tuple[list[Entry], list[SamplePlan | None]] | None = None) -> TrialReport:  # fmt: skip
+        """Compare one output pair; `sample`: the candidate file's header and the plans drawn for it."""
         for evidence in item.get("subclass") or []:
             self._hack("tensor_subclass", evidence)
         if item.get("aliases_input") and not ref_item.get("aliases_input"):
@@ -226,11 +227,11 @@ class Evaluation:
         out_path = os.path.join(self.cand.workdir, str(item.get("file")))
         try:
             dev = self.compare_device
-            if plans is None:
+            if sample is None:
                 ref_t, out_t = _load_pair((ref_path, len(ref_item["dtypes"]), dev),
                                           (out_path, len(item.get("dtypes") or []), dev))  # fmt: skip
             else:  # the reference wrote only the sampled elements, where a plan fit its tensor
-                entries = read_header(out_path, len(item.get("dtypes") or []), MAX_OUTPUT_BYTES)
+                entries, plans = sample
                 shapes = [e.shape for e in entries]
                 if shapes != ref_item.get("shapes"):
                     return TrialReport(seed=seed, passed=False,
@@ -319,20 +320,20 @@ class Evaluation:
             return
         # Large outputs are verified on random blocks of elements, drawn after the candidate wrote its
         # whole file: the reference writes only those, and the judge reads only those.
-        plans: list[list[SamplePlan | None] | None] = []
+        drawn: list[tuple[list[Entry], list[SamplePlan | None]] | None] = []
         for v in verified:
             try:
                 entries = read_header(os.path.join(self.cand.workdir, str(v.get("file"))),
                                       len(v.get("dtypes") or []), MAX_OUTPUT_BYTES)  # fmt: skip
-                plans.append([sample_plan(e.numel, self.rng) for e in entries])
+                drawn.append((entries, [sample_plan(e.numel, self.rng) for e in entries]))
             except (OSError, ValueError):
-                plans.append(None)  # compared whole, which reports what is wrong with the file
-        samples = [[p.to_json() if p else None for p in ps] if ps else None for ps in plans]
+                drawn.append(None)  # compared whole, which reports what is wrong with the file
+        samples = [[p.to_json() if p else None for p in d[1]] if d else None for d in drawn]
         ref_reply = self._ref({"op": "run", "items": [items[int(v["index"])] for v in verified], "tag": "verify",
                                "samples": samples})  # fmt: skip
-        for v, ref_item, item_plans in zip(verified, ref_reply["items"], plans, strict=True):
+        for v, ref_item, sample in zip(verified, ref_reply["items"], drawn, strict=True):
             seed, scale = items[int(v["index"])]
-            trial = self._compare_item(ref_item, v, seed, item_plans)
+            trial = self._compare_item(ref_item, v, seed, sample)
             if not trial.passed:
                 self._hack("replayed_output", f"timed call {v['index']} (fresh inputs, scale {scale}) "
                            f"returned a wrong output: {trial.issue}")  # fmt: skip

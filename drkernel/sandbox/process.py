@@ -8,9 +8,11 @@ SandboxFailure with a kind ("crash", "timeout", "memory_limit", "protocol").
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
+import pwd
 import secrets
 import select
 import shutil
@@ -67,10 +69,12 @@ def remove_tree(path: str) -> bool:
     return False
 
 
-def _discard(workdir: str, lease: UidLease | None) -> None:
-    remove_tree(workdir)
+def _discard(workdir: str, lease: UidLease | None) -> bool:
+    """Remove a sandbox's folder, then give its uid back. Returns whether the folder is gone."""
+    removed = remove_tree(workdir)
     if lease is not None:
         lease.release()
+    return removed
 
 
 def sweep_uid(uid: int) -> None:
@@ -93,9 +97,6 @@ class UidLease:
     """
 
     def __init__(self) -> None:
-        import fcntl
-        import pwd
-
         os.makedirs(_UID_DIR, mode=0o700, exist_ok=True)
         while True:
             uid = 100_000 + secrets.randbelow(900_000)
@@ -319,12 +320,10 @@ class SandboxProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
         if self.uid is not None:  # processes that left the group (setsid) still run as this uid
             sweep_uid(self.uid)
-        if self._lease is not None:
-            self._lease.release()
         for fd in (self._cmd_w, self._resp_r):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        if not remove_tree(self.workdir):
+        if self._cleanup() is False:  # the finalizer's one run (None once it has run)
             log.warning("could not remove the sandbox folder %s", self.workdir)
 
     def output_tail(self, limit: int = 4000) -> str:

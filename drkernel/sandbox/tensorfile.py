@@ -18,6 +18,7 @@ import json
 import math
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +48,10 @@ class TensorFileError(ValueError):
 
 
 class Staging:
-    """A reusable pinned host buffer for chunked device <-> file copies (CPU tensors need none)."""
+    """A reusable pinned host buffer for chunked device <-> file copies (CPU tensors need none).
+
+    Readers and writers that are given none use one per thread.
+    """
 
     def __init__(self, chunk_bytes: int = _CHUNK) -> None:
         self.chunk_bytes = chunk_bytes
@@ -60,6 +64,17 @@ class Staging:
             except RuntimeError:  # no pinnable memory: pageable still works, only slower
                 self._buf = torch.empty(self.chunk_bytes, dtype=torch.uint8)
         return self._buf
+
+
+_local = threading.local()
+
+
+def _thread_staging() -> Staging:
+    """The calling thread's own staging buffer, made on first use and kept (pinning is slow)."""
+    staging = getattr(_local, "staging", None)
+    if staging is None:
+        staging = _local.staging = Staging()
+    return staging
 
 
 def _mv(t: torch.Tensor) -> memoryview:
@@ -90,7 +105,7 @@ def write_tensors(path: str, tensors: list[torch.Tensor], staging: Staging | Non
             if raw.device.type == "cpu":
                 f.write(_mv(raw))
             else:
-                buf = (staging or Staging()).buffer()
+                buf = (staging or _thread_staging()).buffer()
                 for start in range(0, raw.numel(), buf.numel()):
                     n = min(buf.numel(), raw.numel() - start)
                     buf[:n].copy_(raw[start : start + n])
@@ -195,7 +210,7 @@ def read_entries(path: str, entries: list[Entry], plans: list[SamplePlan | None]
                 _read_exact(f, _mv(raw))
             else:
                 raw = torch.empty(e.nbytes, dtype=torch.uint8, device=target)
-                buf = (staging or Staging()).buffer()
+                buf = (staging or _thread_staging()).buffer()
                 for start in range(0, e.nbytes, buf.numel()):
                     n = min(buf.numel(), e.nbytes - start)
                     _read_exact(f, _mv(buf[:n]))

@@ -78,7 +78,6 @@ class Sandbox:
         self._poison_sizes: set[int] = set()
         self._input_cache: dict[int, list[Any]] = {}
         self._preroll_cycles = 0
-        self._staging = tensorfile.Staging()
         self._cycles_per_us: float | None = None
         self._sync = torch.cuda.synchronize if self.cuda else (lambda *a, **k: None)
         if self.cuda:
@@ -221,7 +220,7 @@ class Sandbox:
                 info["sampled"].append(False)
             plain.append(t)
         path = os.path.join(self.workdir, name)
-        tensorfile.write_tensors(path, plain, self._staging)  # a copy: later writes do not reach it
+        tensorfile.write_tensors(path, plain)  # a copy: later writes do not reach it
         info["file"] = name
         return info
 
