@@ -9,6 +9,7 @@ report. Writes into --out: episodes.jsonl, summary.json, fast_p.csv, fast_p.png 
     python bench/agent_gpu_demo.py --out docs/agent_gpu_demo            # on the H200
     python bench/agent_gpu_demo.py --out /tmp/demo --size cpu --device cpu --limit 2   # smoke test
 
+--plans picks the answer plans (indices into PLANS) that the samples cycle through, e.g. --plans 2,3.
 Long runs can be split: rerun with --resume and the same --out to continue where it stopped.
 """
 
@@ -81,11 +82,21 @@ def hacked(kind: str, reference: str) -> str:
 class DemoScript:
     """Picks each answer from the plan of the conversation's sample and its turn number."""
 
-    def __init__(self, problems: list[Problem]) -> None:
+    def __init__(self, problems: list[Problem], plans: tuple[int, ...] = tuple(range(len(PLANS)))) -> None:
+        self.plans = plans
         self.by_ref = {p.reference_code.strip(): p for p in problems}
         self.solutions = {p.name: builtin_solution(p.name) for p in problems}
-        self.next_sample: Counter[str] = Counter()
+        self.taken: dict[str, set[int]] = defaultdict(set)  # sample tags handed out, per problem
         self.lock = threading.Lock()
+
+    def resume_from(self, episodes: Path) -> None:
+        """Marks the sample tags of finished episodes as taken, so a resumed run replays the missing plans."""
+        if not episodes.exists():
+            return
+        for tr in iter_jsonl(episodes):
+            tags = _SAMPLE_TAG.findall(tr.turns[0].response) if tr.turns else []
+            if tags:
+                self.taken[tr.problem].add(int(tags[-1]))
 
     def _problem(self, first_message: str) -> Problem:
         for ref, p in self.by_ref.items():
@@ -101,9 +112,10 @@ class DemoScript:
             sample = int(_SAMPLE_TAG.findall(assistant[-1])[-1])
         else:
             with self.lock:
-                sample = self.next_sample[problem.name]
-                self.next_sample[problem.name] += 1
-        plan = PLANS[sample % len(PLANS)]
+                taken = self.taken[problem.name]
+                sample = min(set(range(len(taken) + 1)) - taken)
+                taken.add(sample)
+        plan = PLANS[self.plans[sample % len(self.plans)]]
         kind = plan[min(turn, len(plan) - 1)]
         tag = f"# demo-sample: {sample}\n# demo-kind: {kind}\n"
         if kind == "no_code":
@@ -122,7 +134,7 @@ def _kind(turn_response: str) -> str:
     return m.group(1) if m else "?"
 
 
-def demo_report(out: Path, summary: dict, wall_s: float) -> str:
+def demo_report(out: Path, summary: dict, wall_s: float, resumed: bool = False) -> str:
     trajs = list(iter_jsonl(out / "episodes.jsonl"))
     by_kind: dict[str, Counter[str]] = defaultdict(Counter)
     speedups: dict[str, list[float]] = defaultdict(list)
@@ -141,7 +153,9 @@ def demo_report(out: Path, summary: dict, wall_s: float) -> str:
     lines = [
         "# Agent GPU demo: `bench` over the built-in suite with a scripted policy",
         "",
-        f"Device: {device}. Episodes: {len(trajs)}; wall time {wall_s:.0f} s.",
+        f"Device: {device}. Episodes: {len(trajs)}; wall time {wall_s:.0f} s"
+        + (" for the resumed part only (episodes of earlier runs in this folder are not timed here)." if resumed
+           else "."),
         "",
         "## Verdicts by answer kind (every turn of every episode)",
         "",
@@ -188,7 +202,14 @@ def main() -> int:
     ap.add_argument("--reference-backend", choices=("eager", "compile"), default="eager")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--plans", help=f"answer plans to replay, by index into PLANS (0-{len(PLANS) - 1}); default all")
     args = ap.parse_args()
+    try:
+        plans = tuple(int(x) for x in args.plans.split(",")) if args.plans else tuple(range(len(PLANS)))
+        if not plans or any(not 0 <= i < len(PLANS) for i in plans):
+            raise ValueError
+    except ValueError:
+        ap.error(f"--plans takes indices 0-{len(PLANS) - 1}, comma-separated")
 
     levels = tuple(int(x) for x in args.levels.split(",")) if args.levels else None
     problems = load_builtin_suite(size=args.size, levels=levels)[: args.limit]
@@ -202,10 +223,13 @@ def main() -> int:
     )
     executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers)
     out = Path(args.out)
+    script = DemoScript(problems, plans)
+    if args.resume:
+        script.resume_from(out / "episodes.jsonl")
     t0 = time.time()
     try:
         summary = run_bench(
-            problems, ScriptedPolicy(DemoScript(problems)), executor, config, out,
+            problems, ScriptedPolicy(script), executor, config, out,
             samples=args.samples, resume=args.resume,
         )
     finally:
@@ -213,7 +237,7 @@ def main() -> int:
     from rich.console import Console
 
     Console().print(render_table(summary))
-    (out / "demo_report.md").write_text(demo_report(out, summary, time.time() - t0))
+    (out / "demo_report.md").write_text(demo_report(out, summary, time.time() - t0, args.resume))
     print(f"reports in {out}: demo_report.md, summary.json, fast_p.csv, fast_p.png, episodes.jsonl")
     return 0
 

@@ -7,7 +7,8 @@
 #   service  bench/service_throughput.py (issue 3)                                     (~1 min)
 #   rl       experiments/rl_gpu_demo (issue 7)                                         (~3 min)
 #   suite    bench/suite_gpu.py over the built-in suite (issue 6)                      (~3 min)
-#   agent    bench/agent_gpu_demo.py (issue 5)                                         (~5 min)
+#   agent    bench/agent_gpu_demo.py (issue 5)                                         (~8 min)
+#   baselines `drkernel suite baselines builtin:gpu --backend both` (issue 6)          (~2 min)
 # Logs and tables go to $OUT (or ./gpu-out). Parts may run side by side on different GPUs:
 #   CUDA_VISIBLE_DEVICES=0 bash bench/gpu_all.sh judge & CUDA_VISIBLE_DEVICES=1 bash bench/gpu_all.sh rl service suite; wait
 # FastAPI/uvicorn are not on the device image: carry their wheels in .whl/ (see docs/benchmarks.md).
@@ -38,12 +39,16 @@ for part in "$@"; do
   rl)
     timeout 240 python3 experiments/rl_gpu_demo/run.py --device cuda --out "$OUT/rl_gpu_demo" > "$OUT/rl.log" 2>&1 ;;
   suite)
+    # SUITE_ARGS adds options, e.g. SUITE_ARGS="--shape-variants"
     timeout "${SUITE_TIMEOUT:-300}" python3 bench/suite_gpu.py --perf-trials 20 --stages --json "$OUT/suite.json" \
-      > "$OUT/suite.log" 2>&1 ;;
+      ${SUITE_ARGS:-} > "$OUT/suite.log" 2>&1 ;;
   agent)
-    # AGENT_ARGS narrows the demo to fit a call, e.g. AGENT_ARGS="--limit 3"
+    # AGENT_ARGS narrows the demo to fit a call, e.g. AGENT_ARGS="--limit 3" or AGENT_ARGS="--plans 2,3"
     timeout "${AGENT_TIMEOUT:-500}" python3 bench/agent_gpu_demo.py --out "$OUT/agent_gpu_demo" --samples 2 \
       --perf-trials 20 ${AGENT_ARGS:-} > "$OUT/agent.log" 2>&1 ;;
-  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent)" >&2; exit 2 ;;
+  baselines)
+    timeout "${BASELINES_TIMEOUT:-200}" python3 -m drkernel.cli suite baselines builtin:gpu --device cuda \
+      --backend both --store "$OUT/baselines.json" > "$OUT/baselines.log" 2>&1 ;;
+  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines)" >&2; exit 2 ;;
   esac
 done

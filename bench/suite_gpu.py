@@ -17,6 +17,12 @@ from drkernel.sandbox.judge import Judge
 from drkernel.types import EvalOptions, EvalRequest
 
 
+def _held_out(d: dict) -> str:
+    """Held-out shapes passed / checked, or '-' when none were checked."""
+    total = d.get("shape_variants_total")
+    return f" {'-':>8s}" if not total else f" {d['shape_variants_passed']}/{total}".rjust(9)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda:0")
@@ -34,7 +40,9 @@ def main() -> int:
         opts = opts.replace(num_perf_trials=args.perf_trials)
     rows = []
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
-    print(f"{'problem':42s} {'outcome':14s} {'speedup':>8s} {'coverage':>8s} {'kernel_ms':>10s} {'ref_ms':>10s} {'wall_s':>7s}")
+    held = f" {'held_out':>8s}" if args.shape_variants else ""
+    print(f"{'problem':42s} {'outcome':14s} {'speedup':>8s} {'coverage':>8s} {'kernel_ms':>10s} {'ref_ms':>10s} "
+          f"{'wall_s':>7s}{held}")
     with Judge(device=args.device) as judge:
         for name in names:
             problem = builtin_problem(name, args.size)
@@ -47,7 +55,8 @@ def main() -> int:
             rows.append(d)
             outcome = d["outcome"] + ("" if not d["hacks"] else "!" + ",".join(d["hacks"]))
             print(f"{name:42s} {outcome:14s} {fmt(d['speedup'], '8.3f')} {fmt(d['coverage'], '8.3f')} "
-                  f"{fmt(d['kernel_ms'], '10.3f')} {fmt(d['reference_ms'], '10.3f')} {d['bench_wall_s']:7.1f}", flush=True)
+                  f"{fmt(d['kernel_ms'], '10.3f')} {fmt(d['reference_ms'], '10.3f')} {d['bench_wall_s']:7.1f}"
+                  f"{_held_out(d) if args.shape_variants else ''}", flush=True)
             if args.stages:
                 print("    stages: " + " ".join(f"{k}={v:.2f}" for k, v in d["stage_s"].items() if v >= 0.05), flush=True)
             if d["error"]:
@@ -57,6 +66,10 @@ def main() -> int:
     geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else float("nan")
     print(f"{len(ok)}/{len(rows)} correct; geometric-mean speedup over correct: {geo:.3f}; "
           f"faster than reference: {sum(s > 1 for s in speedups)}")
+    if args.shape_variants:
+        survived = sum(r["shape_variants_passed"] == r["shape_variants_total"] for r in ok
+                       if r["shape_variants_total"])
+        print(f"held-out shapes: {survived}/{len(ok)} correct solutions pass every unseen shape")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": rows[0]["device"] if rows else None, "results": rows}, f, indent=1)
