@@ -81,10 +81,14 @@ def test_honest_corpus_passes_on_gpu(judge: Judge, kernel: Asset, preroll_us: fl
 
 
 def test_launch_preroll_times_device_work_only(judge: Judge, honest_big: EvalResult) -> None:
-    """With the pre-roll, a big kernel's time barely moves (launch overhead is small beside it)."""
+    """With the pre-roll, a big kernel's time barely moves (launch overhead is small beside it).
+
+    Compared on the fastest timed call: the median of a 0.3 ms kernel moves by up to 13 % between two
+    evaluations with the same options (H200, 2026-11-30), the bimodality of docs/benchmarks.md."""
     r = evaluate(judge, asset("kernels", "relu_scale"), big_relu_scale(), GPU.replace(launch_preroll_us=50.0))
-    assert r.outcome is EvalOutcome.OK and r.kernel_ms is not None and honest_big.kernel_ms is not None, describe(r)
-    assert 0.8 * honest_big.kernel_ms <= r.kernel_ms <= 1.1 * honest_big.kernel_ms, describe(r)
+    assert r.outcome is EvalOutcome.OK and r.kernel_timing is not None and honest_big.kernel_timing is not None, describe(r)
+    base = honest_big.kernel_timing.min_ms
+    assert 0.8 * base <= r.kernel_timing.min_ms <= 1.15 * base, describe(r)
 
 
 # -- the CPU hack corpus holds on the GPU --------------------------------------------------------
