@@ -129,6 +129,19 @@ def test_launch_preroll_is_a_gpu_option_that_the_interpreter_ignores(judge: Judg
     assert r.outcome is EvalOutcome.OK and r.kernel_timing is not None, r.error
 
 
+def test_spares_default_and_environment_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    from drkernel.sandbox.judge import default_spares
+
+    monkeypatch.delenv("DRKERNEL_SPARES", raising=False)
+    assert (default_spares(cuda=True), default_spares(cuda=False)) == (6, 2)
+    monkeypatch.setenv("DRKERNEL_SPARES", " 4 ")
+    assert default_spares(cuda=True) == default_spares(cuda=False) == 4
+    for bad in ("0", "65", "-1", "three", "2.5"):
+        monkeypatch.setenv("DRKERNEL_SPARES", bad)
+        with pytest.raises(ConfigError, match="DRKERNEL_SPARES"):
+            default_spares(cuda=True)
+
+
 def test_closed_judge_refuses_work() -> None:
     honest = asset("kernels", "relu_scale")
     j = Judge(device="cpu", cache_path=None, spares=1)
