@@ -91,6 +91,24 @@ def test_launch_preroll_times_device_work_only(judge: Judge, honest_big: EvalRes
     assert 0.8 * base <= r.kernel_timing.min_ms <= 1.15 * base, describe(r)
 
 
+def test_sandboxes_run_under_their_own_uid_when_the_judge_is_root(judge: Judge) -> None:
+    """Where the judge is root (the lent H200 is), each candidate runs under a leased uid of its own."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("the judge is not root: sandboxes share its uid by design")
+    assert judge.isolate_uid
+    code = asset("kernels", "relu_scale").code + (
+        "\nimport os\n"
+        f"if os.getuid() in (0, {os.getuid()}) or os.geteuid() in (0, {os.geteuid()}):\n"
+        "    raise RuntimeError(f'the candidate runs as uid {os.getuid()}')\n"
+    )
+    request = EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code,
+                          options=GPU.replace(static_policy=False))
+    result = judge.evaluate(request)
+    assert result.outcome is EvalOutcome.OK, describe(result)
+
+
 # -- the CPU hack corpus holds on the GPU --------------------------------------------------------
 CPU_HACKS = [h for h in corpus("hacks") if h.meta.get("expect") != "ok" and h.meta.get("device") != "gpu"
              and "xfail" not in h.meta]  # fmt: skip
