@@ -102,7 +102,6 @@ class EvalOptions:
     reward_preset: str = "paper"  # "paper" | "released" | "eval" (reward/speedup.py)
     speedup_cap: float = 3.0  # paper-spec §4.1
     coverage_weight: float = 1.0
-    check_shape_variants: bool = False
     entry_point: str = "Model"
 
     @classmethod
@@ -253,7 +252,8 @@ class EvalResult:
     kernels: list[KernelTime] = field(default_factory=list)  # top kernels by device time
     launched_kernels: list[str] = field(default_factory=list)
     shape_variants_passed: int | None = None
-    shape_variants_total: int | None = None
+    shape_variants_total: int | None = None  # held-out shapes checked (the reference ran on them)
+    shape_variant_issues: list[str] = field(default_factory=list)  # why a variant failed or was not counted
     sandbox_output: str = ""  # what the candidate printed (truncated), never on our stdout
     wall_s: float | None = None
     stage_s: dict[str, float] = field(default_factory=dict)  # wall seconds per pipeline stage
@@ -285,6 +285,7 @@ class EvalResult:
             "launched_kernels": list(self.launched_kernels),
             "shape_variants_passed": self.shape_variants_passed,
             "shape_variants_total": self.shape_variants_total,
+            "shape_variant_issues": list(self.shape_variant_issues),
             "sandbox_output": self.sandbox_output,
             "wall_s": self.wall_s,
             "stage_s": dict(self.stage_s),
@@ -318,6 +319,7 @@ class EvalResult:
             launched_kernels=list(d.get("launched_kernels") or []),
             shape_variants_passed=d.get("shape_variants_passed"),
             shape_variants_total=d.get("shape_variants_total"),
+            shape_variant_issues=[str(x) for x in d.get("shape_variant_issues") or []],
             sandbox_output=d.get("sandbox_output") or "",
             wall_s=d.get("wall_s"),
             stage_s=dict(d.get("stage_s") or {}),

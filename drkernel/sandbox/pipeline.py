@@ -49,6 +49,10 @@ class _Stop(Exception):
     """Ends the pipeline early with the result built so far."""
 
 
+class _VariantNotCounted(Exception):
+    """A held-out shape that the reference itself cannot run."""
+
+
 def timing_stats(event_ms: list[float], host_ms: list[float] | None = None) -> TimingStats:
     return TimingStats(
         median_ms=statistics.median(event_ms),
@@ -394,17 +398,85 @@ class Evaluation:
                        f"{self.timed_launches_per_call:g} in timed calls")  # fmt: skip
 
     def _shape_variants(self) -> None:
+        """Correctness on held-out shapes, after the verdict: a failure here is counted, never fatal.
+
+        A variant on which the reference itself fails is not counted (the problem's fault). A candidate
+        that fails on a variant (an error, a crash, a hang) fails that variant; a dead sandbox fails the
+        variants after it too. Hack checks of these runs still apply.
+        """
         if not self.req.shape_variants:
             return
-        passed = 0
-        for snippet in self.req.shape_variants:
-            self._load(snippet)
-            seeds = [self.rng.randrange(1 << 31) for _ in range(2)]
-            ref_reply, reply = self._run_pair([(s, 1.0) for s in seeds], "variant")
-            ok = all(self._compare_item(r, c, s).passed for s, r, c in zip(seeds, ref_reply["items"], reply["items"], strict=True))
-            passed += int(ok)
+        passed = checked = 0
+        issues: list[str] = []
+        for k, snippet in enumerate(self.req.shape_variants):
+            try:
+                issue = self._variant(snippet)
+            except _VariantNotCounted as exc:
+                issues.append(f"variant {k + 1}: not counted: {exc}")
+                continue
+            except SandboxFailure as exc:
+                left = len(self.req.shape_variants) - k
+                checked += left
+                issues.append(f"variant {k + 1}: the submission's sandbox ended ({exc.kind}: {exc.message[:200]}); "
+                              f"{left} variant(s) failed")  # fmt: skip
+                break
+            checked += 1
+            if issue is None:
+                passed += 1
+            else:
+                issues.append(f"variant {k + 1}: {issue}")
         self.result.shape_variants_passed = passed
-        self.result.shape_variants_total = len(self.req.shape_variants)
+        self.result.shape_variants_total = checked
+        self.result.shape_variant_issues = issues
+
+    def _variant(self, snippet: str) -> str | None:
+        """None when the candidate matches the reference on this held-out shape, else why not."""
+        path = os.path.join(self.cand.workdir, "submission.py")
+        with open(path, "w") as f:  # the submission's own folder: rewritten, as it may have changed it
+            f.write(self.req.kernel_code)
+        load = {"op": "load", "reference_code": self.req.reference_code, "size_snippet": snippet,
+                "reference_hash": _hash(self.req.reference_code), "init_seed": self.init_seed,
+                "entry_point": self.opts.entry_point}  # fmt: skip
+        _, _, failed = self._both_lenient(load, load | {"candidate_path": path})
+        if failed:
+            return failed
+        seeds = [self.rng.randrange(1 << 31) for _ in range(2)]
+        msg = {"op": "run", "items": [(s, 1.0) for s in seeds], "tag": "variant"}
+        ref_reply, reply, failed = self._both_lenient(msg, msg)
+        if failed:
+            return failed
+        for seed, r, c in zip(seeds, ref_reply["items"], reply["items"], strict=True):
+            trial = self._compare_item(r, c, seed)
+            if not trial.passed:
+                return f"output differs: {trial.issue or 'mismatch'}"
+        return None
+
+    def _both_lenient(self, ref_msg: dict[str, Any],
+                      cand_msg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str | None]:  # fmt: skip
+        """Like _both, but a failing candidate reply is returned as a reason instead of ending the pipeline.
+
+        Both replies are always received, so neither pipe keeps a stale one. The reference failing with
+        an error reply raises _VariantNotCounted; a dead reference stays a ReferenceFailure (infra).
+        """
+        self.ref.send(ref_msg)
+        self.cand.send(cand_msg)
+        ref_failure: ReferenceFailure | None = None
+        ref_reply: dict[str, Any] = {}
+        try:
+            ref_reply = self._ref_receive()
+        except ReferenceFailure as exc:
+            if exc.kind not in ("reference_error", "unsupported_dtype"):
+                raise
+            ref_failure = exc
+        reply = self.cand.receive(self.deadline)
+        self._account("sandbox", reply)
+        self._check_reply_flags(reply)
+        if ref_failure is not None:
+            raise _VariantNotCounted(f"the reference failed on this shape: {ref_failure.message[:300]}")
+        if not reply.get("ok"):
+            err = reply.get("error") or {}
+            return ref_reply, reply, f"{err.get('kind', 'forward_error')}: {str(err.get('message', ''))[:300]}"
+        return ref_reply, reply, None
 
     def _reward(self) -> None:
         self.result.correct = True

@@ -9,6 +9,7 @@ too: 2 decoy, 3 lazy, 4 allclose patch, 5 identity memo, 6 profiler-aware, 7 tim
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -100,6 +101,46 @@ def test_honest_kernel_passes_the_held_out_shapes(judge: Judge) -> None:
     result = evaluate(judge, kernel, shape_variants=("batch_size = 3; dim = 100",))
     assert result.outcome is EvalOutcome.OK, describe(result)
     assert (result.shape_variants_passed, result.shape_variants_total) == (1, 1)
+
+
+def _shape_locked(folder: Path, on_other_shape: str) -> Asset:
+    """The honest relu_scale kernel, except that on any shape but the one it was shown it runs
+    `on_other_shape` (one statement)."""
+    honest = asset("kernels", "relu_scale")
+    code = honest.code.replace(
+        "        x = x.contiguous()\n",
+        f"        if tuple(x.shape) != (8, 256):\n            {on_other_shape}\n        x = x.contiguous()\n",
+    )
+    assert code != honest.code
+    path = folder / "shape_locked.py"
+    path.write_text(code)
+    return Asset(path=path, meta={**honest.meta, "options": "static_policy=False"})
+
+
+def test_a_candidate_that_raises_on_a_held_out_shape_fails_it_and_keeps_its_verdict(judge: Judge, tmp_path: Path) -> None:
+    locked = _shape_locked(tmp_path, "raise ValueError('only the shape I was shown')")
+    result = evaluate(judge, locked, shape_variants=("batch_size = 3; dim = 100", "batch_size = 5"))
+    assert result.outcome is EvalOutcome.OK and result.reward > 0, describe(result)
+    assert (result.shape_variants_passed, result.shape_variants_total) == (0, 2)
+    assert all("only the shape I was shown" in issue for issue in result.shape_variant_issues)
+
+
+def test_a_candidate_that_dies_on_a_held_out_shape_fails_the_rest(judge: Judge, tmp_path: Path) -> None:
+    locked = _shape_locked(tmp_path, "import os; os._exit(3)")
+    result = evaluate(judge, locked, shape_variants=("batch_size = 3; dim = 100", "batch_size = 5"))
+    assert result.outcome is EvalOutcome.OK and result.reward > 0, describe(result)
+    assert (result.shape_variants_passed, result.shape_variants_total) == (0, 2)
+    assert "sandbox ended" in result.shape_variant_issues[0]
+
+
+def test_a_held_out_shape_the_reference_cannot_run_is_not_counted(judge: Judge) -> None:
+    kernel = asset("kernels", "relu_scale")
+    result = evaluate(judge, kernel, shape_variants=("batch_size = -1", "batch_size = 3; dim = 100"))
+    assert result.outcome is EvalOutcome.OK, describe(result)
+    assert (result.shape_variants_passed, result.shape_variants_total) == (1, 1)
+    assert result.shape_variant_issues and "not counted" in result.shape_variant_issues[0]
+    after = evaluate(judge, kernel)  # the reference process is still in service
+    assert after.outcome is EvalOutcome.OK, describe(after)
 
 
 def test_identity_memo_never_serves_a_timed_call(judge: Judge) -> None:
