@@ -202,6 +202,7 @@ def main() -> int:
     ap.add_argument("--reference-backend", choices=("eager", "compile"), default="eager")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--held-out", action="store_true", help="also check held-out shapes (bench --held-out)")
     ap.add_argument("--plans", help=f"answer plans to replay, by index into PLANS (0-{len(PLANS) - 1}); default all")
     args = ap.parse_args()
     try:
@@ -217,7 +218,7 @@ def main() -> int:
         device=args.device, num_perf_trials=args.perf_trials, reference_backend=args.reference_backend
     )
     config = LoopConfig(
-        env=EnvConfig(max_turns=args.turns, eval_options=options),
+        env=EnvConfig(max_turns=args.turns, eval_options=options, held_out=args.held_out),
         concurrency=args.concurrency,
         model="scripted-demo",
     )

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 EPISODES = "episodes.jsonl"
 ERRORS = "errors.jsonl"
 # run settings that must match for a resumed run to be one benchmark
-_RESUME_KEYS = ("model", "samples", "turns", "context", "reference_backend", "problems")
+_RESUME_KEYS = ("model", "samples", "turns", "context", "reference_backend", "held_out", "problems")
 
 
 def register(subparsers: Any) -> None:
@@ -51,6 +51,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--parquet", action="store_true", help="also write episodes.parquet (pyarrow)")
+    p.add_argument("--held-out", action="store_true",
+                   help="also check each kernel on its problem's held-out shapes, never shown to the model, "
+                        "and report how many correct kernels pass them")  # fmt: skip
     add_run_options(p, default_turns=3)
     p.set_defaults(func=run)
 
@@ -63,6 +66,7 @@ def _run_meta(problems: list[Problem], config: LoopConfig, samples: int) -> dict
         "turns": config.env.max_turns,
         "context": {"mode": ctx.mode, "w": ctx.w, "token_budget": ctx.token_budget},
         "reference_backend": config.env.eval_options.reference_backend,
+        "held_out": config.env.held_out,
         "problems": [p.name for p in problems],
         "sampling": {
             "temperature": config.sampling.temperature,
@@ -87,6 +91,7 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
         )
     if resume and cfg_path.exists():
         old = json.loads(cfg_path.read_text())
+        old.setdefault("held_out", False)  # runs written before held-out checks had none
         diff = [k for k in _RESUME_KEYS if old.get(k) != meta.get(k)]
         if diff:
             raise ConfigError(f"--resume: this run differs from the one in {out} in {', '.join(diff)}")
@@ -142,7 +147,7 @@ def run_bench(
     names = {p.name for p in problems}
     trajs = [t for t in finished.values() if t.problem in names]
     summary = summarize(trajs, config.env.max_turns, total=len(problems) * samples)
-    summary["run"] = {k: meta[k] for k in ("model", "samples", "turns", "context", "reference_backend")}
+    summary["run"] = {k: meta[k] for k in ("model", "samples", "turns", "context", "reference_backend", "held_out")}
     if parquet:
         save_trajectories(out / "episodes.parquet", sorted(trajs, key=lambda t: (t.problem, t.sample)))
     write_reports(summary, out, title=f"Fast@p over turns: {config.model or 'model'}")

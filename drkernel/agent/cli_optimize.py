@@ -52,6 +52,8 @@ def _turn_line(t: Any) -> dict[str, Any]:
         "error": r.error.kind if r.error else None,
         "prompt_tokens": t.prompt_tokens,
         "context": t.context,
+        # held-out shapes passed / checked (--held-out and a problem that has them), else None
+        "held_out": None if not r.shape_variants_total else [r.shape_variants_passed, r.shape_variants_total],
     }
 
 
@@ -67,6 +69,9 @@ def _report_md(traj: Trajectory, lines: list[dict[str, Any]]) -> str:
         )
         if best.result.device is not None and best.result.device.interpreter:
             head.append("Timings are Triton-interpreter timings on the CPU, not real speedups.")
+        if best.result.shape_variants_total:
+            head.append(f"Held-out shapes (never shown to the model): {best.result.shape_variants_passed} of "
+                        f"{best.result.shape_variants_total} passed.")
     head += ["", "| turn | outcome | speedup | coverage | hacks | reward | prompt tokens |", "|---" * 7 + "|"]
     for x in lines:
         sp = "-" if x["speedup"] is None else f"{x['speedup']:.3g}"

@@ -40,6 +40,9 @@ class EnvConfig:
     # None: always run to max_turns, as the authors do (paper-spec §2.7); else stop once a
     # correct kernel reaches this speedup (terminated=True).
     stop_at_speedup: float | None = None
+    # check every judged kernel on the problem's held-out shapes (Problem.shape_variants). The model
+    # never sees them, nor their results: they stay unseen, and they change no reward.
+    held_out: bool = False
     executor_retries: int = 2  # ExecutorError or infra_error results, retried this many times
     retry_backoff_s: float = 1.0
 
@@ -178,7 +181,7 @@ class KernelEnv:
             options=options,
             task_id=f"{self.problem.name}#{self.sample}/t{index}",
             problem_name=self.problem.name,
-            shape_variants=self.problem.shape_variants,
+            shape_variants=self.problem.shape_variants if self.config.held_out else (),
         )
         attempts = self.config.executor_retries + 1
         for attempt in range(attempts):

@@ -71,6 +71,8 @@ def _turn_stats(
     judged = [x for x in turns if x is not None and x.extraction != "none"]
     hacked = [x for x in turns if x is not None and x.result.hacks]
     correct = [x for x in turns if x is not None and x.correct]
+    checked = [x for x in correct if x.result.shape_variants_total]
+    survived = [x for x in checked if x.result.shape_variants_passed == x.result.shape_variants_total]
     return {
         "turn": t + 1,
         "fast_p": {f"{p:g}": fast_p(trajs, p, t, total=n) for p in ps},
@@ -83,6 +85,8 @@ def _turn_stats(
         "mean_reward": sum(x.reward for x in turns if x is not None) / n,
         "geomean_speedup_correct": _geomean([_speedup(x) for x in correct]),
         "outcomes": dict(Counter(x.result.outcome.value for x in turns if x is not None)),
+        # correct kernels checked on held-out shapes, and those that passed every one of them
+        "held_out": {"checked": len(checked), "survived": len(survived)},
     }
 
 

@@ -35,17 +35,24 @@ def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
             table.add_column(f"p={p}", justify="right")
     for name in ("correct", "hacked", "compiled", "no code"):
         last.add_column(name, justify="right")
+    held = any(_held_out(row)[0] for row in summary["per_turn"])
+    if held:  # correct kernels that pass every held-out shape / correct kernels checked on them
+        last.add_column("held-out", justify="right")
+        last.caption = f"{caption}; held-out: correct kernels passing every unseen shape / checked"
     for row in summary["per_turn"]:
-        last.add_row(
-            str(row["turn"]),
-            *[_pct(row["fast_p"][p]) for p in ps],
-            _pct(row["correct"]),
-            _pct(row["hacked"]),
-            _pct(row["compiled"]),
-            _pct(row["no_code"]),
-        )
+        cells = [_pct(row["correct"]), _pct(row["hacked"]), _pct(row["compiled"]), _pct(row["no_code"])]
+        if held:
+            checked, survived = _held_out(row)
+            cells.append(f"{survived}/{checked}")
+        last.add_row(str(row["turn"]), *[_pct(row["fast_p"][p]) for p in ps], *cells)
         best.add_row(str(row["turn"]), *[_pct(row["fast_p_best"][p]) for p in ps])
     return Group(last, best)
+
+
+def _held_out(row: dict[str, Any]) -> tuple[int, int]:
+    """(checked, survived) of a turn row; rows of summaries written before held-out checks: (0, 0)."""
+    h = row.get("held_out") or {}
+    return int(h.get("checked", 0)), int(h.get("survived", 0))
 
 
 def write_json(summary: dict[str, Any], path: str | Path) -> None:
@@ -64,6 +71,10 @@ def write_csv(summary: dict[str, Any], path: str | Path) -> None:
                 w.writerow([row["turn"], "fast_p_best", p, f"{v:.6f}"])
             for metric in ("correct", "hacked", "hacked_of_judged", "compiled", "no_code", "mean_reward"):
                 w.writerow([row["turn"], metric, "", f"{row[metric]:.6f}"])
+            checked, survived = _held_out(row)
+            if checked:
+                w.writerow([row["turn"], "held_out_checked", "", checked])
+                w.writerow([row["turn"], "held_out_survived", "", survived])
 
 
 def plot_fast_p(summary: dict[str, Any], path: str | Path, title: str = "Fast@p over turns") -> None:

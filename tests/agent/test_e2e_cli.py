@@ -85,6 +85,48 @@ def test_bench_against_the_real_judge(chat_server, tmp_path, capsys):
     assert "p=1.2" in capsys.readouterr().out
 
 
+def test_bench_held_out_counts_the_kernels_that_survive_unseen_shapes(chat_server, tmp_path, capsys):
+    """Turn 1: an honest kernel; turn 2: the same kernel, refusing every shape but the one shown.
+    Both are correct on the problem's shape; only the first passes the held-out ones, which the
+    model never sees."""
+    ref = RELU_REF.replace("torch.randn(64, 256)", "torch.randn(batch_size, dim)") + "\nbatch_size = 64\ndim = 256\n"
+    held_out = ["batch_size = 3\ndim = 100", "batch_size = 5\ndim = 4097"]
+    honest = relu_kernel(1024)
+    locked = honest.replace(
+        "        x = x.contiguous()\n",
+        "        if tuple(x.shape) != (64, 256):\n            raise ValueError('not the shape I was shown')\n"
+        "        x = x.contiguous()\n",
+    )
+    assert locked != honest
+    srv = chat_server(lambda msgs: answer(honest if turn_of(msgs) == 0 else locked))
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(json.dumps({"name": "relu", "reference_code": ref, "shape_variants": held_out}) + "\n")
+    out = tmp_path / "bench"
+    argv = ["bench", str(suite), "--model", "stub", "--base-url", srv.base_url, "--samples", "2",
+            "--turns", "2", "--out", str(out), "--no-progress", "--held-out", *judge_args(tmp_path)]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    t1, t2 = summary["per_turn"]
+    assert t1["correct"] == t2["correct"] == 1.0
+    assert t1["held_out"] == {"checked": 2, "survived": 2}
+    assert t2["held_out"] == {"checked": 2, "survived": 0}
+    assert summary["run"]["held_out"] is True
+    assert "held-out" in capsys.readouterr().out
+    csv_rows = (out / "fast_p.csv").read_text().splitlines()
+    assert "2,held_out_survived,,0" in csv_rows and "1,held_out_survived,,2" in csv_rows
+    # the held-out shapes and their results stay unseen: nothing of them reaches the model
+    seen = json.dumps([r["messages"] for r in srv.requests])
+    assert "4097" not in seen and "not the shape I was shown" not in seen
+    # without the flag nothing is checked, and a resume may not switch it on
+    out2 = tmp_path / "bench2"
+    argv2 = [a for a in argv if a != "--held-out"]
+    argv2[argv2.index(str(out))] = str(out2)
+    assert main(argv2) == 0
+    plain = json.loads((out2 / "summary.json").read_text())
+    assert plain["per_turn"][1]["held_out"] == {"checked": 0, "survived": 0}
+    assert main([*argv2, "--resume", "--held-out"]) == 2
+
+
 def test_stts_keeps_the_prompt_bounded_over_15_turns(chat_server, tmp_path):
     count = {"n": 0}
     lock = threading.Lock()
