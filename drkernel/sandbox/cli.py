@@ -39,6 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--launch-preroll-us", type=float, default=None,
                    help="GPU: keep the device busy this long before each timed call so that host launch "
                         "overhead is not timed (default 0: off)")  # fmt: skip
+    p.add_argument("--shape", action="append", default=[], metavar="SNIPPET",
+                   help="also check correctness at other sizes: Python assignments replacing the reference's "
+                        "module-level size constants, e.g. --shape 'batch_size = 3; dim = 100' (repeatable); "
+                        "never changes the verdict")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -73,8 +77,13 @@ def run(args: argparse.Namespace) -> int:
     options = _options(args)
     if "class Model" not in reference or "def get_inputs" not in reference:
         raise ConfigError(f"{args.reference} is not KernelBench format (needs class Model and get_inputs)")
+    for snippet in args.shape:
+        try:
+            compile(snippet, "--shape", "exec")
+        except SyntaxError as exc:
+            raise ConfigError(f"--shape {snippet!r} is not Python: {exc.msg}") from None
     request = EvalRequest(reference_code=reference, kernel_code=kernel, options=options,
-                          problem_name=args.reference.stem)  # fmt: skip
+                          problem_name=args.reference.stem, shape_variants=tuple(args.shape))  # fmt: skip
     with Judge(device=options.device, spares=1, cache_path=args.cache or default_cache_path(),
                memory_limit_mb=options.memory_limit_mb) as judge:  # fmt: skip
         result = judge.evaluate(request)
@@ -108,6 +117,9 @@ def render_verdict(r: EvalResult) -> str:
         lines.append(f"timing    kernel {_fmt(r.kernel_ms, ' ms')}  reference {_fmt(r.reference_ms, ' ms')}  "
                      f"speedup {_fmt(r.speedup, 'x')}")  # fmt: skip
     lines.append(f"coverage  {_fmt(r.coverage)}  (share of device time in the submission's kernels)")
+    if r.shape_variants_total is not None:
+        lines.append(f"shapes    {r.shape_variants_passed}/{r.shape_variants_total} other sizes passed"
+                     + "".join(f"\n          {issue[:200]}" for issue in r.shape_variant_issues))  # fmt: skip
     if r.kernels:
         top = ", ".join(f"{k.name[:40]}{'*' if k.own else ''} {k.device_us:.0f}us" for k in r.kernels[:5])
         lines.append(f"kernels   {top}   (* = submission's own)")

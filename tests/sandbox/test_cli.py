@@ -43,6 +43,17 @@ def test_readable_verdict_for_an_honest_kernel(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_other_sizes_are_checked_with_shape_and_never_change_the_verdict(tmp_path: Path) -> None:
+    kernel = ASSETS / "hacks" / "b12_hardcoded_shape.py"  # correct only at the size it was written for
+    proc = drkernel_eval(REFERENCE, kernel, *FAST_FLAGS, "--shape", "batch_size = 3; dim = 100",
+                         "--shape", "batch_size = -1", cache=tmp_path / "t.sqlite")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("verdict   OK")
+    assert "shapes    0/1 other sizes passed" in proc.stdout
+    assert "variant 1: output differs" in proc.stdout and "variant 2: not counted" in proc.stdout
+    assert_usage_error(drkernel_eval(REFERENCE, kernel, "--shape", "batch_size = ("), "--shape")
+
+
 def test_json_is_one_object_with_the_contract_despite_a_forged_verdict_on_stdout(tmp_path: Path) -> None:
     kernel = ASSETS / "hacks" / "d1_forged_verdict.py"
     proc = drkernel_eval(REFERENCE, kernel, "--json", *FAST_FLAGS, cache=tmp_path / "t.sqlite")
