@@ -35,6 +35,11 @@ def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
             table.add_column(f"p={p}", justify="right")
     for name in ("correct", "hacked", "compiled", "no code"):
         last.add_column(name, justify="right")
+    near = (summary["per_turn"][-1].get("fast_p_borderline") or {}) if summary["per_turn"] else {}
+    if any(near.values()):  # every turn's counts are in the JSON and CSV
+        counts = ", ".join(f"p={p}: {near.get(p, 0)}" for p in ps)
+        caption += f"\nlast turn's kernels within 10% of p, which a re-timing may move across it: {counts}"
+        last.caption = caption
     held = any(_held_out(row)[0] for row in summary["per_turn"])
     if held:  # correct kernels that pass every held-out shape / correct kernels checked on them
         last.add_column("held-out", justify="right")
@@ -69,6 +74,8 @@ def write_csv(summary: dict[str, Any], path: str | Path) -> None:
                 w.writerow([row["turn"], "fast_p", p, f"{v:.6f}"])
             for p, v in row["fast_p_best"].items():
                 w.writerow([row["turn"], "fast_p_best", p, f"{v:.6f}"])
+            for p, v in (row.get("fast_p_borderline") or {}).items():
+                w.writerow([row["turn"], "fast_p_borderline", p, v])
             for metric in ("correct", "hacked", "hacked_of_judged", "compiled", "no_code", "mean_reward"):
                 w.writerow([row["turn"], metric, "", f"{row[metric]:.6f}"])
             checked, survived = _held_out(row)

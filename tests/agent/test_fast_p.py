@@ -54,6 +54,9 @@ def test_summary_rows():
     assert s["hack_codes"] == {"decoy_kernel": 1}
     assert s["last_turn"] == rows[2]
     assert s["by_level"]["2"]["samples"] == 4
+    # turn 3's correct kernels run at 1.1x, 0.9x and 1.6x: within 10 % of p=1 are two (either side)
+    assert rows[2]["fast_p_borderline"] == {"1": 2, "1.2": 1, "1.5": 1, "2": 0}
+    assert rows[1]["fast_p_borderline"] == {"1": 0, "1.2": 1, "1.5": 0, "2": 0}  # A's 1.3x; B is hacked
 
 
 def test_short_episodes_carry_their_last_turn_forward():

@@ -39,3 +39,13 @@ def test_table_renders():
     assert "last turn" in text and "best so far" in text and "p=1.2" in text
     assert "100.0" in text and "50.0" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+    # last turn: 2.1x is within 10 % of p=2 and 1.25x of p=1.2
+    flat = " ".join(text.split())
+    assert "within 10% of p" in flat and "p=1: 0, p=1.2: 1, p=1.5: 0, p=2: 1" in flat
+
+
+def test_borderline_counts_reach_the_csv(tmp_path):
+    paths = write_reports(summarize(trajs(), max_turns=3), tmp_path / "out")
+    rows = list(csv.DictReader(paths[1].open()))
+    assert {"turn": "3", "metric": "fast_p_borderline", "p": "2", "value": "1"} in rows
+    assert {"turn": "2", "metric": "fast_p_borderline", "p": "1.2", "value": "1"} in rows
