@@ -154,6 +154,19 @@ def run_bench(
     return summary
 
 
+def _with_held_out(problems: list[Problem]) -> list[Problem]:
+    """Derive held-out shapes for the problems that carry none, and say what each kind got."""
+    from drkernel.problems.heldout import with_derived_shape_variants
+
+    own = sum(bool(p.shape_variants) for p in problems)
+    problems = [with_derived_shape_variants(p) for p in problems]
+    derived = sum(p.metadata.get("shape_variants") == "derived" for p in problems)
+    none = len(problems) - own - derived
+    print(f"held-out shapes: {own} problem(s) carry their own, {derived} derived from size constants, "
+          f"{none} without any", file=sys.stderr)  # fmt: skip
+    return problems
+
+
 def run(args: argparse.Namespace) -> int:
     if args.samples < 1:
         print("drkernel bench: --samples must be >= 1", file=sys.stderr)
@@ -162,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
     problems = load_suite(args.suite, levels)
     if args.limit:
         problems = problems[: args.limit]
+    if args.held_out:
+        problems = _with_held_out(problems)
     config = build_loop_config(args, default_turns=3)
     policy = build_policy(args)
     executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers,

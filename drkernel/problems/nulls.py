@@ -12,7 +12,7 @@ from drkernel.problems.reference import load_reference
 from drkernel.problems.suite import with_size
 from drkernel.types import Problem
 
-__all__ = ["constant_candidate", "identity_candidate", "shrink_sizes"]
+__all__ = ["constant_candidate", "derived_assignments", "identity_candidate", "int_constants", "shrink_sizes"]
 
 _TEMPLATE = '''import torch
 import torch.nn as nn
@@ -71,7 +71,7 @@ def _const_int(node: ast.expr) -> int | None:
     return None
 
 
-def _int_constants(code: str) -> dict[str, int]:
+def int_constants(code: str) -> dict[str, int]:
     """Module-level `NAME = <integer expression>` (and `a = b = ...`) assignments of a reference."""
     found: dict[str, int] = {}
     for node in ast.parse(code).body:
@@ -82,7 +82,7 @@ def _int_constants(code: str) -> dict[str, int]:
     return found
 
 
-def _derived_assignments(code: str) -> list[str]:
+def derived_assignments(code: str) -> list[str]:
     """Module-level assignments computed from other names without calls (e.g. `bias_shape =
     (out_channels, 1, 1)`): replayed after the shrunk constants so they follow them."""
     return [
@@ -99,8 +99,8 @@ def shrink_sizes(problem: Problem, max_input_numel: int, floor: int = 16) -> tup
     hold at most `max_input_numel` elements. Returns the resized problem and the size ratio (1.0
     when unchanged). Kernel sizes, strides and other small constants (< 2*floor) are left alone."""
     original = load_reference(problem).call_numel()
-    sizes = {k: v for k, v in _int_constants(problem.reference_code).items() if v >= 2 * floor}
-    derived = _derived_assignments(problem.reference_code)
+    sizes = {k: v for k, v in int_constants(problem.reference_code).items() if v >= 2 * floor}
+    derived = derived_assignments(problem.reference_code)
     current, numel = problem, original
     while numel > max_input_numel and any(v >= 2 * floor for v in sizes.values()):
         sizes = {k: v // 2 if v >= 2 * floor else v for k, v in sizes.items()}

@@ -127,6 +127,29 @@ def test_bench_held_out_counts_the_kernels_that_survive_unseen_shapes(chat_serve
     assert main([*argv2, "--resume", "--held-out"]) == 2
 
 
+def test_bench_held_out_derives_shapes_for_a_kernelbench_folder(chat_server, tmp_path, capsys):
+    """A folder of KernelBench files carries no held-out shapes: --held-out derives them from the
+    reference's size constants (batch 64 -> 33, dim 256 -> 128)."""
+    ref = RELU_REF.replace("torch.randn(64, 256)", "torch.randn(batch_size, dim)") + "\nbatch_size = 64\ndim = 256\n"
+    honest = relu_kernel(1024)
+    locked = honest.replace("        x = x.contiguous()\n",
+                            "        assert tuple(x.shape) == (64, 256)\n        x = x.contiguous()\n")
+    srv = chat_server(lambda msgs: answer(honest if turn_of(msgs) == 0 else locked))
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "1_relu.py").write_text(ref)
+    out = tmp_path / "bench"
+    argv = ["bench", str(suite), "--model", "stub", "--base-url", srv.base_url, "--samples", "1",
+            "--turns", "2", "--out", str(out), "--no-progress", "--held-out", *judge_args(tmp_path)]
+    assert main(argv) == 0
+    assert "0 problem(s) carry their own, 1 derived from size constants" in capsys.readouterr().err
+    t1, t2 = json.loads((out / "summary.json").read_text())["per_turn"]
+    assert t1["correct"] == t2["correct"] == 1.0
+    assert t1["held_out"] == {"checked": 1, "survived": 1} and t2["held_out"] == {"checked": 1, "survived": 0}
+    [traj] = load_trajectories(out / "episodes.jsonl")
+    assert traj.turns[1].result.shape_variants_total == 2  # both derived shapes ran on the reference
+
+
 def test_stts_keeps_the_prompt_bounded_over_15_turns(chat_server, tmp_path):
     count = {"n": 0}
     lock = threading.Lock()
