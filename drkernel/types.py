@@ -254,6 +254,7 @@ class EvalResult:
     shape_variants_passed: int | None = None
     shape_variants_total: int | None = None  # held-out shapes checked (the reference ran on them)
     shape_variant_issues: list[str] = field(default_factory=list)  # why a variant failed or was not counted
+    warnings: list[str] = field(default_factory=list)  # about the problem, not the candidate (weak_reference)
     sandbox_output: str = ""  # what the candidate printed (truncated), never on our stdout
     wall_s: float | None = None
     stage_s: dict[str, float] = field(default_factory=dict)  # wall seconds per pipeline stage
@@ -286,6 +287,7 @@ class EvalResult:
             "shape_variants_passed": self.shape_variants_passed,
             "shape_variants_total": self.shape_variants_total,
             "shape_variant_issues": list(self.shape_variant_issues),
+            "warnings": list(self.warnings),
             "sandbox_output": self.sandbox_output,
             "wall_s": self.wall_s,
             "stage_s": dict(self.stage_s),
@@ -320,6 +322,7 @@ class EvalResult:
             shape_variants_passed=d.get("shape_variants_passed"),
             shape_variants_total=d.get("shape_variants_total"),
             shape_variant_issues=[str(x) for x in d.get("shape_variant_issues") or []],
+            warnings=[str(x) for x in d.get("warnings") or []],
             sandbox_output=d.get("sandbox_output") or "",
             wall_s=d.get("wall_s"),
             stage_s=dict(d.get("stage_s") or {}),

@@ -195,6 +195,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     Console().print(render_table(summary))
+    weak = summary.get("weak_reference_problems") or []
+    if weak:
+        print(f"warning: {len(weak)} problem(s) have a reference whose output barely depends on its inputs, so a "
+              f"kernel that ignores them passes: {', '.join(weak[:10])}{' ...' if len(weak) > 10 else ''}",
+              file=sys.stderr)  # fmt: skip
     errors = summary["episode_errors"] + summary["missing"]
     if errors:
         print(f"{errors} episode(s) missing or failed; rerun with --resume to retry them", file=sys.stderr)

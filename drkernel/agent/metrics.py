@@ -121,9 +121,12 @@ def summarize(
     turns = max_turns or max((len(tr.turns) for tr in trajs), default=0)
     per_turn = [_turn_stats(trajs, t, ps, n) for t in range(turns)] if n else []
     hack_codes: Counter[str] = Counter()
+    weak: set[str] = set()  # problems whose reference output barely depends on its inputs
     for tr in trajs:
         for x in tr.turns:
             hack_codes.update(x.result.hacks)
+            if any(w.startswith("weak_reference") for w in x.result.warnings):
+                weak.add(tr.problem)
     levels = sorted({tr.level for tr in trajs if tr.level is not None})
     by_level = {}
     for level in levels:
@@ -146,5 +149,6 @@ def summarize(
         "per_turn": per_turn,
         "last_turn": per_turn[-1] if per_turn else None,
         "hack_codes": dict(hack_codes),
+        "weak_reference_problems": sorted(weak),
         "by_level": by_level,
     }

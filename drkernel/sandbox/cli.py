@@ -117,6 +117,8 @@ def render_verdict(r: EvalResult) -> str:
         lines.append(f"timing    kernel {_fmt(r.kernel_ms, ' ms')}  reference {_fmt(r.reference_ms, ' ms')}  "
                      f"speedup {_fmt(r.speedup, 'x')}")  # fmt: skip
     lines.append(f"coverage  {_fmt(r.coverage)}  (share of device time in the submission's kernels)")
+    for warning in r.warnings:
+        lines.append(f"warning   {warning}")
     if r.shape_variants_total is not None:
         lines.append(f"shapes    {r.shape_variants_passed}/{r.shape_variants_total} other sizes passed"
                      + "".join(f"\n          {issue[:200]}" for issue in r.shape_variant_issues))  # fmt: skip

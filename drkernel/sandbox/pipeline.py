@@ -17,6 +17,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import torch
+
 from drkernel.reward.speedup import REWARD_PRESETS, turn_reward
 from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, load_tensors
 from drkernel.sandbox.process import SandboxFailure, SandboxProcess
@@ -43,6 +45,23 @@ class ReferenceFailure(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind, self.message = kind, message
+
+
+WEAK_REFERENCE_VARIATION = 1e-2  # as the audit's low_variation flag
+_PRINT_ELEMENTS = 4096
+
+
+def _fingerprint(tensors: list[Any]) -> torch.Tensor:
+    """Up to 4096 evenly spaced elements of each output, as float64 on the CPU, concatenated."""
+    parts = []
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.is_complex():
+            continue
+        flat = t.detach().reshape(-1)
+        idx = torch.linspace(0, flat.numel() - 1, steps=min(flat.numel(), _PRINT_ELEMENTS), device=flat.device).long()
+        parts.append(flat[idx].to(torch.float64).cpu())
+    part = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+    return torch.nan_to_num(part, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 class _Stop(Exception):
@@ -213,7 +232,8 @@ class Evaluation:
         return self._both(msg, msg)
 
     def _compare_item(self, ref_item: dict[str, Any], item: dict[str, Any], seed: int,
-                      sample: tuple[list[Entry], list[SamplePlan | None]] | None = None) -> TrialReport:  # fmt: skip
+                      sample: tuple[list[Entry], list[SamplePlan | None]] | None = None,
+                      prints: list[torch.Tensor] | None = None) -> TrialReport:  # fmt: skip
         """Compare one output pair; `sample`: the candidate file's header and the plans drawn for it."""
         for evidence in item.get("subclass") or []:
             self._hack("tensor_subclass", evidence)
@@ -250,6 +270,8 @@ class Evaluation:
             for path in (ref_path, out_path):
                 with contextlib.suppress(OSError):
                     os.remove(path)
+        if prints is not None:
+            prints.append(_fingerprint(ref_t))
         c = compare_outputs(ref_item["structure"], ref_t, item.get("structure"), out_t,
                             self.opts.atol, self.opts.rtol, self.opts.check_relative_error)  # fmt: skip
         return TrialReport(seed, c.passed, c.max_abs_diff, c.max_rel_diff, c.rel_l2, c.issue)
@@ -260,13 +282,31 @@ class Evaluation:
         first = reply["items"][0].get("forward_s") if reply.get("items") else None
         if isinstance(first, (int, float)):  # the candidate's JIT compile (or cache load) is in here
             self.result.stage_s["first_call"] = round(float(first), 4)
+        prints: list[torch.Tensor] = []
         for seed, ref_item, item in zip(self.seeds, ref_reply["items"], reply["items"], strict=True):
-            self.result.trials.append(self._compare_item(ref_item, item, seed))
+            self.result.trials.append(self._compare_item(ref_item, item, seed, prints=prints))
             self.result.launched_kernels.extend(n for n in item["launches"] if n not in self.result.launched_kernels)
             if not item["launches"]:
                 self._hack("decoy_kernel", f"trial with seed {seed} launched no Triton kernel of the submission")
+        self._weak_reference(prints)
         if not all(t.passed for t in self.result.trials):
             self.result.outcome = EvalOutcome.INCORRECT
+
+    def _weak_reference(self, prints: list[torch.Tensor]) -> None:
+        """Warn when the reference's outputs barely change between the trials' random inputs: there,
+        a kernel that returns one stored output passes every check (KernelBench issue #165)."""
+        if len(prints) < 2 or any(p.numel() != prints[0].numel() for p in prints):
+            return
+        base = prints[0]
+        norm = float(base.norm())
+        spread = max(float((p - base).norm()) for p in prints[1:])
+        if norm == 0.0 and spread == 0.0:
+            self.result.warnings.append("weak_reference: the reference output is all zeros on every trial's inputs; "
+                                        "an all-zeros kernel is correct here")  # fmt: skip
+        elif norm > 0.0 and spread / norm < WEAK_REFERENCE_VARIATION:
+            self.result.warnings.append(
+                f"weak_reference: the reference output changes by at most {spread / norm:.2e} (relative L2) "
+                f"between the {len(prints)} trials' random inputs; a kernel that ignores its inputs would pass")
 
     def _launch_modes(self) -> None:
         if self.result.outcome is not EvalOutcome.OK or self.result.hacks:

@@ -52,6 +52,7 @@ def test_summary_rows():
     assert rows[0]["compiled"] == pytest.approx(0.4)
     assert rows[2]["geomean_speedup_correct"] == pytest.approx((1.1 * 0.9 * 1.6) ** (1 / 3))
     assert s["hack_codes"] == {"decoy_kernel": 1}
+    assert s["weak_reference_problems"] == []
     assert s["last_turn"] == rows[2]
     assert s["by_level"]["2"]["samples"] == 4
     # turn 3's correct kernels run at 1.1x, 0.9x and 1.6x: within 10 % of p=1 are two (either side)
@@ -65,6 +66,13 @@ def test_short_episodes_carry_their_last_turn_forward():
     assert fast_p([early], 1.5, 2) == 1.0
     assert best_speedup(early, 2) == 1.7
     assert turn_at(D, 0) is None
+
+
+def test_problems_with_a_weak_reference_are_listed():
+    w = t(0, "ok", 1.2)
+    w.result.warnings.append("weak_reference: the reference output is all zeros on every trial's inputs")
+    s = summarize([traj("W", [w]), A], max_turns=1)
+    assert s["weak_reference_problems"] == ["W"]
 
 
 def test_empty():

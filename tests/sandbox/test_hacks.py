@@ -15,7 +15,7 @@ import pytest
 
 from drkernel.sandbox.judge import Judge
 from drkernel.types import EvalOptions, EvalOutcome, EvalRequest, EvalResult, EvalStatus
-from tests.sandbox.corpus import FAST, Asset, asset, corpus
+from tests.sandbox.corpus import FAST, Asset, asset, corpus, reference_code
 
 # Rows of field.md §2 that apply to a Triton candidate; each must have at least one hack file.
 # B2 (uninitialised/out-of-bounds reads) needs compute-sanitizer on a GPU; C9-C11 are properties of
@@ -141,6 +141,34 @@ def test_a_held_out_shape_the_reference_cannot_run_is_not_counted(judge: Judge) 
     assert result.shape_variant_issues and "not counted" in result.shape_variant_issues[0]
     after = evaluate(judge, kernel)  # the reference process is still in service
     assert after.outcome is EvalOutcome.OK, describe(after)
+
+
+def _elementwise(torch_expr: str, triton_expr: str) -> tuple[str, str]:
+    """A reference computing torch_expr of x, and an honest Triton kernel computing triton_expr."""
+    reference = reference_code("relu_scale").replace("torch.relu(x) * 2.0 + 1.0", torch_expr)
+    kernel = asset("kernels", "relu_scale").code.replace("tl.maximum(x, 0.0) * 2.0 + 1.0", triton_expr)
+    assert torch_expr in reference and triton_expr in kernel
+    return reference, kernel
+
+
+@pytest.mark.parametrize(
+    ("torch_expr", "triton_expr", "warning"),
+    [
+        ("x * 1e-6 + 1.0", "x * 1e-6 + 1.0", "changes by at most"),  # the output hardly depends on x
+        ("torch.relu(-x.abs())", "tl.maximum(-tl.abs(x), 0.0)", "all zeros"),
+        ("torch.relu(x) * 2.0 - 1.0", "tl.maximum(x, 0.0) * 2.0 - 1.0", None),  # a sound problem: no warning
+    ],
+)
+def test_a_reference_that_ignores_its_inputs_is_reported(judge: Judge, torch_expr: str, triton_expr: str,
+                                                         warning: str | None) -> None:  # fmt: skip
+    reference, kernel = _elementwise(torch_expr, triton_expr)
+    result = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=kernel, options=FAST))
+    assert result.outcome is EvalOutcome.OK, describe(result)  # the warning is about the problem only
+    if warning is None:
+        assert result.warnings == []
+    else:
+        [text] = result.warnings
+        assert text.startswith("weak_reference:") and warning in text
 
 
 def test_identity_memo_never_serves_a_timed_call(judge: Judge) -> None:
