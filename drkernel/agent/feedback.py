@@ -171,7 +171,9 @@ def _fit(text: str, limit: int) -> str:
 
 def _render_json(r: EvalResult, cfg: FeedbackConfig) -> str:
     d = r.to_dict()
-    for key in ("sandbox_output", "launched_kernels", "task_id", "wall_s"):
+    # held-out shapes stay unseen, and a weak reference is not the model's business (nor a hint to it)
+    for key in ("sandbox_output", "launched_kernels", "task_id", "wall_s", "shape_variants_passed",
+                "shape_variants_total", "shape_variant_issues", "warnings"):  # fmt: skip
         d.pop(key, None)
     if d.get("error") and d["error"].get("traceback"):
         d["error"]["traceback"] = "\n".join(

@@ -79,6 +79,18 @@ def test_json_style_is_the_result_dict():
     assert d["speedup"] == 2.0 and d["status"] == "completed" and "sandbox_output" not in d
 
 
+@pytest.mark.parametrize("style", ["text", "json"])
+def test_held_out_results_and_problem_warnings_never_reach_the_model(style):
+    r = EvalResult(outcome=EvalOutcome.OK, compiled=True, correct=True, speedup=1.5, reward=2.5,
+                   shape_variants_passed=0, shape_variants_total=2,
+                   shape_variant_issues=["variant 1: output differs: batch_size = 9"],
+                   warnings=["weak_reference: the reference output is all zeros"])
+    text = render_feedback(r, FeedbackConfig(style=style))
+    assert "1.5" in text
+    for secret in ("variant", "batch_size = 9", "weak_reference", "all zeros", "shape_variants"):
+        assert secret not in text, secret
+
+
 def test_bad_config():
     with pytest.raises(ConfigError):
         FeedbackConfig(max_chars=10)
