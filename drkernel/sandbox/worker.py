@@ -121,6 +121,7 @@ class Sandbox:
         key = f"{msg['reference_hash']}:{msg.get('size_snippet', '')}:{msg['init_seed']}"
         if self.role == "reference" and key == self.loaded_key:
             return {"ok": True, "cached": True}
+        self.loaded_key = None  # a load that fails part way must not pass for the last good one
         entry = msg.get("entry_point", "Model")
         self._input_cache.clear()
         ns: dict[str, Any] = {"__name__": "drkernel_reference", "__builtins__": __builtins__}

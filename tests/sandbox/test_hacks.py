@@ -171,6 +171,21 @@ def test_a_reference_that_ignores_its_inputs_is_reported(judge: Judge, torch_exp
         assert text.startswith("weak_reference:") and warning in text
 
 
+def test_a_held_out_shape_that_breaks_the_reference_load_leaves_no_stale_reference(judge: Judge) -> None:
+    """The reference fails while loading the variant, after its get_inputs was replaced: the next
+    evaluation must load the real problem again, not reuse that half-loaded state."""
+    reference = reference_code("relu_scale").replace(
+        "def get_init_inputs():\n", "def get_init_inputs():\n    assert dim > 0, 'dim must be positive'\n")
+    kernel = asset("kernels", "relu_scale").code
+    fixed = FAST.replace(seed=7)  # the same model seed: the reference process may reuse its last load
+    first = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=kernel, options=fixed,
+                                       shape_variants=("dim = -4",)))  # fmt: skip
+    assert first.outcome is EvalOutcome.OK and first.shape_variants_total == 0, describe(first)
+    assert "dim must be positive" in first.shape_variant_issues[0]
+    again = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=kernel, options=fixed))
+    assert again.outcome is EvalOutcome.OK, describe(again)
+
+
 def test_identity_memo_never_serves_a_timed_call(judge: Judge) -> None:
     """Anchor probe 5: every timed call gets a fresh input object, so the memo misses on each."""
     hack = asset("hacks", "c5_cache_identity")
