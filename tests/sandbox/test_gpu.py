@@ -182,6 +182,33 @@ def test_identity_memo_gains_nothing_on_gpu(judge: Judge, honest_big: EvalResult
         assert result.speedup is not None and result.speedup < 2.0, describe(result)
 
 
+# -- held-out shapes and problem warnings on the GPU ---------------------------------------------
+def test_held_out_failures_keep_the_verdict_on_gpu(judge: Judge) -> None:
+    """A kernel that refuses other shapes keeps its verdict and fails them; a shape the reference
+    cannot run is not counted; the next evaluation with the same seed still loads a sound reference."""
+    code = asset("kernels", "relu_scale").code.replace(
+        "        x = x.contiguous()\n",
+        "        if tuple(x.shape) != (8, 256):\n            raise ValueError('only the shape I was shown')\n"
+        "        x = x.contiguous()\n",
+    )
+    options = GPU.replace(static_policy=False, seed=11)
+    result = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code,
+                                        options=options, shape_variants=("batch_size = 3; dim = 100", "dim = -2")))  # fmt: skip
+    assert result.outcome is EvalOutcome.OK, describe(result)
+    assert (result.shape_variants_passed, result.shape_variants_total) == (0, 1), result.shape_variant_issues
+    honest = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"),
+                                        kernel_code=asset("kernels", "relu_scale").code, options=options))  # fmt: skip
+    assert honest.outcome is EvalOutcome.OK and honest.warnings == [], describe(honest)
+
+
+def test_weak_reference_is_reported_on_gpu(judge: Judge) -> None:
+    reference = reference_code("relu_scale").replace("torch.relu(x) * 2.0 + 1.0", "x * 1e-6 + 1.0")
+    kernel = asset("kernels", "relu_scale").code.replace("tl.maximum(x, 0.0) * 2.0 + 1.0", "x * 1e-6 + 1.0")
+    result = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=kernel, options=GPU))
+    assert result.outcome is EvalOutcome.OK, describe(result)
+    assert len(result.warnings) == 1 and result.warnings[0].startswith("weak_reference"), result.warnings
+
+
 # -- CUDA faults ---------------------------------------------------------------------------------
 def test_illegal_memory_access_is_data_and_the_judge_survives(judge: Judge) -> None:
     fault = asset("faults", "illegal_memory_access")
