@@ -3,6 +3,8 @@
 Writes OUT/best_kernel.py (the best verified kernel: correct, no hack, highest speedup),
 OUT/trajectory.jsonl (the whole episode) and OUT/report.md + report.json (one line per turn).
 With --tts the context is the task plus the best 4 turns, so 14+ turns keep a bounded prompt.
+With --held-out every kernel is also checked on shapes derived from the reference's size constants,
+never shown to the model, and the best kernel is one that passes them whenever any does.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from drkernel.agent.cli_options import (
 from drkernel.agent.env import KernelEnv
 from drkernel.agent.loop import LoopConfig, run_episode
 from drkernel.agent.policy import Policy, token_counter
-from drkernel.agent.trajectories import Trajectory, save_trajectories
+from drkernel.agent.trajectories import Trajectory, Turn, save_trajectories
 from drkernel.executors.base import Executor
 from drkernel.problems.loaders import load_problem_file
 from drkernel.types import Problem
@@ -36,7 +38,24 @@ def register(subparsers: Any) -> None:
     p.add_argument("reference", help="KernelBench-format .py file (Model, get_inputs, get_init_inputs)")
     p.add_argument("--out", help="output folder (default: optimize-<name>)")
     add_run_options(p, default_turns=3)
+    p.add_argument("--held-out", action="store_true",
+                   help="also check each kernel on shapes derived from the reference's size constants (never "
+                        "shown to the model); the best kernel is one that passes them, when any does")  # fmt: skip
     p.set_defaults(func=run)
+
+
+def best_kernel_turn(traj: Trajectory) -> Turn | None:
+    """The turn whose kernel is kept: correct and not hacked; among those, one that passed every
+    held-out shape if any did, then the highest speedup (then reward, then the earliest)."""
+    good = [t for t in traj.turns if t.correct]
+    if not good:
+        return None
+
+    def survived(t: Turn) -> bool:
+        r = t.result
+        return bool(r.shape_variants_total) and r.shape_variants_passed == r.shape_variants_total
+
+    return max(good, key=lambda t: (survived(t), t.result.speedup or 0.0, t.reward, -t.index))
 
 
 def _turn_line(t: Any) -> dict[str, Any]:
@@ -58,7 +77,7 @@ def _turn_line(t: Any) -> dict[str, Any]:
 
 
 def _report_md(traj: Trajectory, lines: list[dict[str, Any]]) -> str:
-    best = traj.best_turn()
+    best = best_kernel_turn(traj)
     head = [f"# drkernel optimize: {traj.problem}", ""]
     if best is None:
         head.append("No verified kernel: no turn was correct without a detected hack.")
@@ -72,14 +91,17 @@ def _report_md(traj: Trajectory, lines: list[dict[str, Any]]) -> str:
         if best.result.shape_variants_total:
             head.append(f"Held-out shapes (never shown to the model): {best.result.shape_variants_passed} of "
                         f"{best.result.shape_variants_total} passed.")
-    head += ["", "| turn | outcome | speedup | coverage | hacks | reward | prompt tokens |", "|---" * 7 + "|"]
+    held = any(x["held_out"] for x in lines)
+    columns = ["turn", "outcome", "speedup", "coverage", "hacks", "reward", "prompt tokens"] + (["held-out"] if held else [])
+    head += ["", "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for x in lines:
         sp = "-" if x["speedup"] is None else f"{x['speedup']:.3g}"
         cov = "-" if x["coverage"] is None else f"{100 * x['coverage']:.0f}%"
-        head.append(
-            f"| {x['turn']} | {x['outcome']} | {sp} | {cov} | {', '.join(x['hacks']) or '-'} "
-            f"| {x['reward']:.3g} | {x['prompt_tokens']} |"
-        )
+        cells = [str(x["turn"]), x["outcome"], sp, cov, ", ".join(x["hacks"]) or "-", f"{x['reward']:.3g}",
+                 str(x["prompt_tokens"])]  # fmt: skip
+        if held:
+            cells.append("-" if not x["held_out"] else f"{x['held_out'][0]}/{x['held_out'][1]}")
+        head.append("| " + " | ".join(cells) + " |")
     if traj.error:
         head += ["", f"The episode ended early: {traj.error}"]
     return "\n".join(head) + "\n"
@@ -97,7 +119,7 @@ def optimize(
     traj = run_episode(env, policy, config)
     save_trajectories(out / "trajectory.jsonl", [traj])
     lines = [_turn_line(t) for t in traj.turns]
-    best = traj.best_turn()
+    best = best_kernel_turn(traj)
     best_path = out / "best_kernel.py"
     if best is not None and best.code is not None:
         best_path.write_text(best.code)
@@ -118,6 +140,16 @@ def optimize(
 
 def run(args: argparse.Namespace) -> int:
     problem = load_problem_file(args.reference)
+    if args.held_out:
+        from drkernel.problems.heldout import with_derived_shape_variants
+
+        problem = with_derived_shape_variants(problem)
+        if problem.shape_variants:
+            print(f"held-out shapes (never shown to the model): {len(problem.shape_variants)}, derived from "
+                  "the reference's size constants", file=sys.stderr)  # fmt: skip
+        else:
+            print("--held-out: the reference has no module-level size constants to derive shapes from; "
+                  "no held-out check", file=sys.stderr)  # fmt: skip
     out = Path(args.out or f"optimize-{problem.name}")
     config = build_loop_config(args, default_turns=3)
     policy = build_policy(args)
@@ -134,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         x = _turn_line(t)
         sp = "-" if x["speedup"] is None else f"{x['speedup']:.3g}x"
         print(f"turn {x['turn']:>2}: {x['outcome']:<14} speedup {sp:<8} reward {x['reward']:.3g}")
-    best = traj.best_turn()
+    best = best_kernel_turn(traj)
     if best is None:
         print(f"no verified kernel; trajectory and report in {out}")
     else:

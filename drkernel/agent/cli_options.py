@@ -88,7 +88,7 @@ def build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfi
         eval_options=options,
         feedback=FeedbackConfig(max_chars=args.feedback_chars),
         context=context,
-        held_out=getattr(args, "held_out", False),  # bench only: a single .py file has no held-out shapes
+        held_out=getattr(args, "held_out", False),
     )
     sampling = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens

@@ -150,6 +150,32 @@ def test_bench_held_out_derives_shapes_for_a_kernelbench_folder(chat_server, tmp
     assert traj.turns[1].result.shape_variants_total == 2  # both derived shapes ran on the reference
 
 
+def test_optimize_held_out_keeps_the_kernel_that_works_at_every_size(chat_server, tmp_path, capsys):
+    """Turn 2 is faster (bigger blocks under the interpreter) but refuses any shape but the one shown:
+    with --held-out the kept kernel is turn 1's, which passes the derived shapes."""
+    ref = RELU_REF.replace("torch.randn(64, 256)", "torch.randn(batch_size, dim)") + "\nbatch_size = 64\ndim = 256\n"
+    locked = relu_kernel(16384).replace("        x = x.contiguous()\n",
+                                        "        assert tuple(x.shape) == (64, 256)\n        x = x.contiguous()\n")
+    script = [answer(relu_kernel(256)), answer(locked)]
+    srv = chat_server(lambda msgs: script[min(turn_of(msgs), 1)])
+    (tmp_path / "relu.py").write_text(ref)
+    runs = {}
+    for flag in ([], ["--held-out"]):
+        out = tmp_path / ("held" if flag else "plain")
+        rc = main(["optimize", str(tmp_path / "relu.py"), "--model", "stub", "--base-url", srv.base_url,
+                   "--turns", "2", "--out", str(out), *flag, *judge_args(tmp_path)])
+        assert rc == 0
+        runs[bool(flag)] = (json.loads((out / "report.json").read_text()), (out / "best_kernel.py").read_text(),
+                            (out / "report.md").read_text())
+    plain, held = runs[False], runs[True]
+    assert [t["outcome"] for t in plain[0]["turns"]] == ["ok", "ok"]
+    assert plain[0]["best_turn"] == 2 and "BLOCK_SIZE = 16384" in plain[1]  # fastest wins without the check
+    assert [t["held_out"] for t in held[0]["turns"]] == [[2, 2], [0, 2]]
+    assert held[0]["best_turn"] == 1 and "BLOCK_SIZE = 256" in held[1]
+    assert "Held-out shapes (never shown to the model): 2 of 2 passed." in held[2] and "| 0/2 |" in held[2]
+    assert "held-out shapes (never shown to the model): 2" in capsys.readouterr().err
+
+
 def test_stts_keeps_the_prompt_bounded_over_15_turns(chat_server, tmp_path):
     count = {"n": 0}
     lock = threading.Lock()
