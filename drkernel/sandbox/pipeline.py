@@ -218,14 +218,19 @@ class Evaluation:
         if self.result.hacks:
             raise _Stop
 
-    def _load(self, snippet: str = "") -> None:
+    def _load(self) -> None:
+        self._both(*self._load_messages(""))
+
+    def _load_messages(self, snippet: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The load op for the reference and for the candidate, at the sizes `snippet` sets. The
+        submission file is (re)written each time: it sits in the submission's own folder."""
         path = os.path.join(self.cand.workdir, "submission.py")
         with open(path, "w") as f:
             f.write(self.req.kernel_code)
         common = {"op": "load", "reference_code": self.req.reference_code, "size_snippet": snippet,
                   "reference_hash": _hash(self.req.reference_code), "init_seed": self.init_seed,
                   "entry_point": self.opts.entry_point}  # fmt: skip
-        self._both(common, common | {"candidate_path": path})
+        return common, common | {"candidate_path": path}
 
     def _run_pair(self, items: list[tuple[int, float]], tag: str) -> tuple[dict[str, Any], dict[str, Any]]:
         msg = {"op": "run", "items": items, "tag": tag}
@@ -471,13 +476,7 @@ class Evaluation:
 
     def _variant(self, snippet: str) -> str | None:
         """None when the candidate matches the reference on this held-out shape, else why not."""
-        path = os.path.join(self.cand.workdir, "submission.py")
-        with open(path, "w") as f:  # the submission's own folder: rewritten, as it may have changed it
-            f.write(self.req.kernel_code)
-        load = {"op": "load", "reference_code": self.req.reference_code, "size_snippet": snippet,
-                "reference_hash": _hash(self.req.reference_code), "init_seed": self.init_seed,
-                "entry_point": self.opts.entry_point}  # fmt: skip
-        _, _, failed = self._both_lenient(load, load | {"candidate_path": path})
+        _, _, failed = self._both_lenient(*self._load_messages(snippet))
         if failed:
             return failed
         seeds = [self.rng.randrange(1 << 31) for _ in range(2)]
