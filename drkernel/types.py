@@ -264,6 +264,13 @@ class EvalResult:
     def status(self) -> EvalStatus:
         return self.outcome.status
 
+    @property
+    def held_out_passed(self) -> bool | None:
+        """Whether every held-out shape checked passed; None when none was checked."""
+        if not self.shape_variants_total:
+            return None
+        return self.shape_variants_passed == self.shape_variants_total
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "status": self.status.value,

@@ -25,7 +25,7 @@ from drkernel.agent.cli_options import (
 from drkernel.agent.env import KernelEnv
 from drkernel.agent.loop import LoopConfig, run_episode
 from drkernel.agent.policy import Policy, token_counter
-from drkernel.agent.trajectories import Trajectory, Turn, save_trajectories
+from drkernel.agent.trajectories import Trajectory, save_trajectories
 from drkernel.executors.base import Executor
 from drkernel.problems.loaders import load_problem_file
 from drkernel.types import Problem
@@ -43,19 +43,6 @@ def register(subparsers: Any) -> None:
                         "shown to the model); the best kernel is one that passes them, when any does")  # fmt: skip
     p.set_defaults(func=run)
 
-
-def best_kernel_turn(traj: Trajectory) -> Turn | None:
-    """The turn whose kernel is kept: correct and not hacked; among those, one that passed every
-    held-out shape if any did, then the highest speedup (then reward, then the earliest)."""
-    good = [t for t in traj.turns if t.correct]
-    if not good:
-        return None
-
-    def survived(t: Turn) -> bool:
-        r = t.result
-        return bool(r.shape_variants_total) and r.shape_variants_passed == r.shape_variants_total
-
-    return max(good, key=lambda t: (survived(t), t.result.speedup or 0.0, t.reward, -t.index))
 
 
 def _turn_line(t: Any) -> dict[str, Any]:
@@ -77,7 +64,7 @@ def _turn_line(t: Any) -> dict[str, Any]:
 
 
 def _report_md(traj: Trajectory, lines: list[dict[str, Any]]) -> str:
-    best = best_kernel_turn(traj)
+    best = traj.best_turn()
     head = [f"# drkernel optimize: {traj.problem}", ""]
     if best is None:
         head.append("No verified kernel: no turn was correct without a detected hack.")
@@ -119,7 +106,7 @@ def optimize(
     traj = run_episode(env, policy, config)
     save_trajectories(out / "trajectory.jsonl", [traj])
     lines = [_turn_line(t) for t in traj.turns]
-    best = best_kernel_turn(traj)
+    best = traj.best_turn()
     best_path = out / "best_kernel.py"
     if best is not None and best.code is not None:
         best_path.write_text(best.code)
@@ -166,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         x = _turn_line(t)
         sp = "-" if x["speedup"] is None else f"{x['speedup']:.3g}x"
         print(f"turn {x['turn']:>2}: {x['outcome']:<14} speedup {sp:<8} reward {x['reward']:.3g}")
-    best = best_kernel_turn(traj)
+    best = traj.best_turn()
     if best is None:
         print(f"no verified kernel; trajectory and report in {out}")
     else:

@@ -85,8 +85,8 @@ def _turn_stats(
     judged = [x for x in turns if x is not None and x.extraction != "none"]
     hacked = [x for x in turns if x is not None and x.result.hacks]
     correct = [x for x in turns if x is not None and x.correct]
-    checked = [x for x in correct if x.result.shape_variants_total]
-    survived = [x for x in checked if x.result.shape_variants_passed == x.result.shape_variants_total]
+    checked = [x for x in correct if x.result.held_out_passed is not None]
+    survived = [x for x in checked if x.result.held_out_passed]
     return {
         "turn": t + 1,
         "fast_p": {f"{p:g}": fast_p(trajs, p, t, total=n) for p in ps},

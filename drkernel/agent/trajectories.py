@@ -108,11 +108,12 @@ class Trajectory:
         return out
 
     def best_turn(self) -> Turn | None:
-        """Best verified turn: correct, not hacked, highest speedup (then reward, then earliest)."""
+        """Best verified turn: correct, not hacked; one that passed every held-out shape if any did
+        (only checked with --held-out), then the highest speedup (then reward, then the earliest)."""
         good = [t for t in self.turns if t.correct]
         if not good:
             return None
-        return max(good, key=lambda t: (t.result.speedup or 0.0, t.reward, -t.index))
+        return max(good, key=lambda t: (bool(t.result.held_out_passed), t.result.speedup or 0.0, t.reward, -t.index))
 
     def to_dict(self) -> dict[str, Any]:
         return {
