@@ -259,6 +259,7 @@ class EvalResult:
     wall_s: float | None = None
     stage_s: dict[str, float] = field(default_factory=dict)  # wall seconds per pipeline stage
     task_id: str | None = None
+    judge_retries: int = 0  # evaluations redone after a fault of the judge's own (fresh device state)
 
     @property
     def status(self) -> EvalStatus:
@@ -299,6 +300,7 @@ class EvalResult:
             "wall_s": self.wall_s,
             "stage_s": dict(self.stage_s),
             "task_id": self.task_id,
+            "judge_retries": self.judge_retries,
         }
 
     @classmethod
@@ -334,6 +336,7 @@ class EvalResult:
             wall_s=d.get("wall_s"),
             stage_s=dict(d.get("stage_s") or {}),
             task_id=d.get("task_id"),
+            judge_retries=int(d.get("judge_retries") or 0),
         )
 
     @classmethod

@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 
 from drkernel.errors import ConfigError
+from drkernel.sandbox.comparator import JudgeFault, make_comparator
 from drkernel.sandbox.pipeline import Evaluation, ReferenceFailure
 from drkernel.sandbox.process import SandboxFailure, SandboxProcess, Zygote
 from drkernel.sandbox.refcache import ReferenceTimingCache
@@ -76,6 +77,9 @@ class Judge:
         self._pool: collections.deque[SandboxProcess] = collections.deque()
         self._ref: SandboxProcess | None = None
         self._closed = False
+        # On a GPU the judge's only device context lives in this child (comparisons, fingerprints)
+        self._comparator = make_comparator(self.device)
+        self.judge_restarts = 0
         self._fill_pool()
         self._ref = self._spawn("reference")
 
@@ -123,10 +127,21 @@ class Judge:
 
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self, request: EvalRequest) -> EvalResult:
+        """Judge one request. A fault of the judge's own (its comparison process, a CUDA error there)
+        never becomes a verdict: the judge replaces its device state and tries once more."""
         if self._closed:
             raise ConfigError("this Judge is closed")
         _validate(request)
         started = time.monotonic()
+        result = self._evaluate_once(request)
+        if result.error is not None and result.error.kind == "judge_error":
+            log.warning("judge fault (%s); retrying on fresh device state", result.error.message[:200])
+            result = self._evaluate_once(request)
+            result.judge_retries = 1
+        result.wall_s = round(time.monotonic() - started, 4)
+        return result
+
+    def _evaluate_once(self, request: EvalRequest) -> EvalResult:
         cand: SandboxProcess | None = None
         device = self.device_info()
         try:
@@ -135,7 +150,7 @@ class Judge:
             t_take = time.monotonic()
             cand = self._take_candidate()
             waited = time.monotonic() - t_take  # > 0.05 s: the spare pool did not keep up
-            result = Evaluation(request, cand, ref, self.cache, device, self.device).run()
+            result = Evaluation(request, cand, ref, self.cache, device, self._comparator).run()
             result.stage_s["spare_wait"] = round(waited, 4)
         except SandboxFailure as exc:
             outcome = _FAILURE_OUTCOMES.get(exc.kind, EvalOutcome.RUNTIME_ERROR)
@@ -146,17 +161,23 @@ class Judge:
             result = EvalResult.failure(EvalOutcome.INFRA_ERROR, exc.kind, exc.message, device=device,
                                         task_id=request.task_id)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - process edge: a judge bug must not kill the caller
-            log.exception("judge failure")
+            if not isinstance(exc, JudgeFault):
+                log.exception("judge failure")
             result = EvalResult(outcome=EvalOutcome.INFRA_ERROR, device=device, task_id=request.task_id,
                                 error=ErrorInfo("judge_error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))  # fmt: skip
-            self._restart_reference()
+            self._replace_device_state()
         finally:
             output = cand.output_tail() if cand is not None and cand.used else ""
             if cand is not None:
                 cand.kill()
         result.sandbox_output = output
-        result.wall_s = round(time.monotonic() - started, 4)
         return result
+
+    def _replace_device_state(self) -> None:
+        """After a judge fault: a new comparison process and a new reference process."""
+        self.judge_restarts += 1
+        self._comparator.restart()
+        self._restart_reference()
 
     def _restart_reference(self) -> None:
         if self._ref is not None:
@@ -184,6 +205,7 @@ class Judge:
             self._ref.kill()
         if self._zygote is not None:
             self._zygote.close()
+        self._comparator.close()
         self.cache.close()
 
     def __enter__(self) -> Judge:

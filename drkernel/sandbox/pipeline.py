@@ -12,19 +12,18 @@ import dataclasses
 import os
 import random
 import statistics
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
 from drkernel.reward.speedup import REWARD_PRESETS, turn_reward
-from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, load_tensors
+from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
+from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES
 from drkernel.sandbox.process import SandboxFailure, SandboxProcess
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.static import check_source
-from drkernel.sandbox.tensorfile import Entry, SamplePlan, read_entries, read_header, sample_plan
+from drkernel.sandbox.tensorfile import Entry, SamplePlan, read_header, sample_plan
 from drkernel.types import (
     DeviceInfo,
     ErrorInfo,
@@ -48,20 +47,6 @@ class ReferenceFailure(Exception):
 
 
 WEAK_REFERENCE_VARIATION = 1e-2  # as the audit's low_variation flag
-_PRINT_ELEMENTS = 4096
-
-
-def _fingerprint(tensors: list[Any]) -> torch.Tensor:
-    """Up to 4096 evenly spaced elements of each output, as float64 on the CPU, concatenated."""
-    parts = []
-    for t in tensors:
-        if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.is_complex():
-            continue
-        flat = t.detach().reshape(-1)
-        idx = torch.linspace(0, flat.numel() - 1, steps=min(flat.numel(), _PRINT_ELEMENTS), device=flat.device).long()
-        parts.append(flat[idx].to(torch.float64).cpu())
-    part = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
-    return torch.nan_to_num(part, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 class _Stop(Exception):
@@ -84,24 +69,6 @@ def timing_stats(event_ms: list[float], host_ms: list[float] | None = None) -> T
     )
 
 
-_loader: ThreadPoolExecutor | None = None
-_loader_lock = threading.Lock()
-
-
-def _load_pair(ref_args: tuple[str, int, str], out_args: tuple[str, int, str]) -> tuple[list[Any], list[Any]]:
-    """Read the reference's and the candidate's files at once (large outputs: each read takes ~0.4 s/GiB)."""
-    global _loader
-    with _loader_lock:
-        if _loader is None:
-            _loader = ThreadPoolExecutor(max_workers=4, thread_name_prefix="drkernel-load")
-    ref_future = _loader.submit(load_tensors, *ref_args)
-    try:
-        out_t = load_tensors(*out_args)
-    finally:
-        ref_t = ref_future.result()  # never leave a read running on a file about to be removed
-    return ref_t, out_t
-
-
 def _without_preroll(reply: dict[str, Any]) -> list[float]:
     """Host times of a time op less the GPU pre-roll, which the host clock's final sync also waited for."""
     pre = float(reply.get("preroll_ms") or 0.0)
@@ -110,12 +77,13 @@ def _without_preroll(reply: dict[str, Any]) -> list[float]:
 
 class Evaluation:
     def __init__(self, request: EvalRequest, cand: SandboxProcess, ref: SandboxProcess,
-                 cache: ReferenceTimingCache, device: DeviceInfo, compare_device: str = "cpu") -> None:  # fmt: skip
+                 cache: ReferenceTimingCache, device: DeviceInfo,
+                 comparator: LocalComparator | ProcessComparator | None = None) -> None:  # fmt: skip
         self.req = request
         self.opts = request.options
         self.cand, self.ref, self.cache = cand, ref, cache
         self.cuda = device.kind == "cuda"
-        self.compare_device = compare_device
+        self.comparator = comparator or LocalComparator("cpu")
         self.deadline = time.monotonic() + self.opts.timeout_s
         self.rng = random.Random(self.opts.seed) if self.opts.seed is not None else random.SystemRandom()
         self.init_seed = self.rng.randrange(1 << 31)
@@ -254,32 +222,25 @@ class Evaluation:
             self._hack("async_thread", f"{item['threads']} thread(s) of the submission alive after forward returned")
         ref_path = os.path.join(self.ref.workdir, str(ref_item.get("file")))
         out_path = os.path.join(self.cand.workdir, str(item.get("file")))
+        job: dict[str, Any] = {
+            "ref": [ref_path, len(ref_item["dtypes"])], "out": [out_path, len(item.get("dtypes") or [])],
+            "sample": None, "structure": [ref_item["structure"], item.get("structure")],
+            "atol": self.opts.atol, "rtol": self.opts.rtol, "relative": self.opts.check_relative_error,
+            "fingerprint": prints is not None,
+        }  # fmt: skip
+        if sample is not None:
+            entries, plans = sample
+            job["sample"] = {"shapes": ref_item.get("shapes"), "sampled": list(ref_item.get("sampled") or []),
+                             "plans": [p.to_json() if p is not None else None for p in plans]}  # fmt: skip
         try:
-            dev = self.compare_device
-            if sample is None:
-                ref_t, out_t = _load_pair((ref_path, len(ref_item["dtypes"]), dev),
-                                          (out_path, len(item.get("dtypes") or []), dev))  # fmt: skip
-            else:  # the reference wrote only the sampled elements, where a plan fit its tensor
-                entries, plans = sample
-                shapes = [e.shape for e in entries]
-                if shapes != ref_item.get("shapes"):
-                    return TrialReport(seed=seed, passed=False,
-                                       issue=f"output shapes {shapes} differ from the reference's {ref_item.get('shapes')}")
-                sampled = list(ref_item.get("sampled") or [])
-                use = [plan if k < len(sampled) and sampled[k] else None for k, plan in enumerate(plans)]
-                ref_t = load_tensors(ref_path, len(ref_item["dtypes"]), dev)
-                out_t = read_entries(out_path, entries, use, dev)
-        except (OSError, ValueError, RuntimeError, KeyError) as exc:
-            return TrialReport(seed=seed, passed=False, issue=f"unreadable output: {exc}")
+            c = self.comparator.compare(job)
         finally:  # outputs of GPU-sized problems are large: keep at most one pair on disk
             for path in (ref_path, out_path):
                 with contextlib.suppress(OSError):
                     os.remove(path)
-        if prints is not None:
-            prints.append(_fingerprint(ref_t))
-        c = compare_outputs(ref_item["structure"], ref_t, item.get("structure"), out_t,
-                            self.opts.atol, self.opts.rtol, self.opts.check_relative_error)  # fmt: skip
-        return TrialReport(seed, c.passed, c.max_abs_diff, c.max_rel_diff, c.rel_l2, c.issue)
+        if prints is not None and c.get("fingerprint") is not None:
+            prints.append(torch.tensor(c["fingerprint"], dtype=torch.float64))
+        return TrialReport(seed, bool(c["passed"]), c["max_abs_diff"], c["max_rel_diff"], c["rel_l2"], c["issue"])
 
     def _correctness(self) -> None:
         items = [(s, 1.0) for s in self.seeds]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from drkernel.sandbox import pipeline
+from drkernel.sandbox import comparator
 from drkernel.sandbox.judge import Judge
 from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 from tests.sandbox.corpus import FAST, asset, reference_code
@@ -67,13 +67,13 @@ def judge() -> Iterator[Judge]:
 def plans_read(monkeypatch: pytest.MonkeyPatch) -> list[list[object]]:
     """Records the plans the judge reads candidate files with (None: the whole tensor)."""
     seen: list[list[object]] = []
-    original = pipeline.read_entries
+    original = comparator.read_entries
 
     def spy(path, entries, plans, device="cpu", staging=None):  # type: ignore[no-untyped-def]
         seen.append(list(plans))
         return original(path, entries, plans, device, staging)
 
-    monkeypatch.setattr(pipeline, "read_entries", spy)
+    monkeypatch.setattr(comparator, "read_entries", spy)
     return seen
 
 

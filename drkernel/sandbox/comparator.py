@@ -1,0 +1,235 @@
+"""Where the judge compares outputs: in its own process on a CPU judge, in a child process on a GPU.
+
+A GPU judge never touches the device itself. Its comparisons (and the reference fingerprints of
+the weak_reference warning) run in a trusted child process that holds the only CUDA context of the
+judge. A fault there (a device-side assert, an exception in a comparison step, a dead child) is the
+judge's fault: it raises JudgeFault, never a verdict on the candidate, and the child is replaced.
+
+Job: {"ref": [path, n], "out": [path, n], "sample": null | {"shapes", "plans", "sampled"},
+      "structure": [ref_structure, out_structure], "atol", "rtol", "relative", "fingerprint": bool}
+Reply: {"passed", "issue", "max_abs_diff", "max_rel_diff", "rel_l2", "fingerprint": [floats] | null}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+
+from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, load_tensors
+from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
+from drkernel.sandbox.tensorfile import SamplePlan, TensorFileError, read_entries, read_header
+
+__all__ = ["JudgeFault", "LocalComparator", "ProcessComparator", "compare_job", "fingerprint", "make_comparator"]
+
+_PRINT_ELEMENTS = 4096
+FAULT_ENV = "DRKERNEL_DEBUG_JUDGE_FAULT"  # debug hook: "compare" or "device_assert", once per judge
+
+
+class JudgeFault(Exception):
+    """A fault of the judge's own comparison step: infra_error (judge_error), never a verdict."""
+
+
+def fingerprint(tensors: list[Any]) -> torch.Tensor:
+    """Up to 4096 evenly spaced elements of each output, as float64 on the CPU, concatenated.
+
+    Indices are computed in int64: a float32 linspace rounds past the end above 2**24 elements.
+    """
+    parts = []
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.is_complex():
+            continue
+        flat = t.detach().reshape(-1)
+        n = flat.numel()
+        steps = min(n, _PRINT_ELEMENTS)
+        idx = torch.arange(steps, dtype=torch.int64) * (n - 1) // max(steps - 1, 1)
+        parts.append(flat[idx.to(flat.device)].to(torch.float64).cpu())
+    part = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+    return torch.nan_to_num(part, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+_loader: ThreadPoolExecutor | None = None
+_loader_lock = threading.Lock()
+
+
+def _load_pair(ref: tuple[str, int], out: tuple[str, int], device: str) -> tuple[list[Any], list[Any]]:
+    """Read the reference's and the candidate's files at once (large outputs: ~0.4 s/GiB each)."""
+    global _loader
+    with _loader_lock:
+        if _loader is None:
+            _loader = ThreadPoolExecutor(max_workers=4, thread_name_prefix="drkernel-load")
+    ref_future = _loader.submit(load_tensors, ref[0], ref[1], device)
+    try:
+        out_t = load_tensors(out[0], out[1], device)
+    finally:
+        ref_t = ref_future.result()  # never leave a read running on a file about to be removed
+    return ref_t, out_t
+
+
+def compare_job(job: dict[str, Any], device: str) -> dict[str, Any]:
+    """Load one output pair and compare it. A bad candidate file is a failed comparison; anything
+    else that goes wrong here (a CUDA error, a bug) propagates as the judge's own fault."""
+    ref_path, ref_n = job["ref"]
+    out_path, out_n = job["out"]
+    sample = job.get("sample")
+    try:
+        if sample is None:
+            ref_t, out_t = _load_pair((ref_path, ref_n), (out_path, out_n), device)
+        else:  # the reference wrote only the sampled elements, where a plan fit its tensor
+            entries = read_header(out_path, out_n, MAX_OUTPUT_BYTES)
+            shapes = [e.shape for e in entries]
+            if shapes != sample["shapes"]:
+                return _failed(f"output shapes {shapes} differ from the reference's {sample['shapes']}")
+            plans = [SamplePlan.from_json(p) if p is not None else None for p in sample["plans"]]
+            sampled = list(sample.get("sampled") or [])
+            use = [plan if k < len(sampled) and sampled[k] else None for k, plan in enumerate(plans)]
+            ref_t = load_tensors(ref_path, ref_n, device)
+            out_t = read_entries(out_path, entries, use, device)
+    except (OSError, TensorFileError, KeyError) as exc:
+        return _failed(f"unreadable output: {exc}")
+    prints = fingerprint(ref_t).tolist() if job.get("fingerprint") else None
+    ref_structure, out_structure = job["structure"]
+    c = compare_outputs(ref_structure, ref_t, out_structure, out_t, job.get("atol"), job.get("rtol"),
+                        bool(job.get("relative", True)))  # fmt: skip
+    return {"passed": c.passed, "issue": c.issue, "max_abs_diff": c.max_abs_diff, "max_rel_diff": c.max_rel_diff,
+            "rel_l2": c.rel_l2, "fingerprint": prints}  # fmt: skip
+
+
+def _failed(issue: str) -> dict[str, Any]:
+    return {"passed": False, "issue": issue, "max_abs_diff": None, "max_rel_diff": None, "rel_l2": None,
+            "fingerprint": None}  # fmt: skip
+
+
+def _inject(kind: str | None, device: str) -> None:
+    """The debug hook: make this comparison fail the way a broken judge would."""
+    if kind == "device_assert" and device.startswith("cuda"):
+        x = torch.zeros(4, device=device)
+        x[torch.tensor([1 << 40], device=device)] = 1.0  # an out-of-range index: a device-side assert
+        torch.cuda.synchronize(device)
+    elif kind:
+        raise RuntimeError(f"injected judge fault ({kind})")
+
+
+class LocalComparator:
+    """Compares in the judge's own process: a CPU judge, where no device state can be poisoned."""
+
+    def __init__(self, device: str = "cpu", fault: str | None = None) -> None:
+        self.device = device
+        self._fault = fault
+
+    def compare(self, job: dict[str, Any]) -> dict[str, Any]:
+        fault, self._fault = self._fault, None
+        try:
+            _inject(fault, self.device)
+            return compare_job(job, self.device)
+        except Exception as exc:  # noqa: BLE001 - whatever breaks here is the judge's, not the candidate's
+            raise JudgeFault(f"{type(exc).__name__}: {exc}") from exc
+
+    def restart(self) -> None:
+        """Nothing to replace in-process on a CPU."""
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessComparator:
+    """Compares in a child process that holds the judge's only CUDA context; replaced on a fault."""
+
+    def __init__(self, device: str, fault: str | None = None) -> None:
+        self.device = device
+        self._fault = fault
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._start()
+
+    def _start(self) -> None:
+        cmd_r, cmd_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_parent(), env.get("PYTHONPATH")]))
+        self._proc = subprocess.Popen([sys.executable, "-m", "drkernel.sandbox.comparator", str(cmd_r), str(resp_w),
+                                       self.device], pass_fds=(cmd_r, resp_w), env=env,
+                                      stdin=subprocess.DEVNULL, start_new_session=False)  # fmt: skip
+        os.close(cmd_r)
+        os.close(resp_w)
+        self._w, self._r = cmd_w, resp_r
+
+    def compare(self, job: dict[str, Any]) -> dict[str, Any]:
+        fault, self._fault = self._fault, None
+        msg = dict(job, inject=fault)
+        try:
+            write_message(self._w, msg)
+            reply = self._receive(deadline=time.monotonic() + 600.0)
+        except (OSError, ProtocolError) as exc:
+            raise JudgeFault(f"the comparison process failed: {exc}") from exc
+        if not reply.get("ok"):
+            raise JudgeFault(str(reply.get("error") or "the comparison process failed"))
+        return dict(reply["result"])
+
+    def _receive(self, deadline: float) -> dict[str, Any]:
+        while True:
+            ready, _, _ = select.select([self._r], [], [], 0.05)
+            if ready:
+                return read_message(self._r)
+            if self._proc is None or self._proc.poll() is not None:
+                raise ProtocolError(f"it exited with status {None if self._proc is None else self._proc.returncode}")
+            if time.monotonic() > deadline:
+                raise ProtocolError("it did not answer within 600 s")
+
+    def restart(self) -> None:
+        self.close()
+        self._start()
+
+    def close(self) -> None:
+        if self._proc is not None:
+            with contextlib.suppress(OSError):
+                self._proc.kill()
+            with contextlib.suppress(subprocess.SubprocessError):
+                self._proc.wait(timeout=10)
+            self._proc = None
+        for fd in (getattr(self, "_w", -1), getattr(self, "_r", -1)):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._w = self._r = -1
+
+
+def make_comparator(device: str) -> LocalComparator | ProcessComparator:
+    fault = os.environ.get(FAULT_ENV) or None
+    return ProcessComparator(device, fault) if device.startswith("cuda") else LocalComparator(device, fault)
+
+
+def _package_parent() -> str:
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _serve(cmd_fd: int, resp_fd: int, device: str) -> None:
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):  # die with the judge
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    while True:
+        try:
+            job = read_message(cmd_fd)
+        except (ProtocolError, OSError):
+            return
+        try:
+            _inject(job.pop("inject", None), device)
+            reply = {"ok": True, "result": compare_job(job, device)}
+        except Exception as exc:  # noqa: BLE001 - process edge: report, then die (the state may be poisoned)
+            write_message(resp_fd, {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000]})
+            return
+        write_message(resp_fd, reply)
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])

@@ -1,0 +1,110 @@
+"""No verdict from a broken judge, at the sizes the GPU uses.
+
+A fault in the judge's own comparison step (on a GPU: a device-side assert in its CUDA context) is
+infra_error of kind judge_error, never a verdict on the candidate; the judge replaces its device
+state and tries once more, so the caller still gets the real verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from drkernel.sandbox import comparator
+from drkernel.sandbox.comparator import FAULT_ENV, JudgeFault, LocalComparator, fingerprint
+from drkernel.sandbox.judge import Judge
+from drkernel.server.launch import ServerProcess
+from drkernel.types import EvalOutcome, EvalRequest
+from tests.sandbox.corpus import FAST, asset, reference_code
+
+# 4100 x 4096 fp32 outputs: 16,793,600 elements, past 2**24, where a float32 index rounds past the end
+BIG_REF = reference_code("relu_scale").replace("batch_size = 8", "batch_size = 4100").replace("dim = 256", "dim = 4096")
+# the same honest kernel with blocks of 64K elements, so the interpreter runs 257 programs a call
+BIG_KERNEL = asset("kernels", "relu_scale").code.replace("triton.cdiv(n, 1024)", "triton.cdiv(n, 65536)").replace(
+    "BLOCK_SIZE=1024", "BLOCK_SIZE=65536")
+HONEST = asset("kernels", "relu_scale")
+
+
+def test_fingerprint_indices_stay_inside_tensors_past_2_24_elements() -> None:
+    n = 4100 * 4096
+    t = torch.arange(n, dtype=torch.float32)
+    p = fingerprint([t])
+    assert p.numel() == 4096
+    assert float(p[0]) == 0.0 and float(p[-1]) == float(t[-1])  # the last element, not one past it
+    assert bool((p[1:] >= p[:-1]).all())
+
+
+@pytest.fixture(scope="module")
+def judge() -> Iterator[Judge]:
+    with Judge(device="cpu", cache_path=None, spares=1) as j:
+        yield j
+
+
+def test_honest_kernel_with_a_64_mb_output_is_ok(judge: Judge) -> None:
+    r = judge.evaluate(EvalRequest(reference_code=BIG_REF, kernel_code=BIG_KERNEL,
+                                   options=FAST.replace(num_correct_trials=2, timeout_s=300.0)))
+    assert r.outcome is EvalOutcome.OK, (r.error, r.trials)
+    assert r.correct and r.judge_retries == 0
+
+
+def test_a_fault_in_the_comparison_is_the_judges_and_the_retry_gives_the_verdict(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(FAULT_ENV, "compare")  # the debug hook: the first comparison raises
+    with Judge(device="cpu", cache_path=None, spares=1) as j:
+        r = j.evaluate(EvalRequest(reference_code=HONEST.reference, kernel_code=HONEST.code, options=FAST))
+        assert r.outcome is EvalOutcome.OK, r.error
+        assert r.judge_retries == 1 and j.judge_restarts == 1
+        again = j.evaluate(EvalRequest(reference_code=HONEST.reference, kernel_code=HONEST.code, options=FAST))
+        assert again.outcome is EvalOutcome.OK and again.judge_retries == 0
+
+
+def test_a_judge_that_stays_broken_reports_infra_error_never_a_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: LocalComparator, job: dict) -> dict:
+        raise JudgeFault("RuntimeError: CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr(comparator.LocalComparator, "compare", broken)
+    with Judge(device="cpu", cache_path=None, spares=1) as j:
+        r = j.evaluate(EvalRequest(reference_code=HONEST.reference, kernel_code=HONEST.code, options=FAST))
+        assert r.outcome is EvalOutcome.INFRA_ERROR
+        assert r.error is not None and r.error.kind == "judge_error" and "device-side assert" in r.error.message
+        assert not r.correct and r.reward == 0.0 and not r.hacks
+        assert r.judge_retries == 1 and j.judge_restarts == 2
+
+
+def test_a_bad_candidate_file_is_still_the_candidates(tmp_path: Path) -> None:
+    """Unreadable candidate output fails the comparison; it is not a judge fault."""
+    bad = tmp_path / "out.bin"
+    bad.write_bytes(b"not a tensor file")
+    ref = tmp_path / "ref.bin"
+    from drkernel.sandbox.tensorfile import write_tensors
+
+    write_tensors(str(ref), [torch.ones(3)])
+    job = {"ref": [str(ref), 1], "out": [str(bad), 1], "sample": None, "structure": [{"t": 0}, {"t": 0}],
+           "atol": None, "rtol": None, "relative": True, "fingerprint": True}
+    c = LocalComparator().compare(job)
+    assert c["passed"] is False and "unreadable output" in c["issue"]
+
+
+@pytest.mark.slow
+def test_through_drkernel_serve_a_judge_fault_still_gives_the_real_verdict(tmp_path: Path) -> None:
+    import os
+    import time
+
+    env = dict(os.environ, **{FAULT_ENV: "compare"})  # each worker's judge faults on its first comparison
+    task = {"task_id": "fault-1", "reference_code": HONEST.reference, "kernel_code": HONEST.code,
+            "options": {"num_correct_trials": 2, "num_perf_trials": 3, "timeout_s": 120}}
+    with ServerProcess(tmp_path / "f.db", extra=["--judge", "sandbox", "--workers", "1"], env=env) as server:
+        assert httpx.post(f"{server.url}/v1/tasks", json=task, timeout=30).status_code in (200, 201, 202)
+        deadline = time.monotonic() + 300
+        view: dict = {}
+        while time.monotonic() < deadline:
+            view = httpx.get(f"{server.url}/v1/tasks/fault-1", params={"wait": 30}, timeout=60).json()
+            if view.get("result"):
+                break
+    result = view["result"]
+    assert result["outcome"] == "ok", result.get("error")
+    assert result["judge_retries"] == 1
