@@ -27,13 +27,18 @@ class Tolerance:
 
 
 # Elementwise bounds follow the paper (1e-2); the global bound is what tells a full-precision kernel
-# from a downcast one: fp32 allows TF32-level error (~5e-4) but not bf16's (~4e-3).
+# from a downcast one: fp32 allows TF32-level error (relative L2 2.9e-4 for a matmul with K from 1024
+# to 16384) but not a bf16 downcast's (2.3e-3). With the global bound on, the elementwise atol also
+# scales with the output: an element may be off by up to RMS_ATOL_FACTOR x rel_l2 x the reference's
+# RMS (TF32 reaches 1.5e-3 x RMS on its worst element; an output wrong by 10 % on 1 % of its elements
+# fails both bounds). docs/errors.md has the table.
 _DEFAULTS: dict[torch.dtype, Tolerance] = {
     torch.float64: Tolerance(1e-5, 1e-5, 1e-7),
     torch.float32: Tolerance(1e-2, 1e-2, 1e-3),
     torch.float16: Tolerance(1e-2, 1e-2, 5e-3),
     torch.bfloat16: Tolerance(2e-2, 2e-2, 2e-2),
 }
+RMS_ATOL_FACTOR = 10.0
 
 
 def default_tolerance(dtype: torch.dtype, atol: float | None, rtol: float | None, rel: bool) -> Tolerance:
@@ -110,11 +115,14 @@ def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance) -> Com
     r_min, r_max = torch.aminmax(r)
     o_min, o_max = torch.aminmax(o)
     spread = float(r_max - r_min)
-    bad = int((diff > tol.atol + tol.rtol * r_abs).sum())
+    atol = tol.atol
+    if tol.rel_l2 is not None and r.numel() > 0:  # scale-aware: the output's RMS sets the absolute floor
+        atol = max(atol, RMS_ATOL_FACTOR * tol.rel_l2 * norm / math.sqrt(r.numel()))
+    bad = int((diff > atol + tol.rtol * r_abs).sum())
     if r.numel() > 1 and spread > 1e-6 * float(r_abs.max()) and float(o_max - o_min) == 0:
         cmp.passed, cmp.issue = False, "constant output where the reference output varies"
     elif bad:
-        cmp.passed, cmp.issue = False, f"{bad} of {r.numel()} elements outside atol={tol.atol:g}, rtol={tol.rtol:g}"
+        cmp.passed, cmp.issue = False, f"{bad} of {r.numel()} elements outside atol={atol:.3g}, rtol={tol.rtol:g}"
     elif tol.rel_l2 is not None and rel_l2 > tol.rel_l2:
         cmp.passed, cmp.issue = False, f"relative L2 error {rel_l2:.2e} above {tol.rel_l2:.0e} for {ref.dtype}"
     return cmp
