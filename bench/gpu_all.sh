@@ -26,9 +26,10 @@ overhead() {
   timeout 170 python3 bench/eval_overhead.py --repeats 10 --mix 12 --out "$OUT" > "$OUT/overhead.log" 2>&1
 }
 tests() {
-  timeout 330 python3 -m pytest -m gpu tests/sandbox/test_gpu.py -v -rfE -p no:cacheprovider \
+  timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -m gpu tests/sandbox/test_gpu.py -v -rfE -p no:cacheprovider \
     -W ignore::pytest.PytestConfigWarning -o timeout=60 > "$OUT/gpu_tests.log" 2>&1
 }
+verdict=""
 for part in "$@"; do
   case $part in
   judge) overhead; tests ;;
@@ -52,3 +53,16 @@ for part in "$@"; do
   *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines)" >&2; exit 2 ;;
   esac
 done
+# One line to read first: did the judge hold on this GPU at this commit?
+commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+if [ -f "$OUT/gpu_tests.log" ]; then
+  summary=$(grep -E "^=+ .*(passed|failed|error).* in [0-9.]+s" "$OUT/gpu_tests.log" | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')
+  if [ -z "$summary" ]; then verdict="$verdict tests: NO SUMMARY (cut short?);"
+  elif echo "$summary" | grep -qE "failed|error"; then verdict="$verdict tests: FAILED ($summary);"
+  else verdict="$verdict tests: passed ($summary);"; fi
+fi
+if [ -f "$OUT/suite.log" ]; then
+  n=$(grep -oE "^[0-9]+/[0-9]+ correct" "$OUT/suite.log" | tail -1)
+  verdict="$verdict suite: ${n:-NO RESULT};"
+fi
+echo "GPU VERDICT at $commit:${verdict:- nothing run}" | tee -a "$OUT/verdict.txt"

@@ -227,3 +227,88 @@ def test_cpu_faults_hold_on_gpu(judge: Judge, name: str) -> None:
                                                                if k in ("static_policy", "timeout_s")})))  # fmt: skip
     assert result.outcome in {EvalOutcome(v) for v in fault.listed("expect")}, describe(result)
     assert evaluate(judge, asset("kernels", "relu_scale")).outcome is EvalOutcome.OK
+
+
+# -- faults of the judge's own (issue 12) ----------------------------------------------------------
+def test_a_device_side_assert_in_the_judge_never_becomes_a_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    from drkernel.sandbox.comparator import FAULT_ENV
+
+    monkeypatch.setenv(FAULT_ENV, "device_assert")  # the judge's first comparison trips a device-side assert
+    with Judge(device="cuda", cache_path=None, spares=2) as j:
+        first = evaluate(j, asset("kernels", "relu_scale"), big_relu_scale())
+        assert first.outcome is EvalOutcome.OK and first.judge_retries == 1, describe(first)
+        assert j.judge_restarts == 1
+        nxt = evaluate(j, asset("kernels", "relu_scale"), big_relu_scale())
+        assert nxt.outcome is EvalOutcome.OK and nxt.judge_retries == 0, describe(nxt)
+        fault = asset("faults", "illegal_memory_access")  # the candidate's own fault is still its own
+        assert evaluate(j, fault).outcome is EvalOutcome.RUNTIME_ERROR
+
+
+def test_a_device_side_assert_in_a_served_judge_still_gives_the_verdict(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("fastapi")
+    import os
+    import time
+
+    import httpx
+
+    from drkernel.sandbox.comparator import FAULT_ENV
+    from drkernel.server.launch import ServerProcess
+
+    honest = asset("kernels", "relu_scale")
+    env = dict(os.environ, **{FAULT_ENV: "device_assert"})
+    task = {"task_id": "gpu-fault-1", "reference_code": big_relu_scale(), "kernel_code": honest.code,
+            "options": {"num_correct_trials": 3, "num_perf_trials": 20, "timeout_s": 240}}
+    with ServerProcess(tmp_path / "f.db", extra=["--workers", "1"], env=env) as server:
+        assert httpx.post(f"{server.url}/v1/tasks", json=task, timeout=30).status_code in (200, 201, 202)
+        deadline, view = time.monotonic() + 280, {}
+        while time.monotonic() < deadline and not view.get("result"):
+            view = httpx.get(f"{server.url}/v1/tasks/gpu-fault-1", params={"wait": 30}, timeout=60).json()
+    result = view["result"]
+    assert result["outcome"] == "ok" and result["judge_retries"] == 1, result
+
+
+# -- the fp32 criterion with tl.dot's own TF32 (issue 12) ------------------------------------------
+TF32_KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k0 + rk[None, :]))
+        b = tl.load(b_ptr + (k0 + rk[:, None]) * N + rn[None, :])
+        acc += tl.dot(a.to(PRECISION), b.to(PRECISION))
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        M, K = A.shape
+        N = B.shape[1]
+        C = torch.empty((M, N), device=A.device, dtype=torch.float32)
+        mm[(M // 128, N // 128)](A.contiguous(), B.contiguous(), C, M, N, K, BM=128, BN=128, BK=32)
+        return C
+'''
+
+
+@pytest.mark.parametrize(("m", "k", "precision", "expect"), [
+    (4096, 4096, "tl.float32", EvalOutcome.OK),      # tl.dot's default for fp32 is TF32
+    (1024, 16384, "tl.float32", EvalOutcome.OK),
+    (4096, 4096, "tl.bfloat16", EvalOutcome.INCORRECT),  # a bf16 downcast of the inputs
+])
+def test_tf32_matmul_passes_and_bf16_downcast_fails(judge: Judge, m: int, k: int, precision: str,
+                                                     expect: EvalOutcome) -> None:  # fmt: skip
+    reference = reference_code("matmul").replace("M = 32", f"M = {m}").replace("K = 128", f"K = {k}").replace(
+        "N = 48", f"N = {m}")
+    code = TF32_KERNEL.replace("PRECISION", precision)
+    r = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=code, options=GPU.replace(num_perf_trials=20)))
+    assert r.outcome is expect, describe(r)
+    worst = max(t.rel_l2 or 0.0 for t in r.trials)
+    assert (worst < 1e-3) == (expect is EvalOutcome.OK), worst
