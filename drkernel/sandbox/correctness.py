@@ -24,6 +24,7 @@ class Tolerance:
     atol: float
     rtol: float
     rel_l2: float | None  # bound on ||out - ref|| / ||ref||; None: not checked
+    scaled_floor: bool = False  # atol grows to RMS_ATOL_FACTOR * rel_l2 * RMS(ref) (defaults only)
 
 
 # Elementwise bounds follow the paper (1e-2); the global bound is what tells a full-precision kernel
@@ -43,10 +44,12 @@ RMS_ATOL_FACTOR = 10.0
 
 def default_tolerance(dtype: torch.dtype, atol: float | None, rtol: float | None, rel: bool) -> Tolerance:
     base = _DEFAULTS.get(dtype, Tolerance(0.0, 0.0, None))
+    rel_l2 = base.rel_l2 if rel and dtype.is_floating_point else None
     return Tolerance(
         atol=base.atol if atol is None else atol,
         rtol=base.rtol if rtol is None else rtol,
-        rel_l2=base.rel_l2 if rel and dtype.is_floating_point else None,
+        rel_l2=rel_l2,
+        scaled_floor=atol is None and rel_l2 is not None,  # an explicit atol is taken as given
     )
 
 
@@ -116,7 +119,7 @@ def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance) -> Com
     o_min, o_max = torch.aminmax(o)
     spread = float(r_max - r_min)
     atol = tol.atol
-    if tol.rel_l2 is not None and r.numel() > 0:  # scale-aware: the output's RMS sets the absolute floor
+    if tol.scaled_floor and tol.rel_l2 is not None:  # scale-aware: the output's RMS sets the absolute floor
         atol = max(atol, RMS_ATOL_FACTOR * tol.rel_l2 * norm / math.sqrt(r.numel()))
     bad = int((diff > atol + tol.rtol * r_abs).sum())
     if r.numel() > 1 and spread > 1e-6 * float(r_abs.max()) and float(o_max - o_min) == 0:
