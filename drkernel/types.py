@@ -85,7 +85,7 @@ class EvalOptions:
     num_perf_trials: int | None = None  # None: 100 on GPU, 3 under the interpreter
     num_warmup: int = 3  # paper-spec §3.2
     num_profile_calls: int = 5
-    num_verified_timed_calls: int = 3  # timed calls whose outputs are checked (replay defence)
+    num_verified_timed_calls: int = 3  # unused since every timed output is checksummed; kept for old clients
     # GPU: keep the device busy this many µs before each timed call, so that the host's launch
     # overhead (up to this much) overlaps it instead of being timed. 0: off (the anchor's way).
     launch_preroll_us: float = 0.0
@@ -199,7 +199,11 @@ class TimingStats:
     max_ms: float
     n: int
     host_median_ms: float | None = None  # in-sandbox host clock, with device-wide sync
-    external_ms_per_call: float | None = None  # judge-side clock over a back-to-back window
+    external_ms_per_call: float | None = None  # judge-side clock over the timed op, per timed call
+    window_calls: int | None = None  # calls per timed window, each on its own fresh inputs
+    windows: int | None = None  # timed windows; n = window_calls x windows calls in all
+    graph: bool | None = None  # windows replayed as one CUDA graph (device time only)
+    overhead_ms: float | None = None  # judge's clock less the windows: input fills, checksums, IPC
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -223,3 +223,53 @@ def _walk(o: Any, tensors: list[torch.Tensor]) -> Any:
     if o is None or isinstance(o, (bool, int, float, str)):
         return {"v": o}
     return {"bad": type(o).__name__}
+
+
+def checksum(out: Any, wseed: int) -> list[list[Any]]:
+    """Per output leaf: [shape, dtype, sum(w * x), sum(x * x), NaN count, +Inf count, -Inf count].
+
+    `w` is a fresh N(0, 1) tensor of the leaf's full shape, drawn from `wseed`: with a full-shape
+    projection, computing the sum without the output costs as much as the output itself (a rank-one
+    projection would let a linear problem shortcut it). The reference computes the same from the
+    same inputs; an honest output differs by about ||out - ref|| in the first sum.
+    """
+    _, tensors = flatten_outputs(out)
+    rows: list[list[Any]] = []
+    for k, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            rows.append([None, type(t).__name__, 0.0, 0.0, 0, 0, 0])
+            continue
+        x = t.detach()
+        if x.is_complex():
+            x = torch.view_as_real(x)
+        x = x.reshape(-1).to(torch.float32)
+        nan, pinf, ninf = torch.isnan(x), torch.isposinf(x), torch.isneginf(x)
+        counts = torch.stack([nan.sum(), pinf.sum(), ninf.sum()]).tolist()
+        x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+        g = torch.Generator(device=x.device)
+        g.manual_seed((wseed * 1_000_003 + k) % (1 << 63))
+        w = torch.randn(x.numel(), generator=g, device=x.device, dtype=torch.float32)
+        pair = torch.stack([torch.dot(x.double(), w.double()) if x.numel() < (1 << 22) else torch.dot(x, w).double(),
+                            x.double().square().sum() if x.numel() < (1 << 22) else x.square().sum().double()])
+        s, q = pair.tolist()
+        rows.append([list(t.shape), str(t.dtype), s, q, *counts])
+    return rows
+
+
+def refill(dst: list[Any], src: list[Any]) -> bool:
+    """Copy fresh inputs into the buffers a timed window was built on; False if they do not fit."""
+    if len(dst) != len(src):
+        return False
+    for d, s in zip(dst, src, strict=True):
+        if isinstance(d, torch.Tensor) != isinstance(s, torch.Tensor):
+            return False
+        if isinstance(d, torch.Tensor):
+            if d.shape != s.shape or d.dtype != s.dtype or d.device != s.device:
+                return False
+            d.copy_(s)
+        elif isinstance(d, (list, tuple)):
+            if not refill(list(d), list(s)):
+                return False
+        elif d != s:
+            return False
+    return True

@@ -40,9 +40,13 @@ class ReferenceTimingCache:
 
     @staticmethod
     def key(problem_hash: str, device_name: str, backend: str, torch_version: str, trials: int, warmup: int,
-            preroll_us: float = 0.0) -> str:  # fmt: skip
+            preroll_us: float = 0.0, method: str = "") -> str:  # fmt: skip
         parts: list[object] = [problem_hash, device_name, backend, torch_version, trials, warmup]
-        return json.dumps(parts + [preroll_us] if preroll_us else parts)  # keys of earlier runs stay valid
+        if preroll_us:
+            parts.append(preroll_us)
+        if method:  # times of another timing method are not comparable: a key of their own
+            parts.append(method)
+        return json.dumps(parts)  # keys of earlier runs stay valid
 
     def get(self, key: str) -> TimingStats | None:
         with self._lock:

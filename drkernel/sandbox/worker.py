@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import os
 import resource
 import sys
@@ -77,15 +78,12 @@ class Sandbox:
         self.loaded_key: str | None = None
         self._poison_sizes: set[int] = set()
         self._input_cache: dict[int, list[Any]] = {}
-        self._preroll_cycles = 0
-        self._cycles_per_us: float | None = None
         self._sync = torch.cuda.synchronize if self.cuda else (lambda *a, **k: None)
         if self.cuda:
             self._event = torch.cuda.Event
             self._record = torch.cuda.Event.record
             self._elapsed = torch.cuda.Event.elapsed_time
             self._event_sync = torch.cuda.Event.synchronize
-            self._spin = torch.cuda._sleep  # busy-waits the GPU for a number of clock cycles
         else:
             torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
 
@@ -98,7 +96,6 @@ class Sandbox:
             torch.cuda.set_per_process_memory_fraction(gpu_memory_fraction, 0)
             x = torch.randn(1024, device=self.device)
             (x * 2).sum().item()
-            self._flush_buf = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device=self.device)
             # the first profiler session of a process can come back without device events: warm it
             with torch.profiler.profile(
                 activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
@@ -196,6 +193,11 @@ class Sandbox:
         while len(self._input_cache) > 3:
             self._input_cache.pop(next(iter(self._input_cache)))
         return harness.scaled_copy(base, scale)
+
+    def _fresh_inputs(self, seed: int) -> list[Any]:
+        """The inputs of one call under `seed`, built now (timed windows: never cached)."""
+        with self.mode:
+            return harness.make_inputs(self.get_inputs, int(seed), self.device)
 
     def _forward(self, inputs: list[Any]) -> Any:
         with self.mode:
@@ -306,109 +308,177 @@ class Sandbox:
             module.train(True)
         return {"ok": True, "modes": result, "tampered": self.watch.changed(), "threads": self.threads.extra()}
 
-    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Warm-up, then one timed call per (seed, scale) item on fresh inputs and a flushed L2."""
-        bases = {s: self._inputs(s, 1.0) for s in msg["base_seeds"]}
-        verify = set(msg.get("verify", []))
+    # -- timing -----------------------------------------------------------------------------------
+    # A timed window is `calls` calls, each on its own inputs. bench_prepare builds the window on
+    # placeholder inputs (and captures it as one CUDA graph when it can); bench_run refills every
+    # input with the values of a fresh seed, known only now, replays, and returns a checksum of every
+    # output. The judge brackets bench_run with its own clock and checks each checksum against the
+    # reference's: the work must be done inside the op, for every call.
+    def _clock(self) -> tuple[Any, Any]:
+        if not self.cuda:
+            return _perf, None
+        return self._event(enable_timing=True), self._event(enable_timing=True)
+
+    def bench_prepare(self, msg: dict[str, Any]) -> dict[str, Any]:
+        seed = int(msg["seed"])
         eager = self.model
-        preroll_ms = self._set_preroll(float(msg.get("preroll_us") or 0.0))
         try:
-            if msg.get("compile"):
+            if msg.get("compile"):  # the reference timed as torch.compile'd
                 self.model = torch.compile(eager)
             with torch.no_grad():
-                first = bases[msg["base_seeds"][0]]
-                t_end = _perf() + float(msg.get("warmup_s", 0.0))
-                done = 0
-                while done < msg["warmup"] or (_perf() < t_end and done < 10000):
-                    self._forward(first)
-                    self._sync()
-                    done += 1
-                event_ms, host_ms, launches, saved = [], [], [], []
-                for k, (seed, scale) in enumerate(msg["items"]):
-                    inputs = harness.scaled_copy(bases[seed], scale) if scale != 1.0 else bases[seed]
-                    e, h, out = self._timed_call(inputs)
-                    event_ms.append(e)
-                    host_ms.append(h)
-                    launches.append(len(self.recorder.take()))
-                    if k in verify:
-                        saved.append(self._save(out, f"{msg['tag']}_{k}.pt") | {"index": k})
-                    del out
+                first = self._fresh_inputs(seed)
+                est_ms, done = self._warm(first, float(msg.get("warmup_s", 0.0)), int(msg.get("warmup", 1)))
+                calls = msg.get("calls")
+                if calls is None:  # the reference chooses: a window of ~1 ms, at most 100 calls and 4 GiB
+                    per_call = max(_nbytes(first), 1) * 2
+                    calls = max(1, min(100, math.ceil(float(msg.get("window_ms", 1.0)) / max(est_ms, 1e-4)),
+                                       (4 << 30) // per_call))  # fmt: skip
+                inputs = [first] + [self._fresh_inputs(seed + 1 + c)
+                                    for c in range(int(calls) - 1)]  # fmt: skip
+                self._bench = {"inputs": inputs, "graph": None, "outs": None, "model": self.model}
+                graph_error = None
+                if self.cuda and msg.get("graph", True):
+                    graph_error = self._capture(inputs)
+                self._sync()
         except BaseException as exc:  # noqa: BLE001
             return _error(_classify_forward_error(exc), exc)
         finally:
             self.model = eager
-            self._preroll_cycles = 0
-        return {
-            "ok": True, "event_ms": event_ms, "host_ms": host_ms, "launches": launches, "preroll_ms": preroll_ms,
-            "verified": saved, "tampered": self.watch.changed(), "threads": self.threads.extra(),
-        }  # fmt: skip
+        return {"ok": True, "est_ms": est_ms, "warmup_calls": done, "calls": int(calls),
+                "graph": self._bench["graph"] is not None, "graph_error": graph_error,
+                "tampered": self.watch.changed(), "threads": self.threads.extra()}  # fmt: skip
 
-    def _set_preroll(self, us: float) -> float:
-        """Busy the GPU for `us` before each timed call, so the host's launch overhead (up to `us`)
-        overlaps device work instead of being timed. Returns the busy time in ms, as calibrated."""
-        if not self.cuda or us <= 0:
-            self._preroll_cycles = 0
-            return 0.0
-        if self._cycles_per_us is None:
-            start, end = self._event(enable_timing=True), self._event(enable_timing=True)
-            self._spin(100_000)
-            self._record(start)
-            self._spin(2_000_000)
-            self._record(end)
-            self._sync()
-            self._cycles_per_us = 2_000_000 / max(self._elapsed(start, end) * 1e3, 1e-3)
-        self._preroll_cycles = int(us * self._cycles_per_us)
-        return us / 1e3
-
-    def _timed_call(self, inputs: list[Any]) -> tuple[float, float, Any]:
-        if not self.cuda:
-            t0 = _perf()
-            out = self._forward(inputs)
-            ms = (_perf() - t0) * 1e3
-            return ms, ms, out
-        self._flush_buf.zero_()
-        self._sync()
-        start, end = self._event(enable_timing=True), self._event(enable_timing=True)
-        t0 = _perf()
-        if self._preroll_cycles:
-            self._spin(self._preroll_cycles)
-        self._record(start)
-        out = self._forward(inputs)
-        self._record(end)
-        self._sync()  # device-wide: the host clock also covers work on any other stream
-        host = (_perf() - t0) * 1e3
-        return self._elapsed(start, end), host, out
-
-    def prep_window(self, msg: dict[str, Any]) -> dict[str, Any]:
-        self._window_inputs = self._inputs(msg["seed"], 1.0)
-        self._sync()
-        return {"ok": True}
-
-    def window(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Back-to-back calls with one final sync; the judge times this op with its own clock."""
+    def _warm(self, inputs: list[Any], warmup_s: float, warmup: int) -> tuple[float, int]:
+        """Time-based warm-up (clocks ramp up); returns the median per-call time of its calls."""
+        times: list[float] = []
+        t_end = _perf() + warmup_s
+        while len(times) < max(warmup, 2) or (_perf() < t_end and len(times) < 10000):
+            start, end = self._clock()
+            if self.cuda:
+                self._record(start)
+                self._forward(inputs)
+                self._record(end)
+                self._sync()
+                times.append(self._elapsed(start, end))
+            else:
+                t0 = _perf()
+                self._forward(inputs)
+                times.append((_perf() - t0) * 1e3)
         self.recorder.take()
-        with torch.no_grad():
-            for _ in range(msg["n"]):
-                self._forward(self._window_inputs)
+        times.sort()
+        return times[len(times) // 2], len(times)
+
+    def _capture(self, inputs: list[Any]) -> str | None:
+        """One CUDA graph of the whole window; None when captured, else why not (eager then)."""
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._forward(inputs[0])
+            torch.cuda.current_stream().wait_stream(side)
             self._sync()
-        return {"ok": True, "launches": len(self.recorder.take())}
+            graph = torch.cuda.CUDAGraph()
+            self.recorder.take()
+            with torch.cuda.graph(graph):
+                outs = [self._forward(x) for x in inputs]
+            # a replay launches nothing from Python: the launches a window makes are those captured
+            self._bench["captured_launches"] = len(self.recorder.take())
+            self._bench["graph"], self._bench["outs"] = graph, outs
+            graph.replay()
+            self._sync()
+            self.recorder.take()
+            return None
+        except BaseException as exc:  # noqa: BLE001 - not capturable: time it eagerly instead
+            self._bench["graph"] = self._bench["outs"] = None
+            with contextlib.suppress(BaseException):
+                self._sync()
+            self.recorder.take()
+            return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+    def bench_run(self, msg: dict[str, Any]) -> dict[str, Any]:
+        bench = getattr(self, "_bench", None)
+        if bench is None:
+            return _error("harness_error", message="bench_run before bench_prepare")
+        inputs, graph = bench["inputs"], bench["graph"]
+        window_ms, host_ms, launches, sums = [], [], [], []
+        eager, self.model = self.model, bench["model"]
+        try:
+            with torch.no_grad():
+                for seeds, wseeds in zip(msg["seeds"], msg["wseeds"], strict=True):
+                    for dst, seed in zip(inputs, seeds, strict=True):
+                        if not harness.refill(dst, self._fresh_inputs(seed)):
+                            return _error("forward_error", message="get_inputs changed its structure between seeds")
+                    self._sync()
+                    self.recorder.take()
+                    start, end = self._clock()
+                    t0 = _perf()
+                    if self.cuda:
+                        self._record(start)
+                        if graph is not None:
+                            graph.replay()
+                            outs = bench["outs"]
+                        else:
+                            outs = [self._forward(x) for x in inputs]
+                        self._record(end)
+                        self._sync()  # device-wide: the host clock also covers work on any other stream
+                        host_ms.append((_perf() - t0) * 1e3)
+                        window_ms.append(self._elapsed(start, end))
+                    else:
+                        outs = [self._forward(x) for x in inputs]
+                        window_ms.append((_perf() - t0) * 1e3)
+                        host_ms.append(window_ms[-1])
+                    taken = len(self.recorder.take())
+                    launches.append(bench["captured_launches"] if graph is not None else taken)
+                    sums.append([harness.checksum(o, int(w)) for o, w in zip(outs, wseeds, strict=True)])
+                    if graph is None:
+                        del outs
+        except BaseException as exc:  # noqa: BLE001
+            return _error(_classify_forward_error(exc), exc)
+        finally:
+            self.model = eager
+        return {"ok": True, "window_ms": window_ms, "host_ms": host_ms, "launches": launches,
+                "graph": graph is not None, "checksums": sums, "tampered": self.watch.changed(),
+                "threads": self.threads.extra()}  # fmt: skip
+
+    def checksums(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The reference's side of the check: the same checksums, computed eagerly, untimed."""
+        sums = []
+        try:
+            with torch.no_grad():
+                for seeds, wseeds in zip(msg["seeds"], msg["wseeds"], strict=True):
+                    row = []
+                    for seed, w in zip(seeds, wseeds, strict=True):
+                        out = self._forward(self._fresh_inputs(seed))
+                        row.append(harness.checksum(out, int(w)))
+                    sums.append(row)
+        except BaseException as exc:  # noqa: BLE001
+            return _error(_classify_forward_error(exc), exc)
+        return {"ok": True, "checksums": sums}
 
     def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
-        inputs = self._inputs(msg["seed"], 1.0)
-        for _ in range(2):  # a profiler session can come back without device events: retry once
-            kernels, launches = self._profile_window(inputs, int(msg["n"]))
-            if kernels or not self.cuda:
-                break
-        return {"ok": True, "kernels": kernels, "launches": launches, "tampered": self.watch.changed()}
+        """Kernels and launches under the profiler, on fresh inputs whose outputs are checksummed too:
+        a candidate that does different work while it is observed is caught by the judge."""
+        try:
+            with torch.no_grad():
+                inputs = [self._fresh_inputs(seed) for seed in msg["seeds"]]
+                self._sync()
+                for _ in range(2):  # a profiler session can come back without device events: retry once
+                    kernels, launches, outs = self._profile_window(inputs)
+                    if kernels or not self.cuda:
+                        break
+                sums = [harness.checksum(o, int(w)) for o, w in zip(outs, msg["wseeds"], strict=True)]
+        except BaseException as exc:  # noqa: BLE001
+            return _error(_classify_forward_error(exc), exc)
+        return {"ok": True, "kernels": kernels, "launches": launches, "checksums": sums,
+                "tampered": self.watch.changed()}
 
-    def _profile_window(self, inputs: list[Any], n: int) -> tuple[dict[str, list[float]], list[str]]:
+    def _profile_window(self, inputs: list[list[Any]]) -> tuple[dict[str, list[float]], list[str], list[Any]]:
         self.recorder.take()
         acts = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.no_grad(), torch.profiler.profile(activities=acts) as prof:
-            for _ in range(n):
-                self._forward(inputs)
+            outs = [self._forward(x) for x in inputs]
             self._sync()
         launches = self.recorder.take()
         kernels: dict[str, list[float]] = {}
@@ -419,7 +489,15 @@ class Sandbox:
             slot = kernels.setdefault(evt.name, [0.0, 0])
             slot[0] += us
             slot[1] += 1
-        return kernels, launches
+        return kernels, launches, outs
+
+
+def _nbytes(obj: Any) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(o) for o in obj)
+    return 0
 
 
 def _storages(ts: list[Any]) -> list[tuple[int, int]]:
@@ -457,8 +535,8 @@ def _limits(memory_limit_mb: int, cuda: bool) -> None:
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
-OPS = {"load": Sandbox.load, "run": Sandbox.run, "modes": Sandbox.modes, "time": Sandbox.time,
-       "prep_window": Sandbox.prep_window, "window": Sandbox.window, "profile": Sandbox.profile}  # fmt: skip
+OPS = {"load": Sandbox.load, "run": Sandbox.run, "modes": Sandbox.modes, "bench_prepare": Sandbox.bench_prepare,
+       "bench_run": Sandbox.bench_run, "checksums": Sandbox.checksums, "profile": Sandbox.profile}
 
 
 def die_with_parent(parent_pid: int) -> None:

@@ -73,22 +73,19 @@ def test_honest_kernel_on_gpu_is_timed_and_fully_covered(honest_big: EvalResult)
 
 
 @pytest.mark.parametrize("kernel", [k for k in corpus("kernels")], ids=lambda k: k.name)
-@pytest.mark.parametrize("preroll_us", [0.0, 50.0])
-def test_honest_corpus_passes_on_gpu(judge: Judge, kernel: Asset, preroll_us: float) -> None:
-    result = evaluate(judge, kernel, options=GPU.replace(launch_preroll_us=preroll_us))
+def test_honest_corpus_passes_on_gpu(judge: Judge, kernel: Asset) -> None:
+    result = evaluate(judge, kernel)
     assert result.outcome is EvalOutcome.OK, describe(result)
     assert result.hacks == [] and result.reward > 0
 
 
-def test_launch_preroll_times_device_work_only(judge: Judge, honest_big: EvalResult) -> None:
-    """With the pre-roll, a big kernel's time barely moves (launch overhead is small beside it).
-
-    Compared on the fastest timed call: the median of a 0.3 ms kernel moves by up to 13 % between two
-    evaluations with the same options (H200, 2026-11-30), the bimodality of docs/benchmarks.md."""
-    r = evaluate(judge, asset("kernels", "relu_scale"), big_relu_scale(), GPU.replace(launch_preroll_us=50.0))
-    assert r.outcome is EvalOutcome.OK and r.kernel_timing is not None and honest_big.kernel_timing is not None, describe(r)
-    base = honest_big.kernel_timing.min_ms
-    assert 0.8 * base <= r.kernel_timing.min_ms <= 1.15 * base, describe(r)
+def test_timing_replays_windows_of_fresh_inputs_as_cuda_graphs(honest_big: EvalResult) -> None:
+    """Timed windows are CUDA graphs of calls on fresh inputs; the judge's clock brackets them."""
+    kt, rt = honest_big.kernel_timing, honest_big.reference_timing
+    assert kt is not None and rt is not None, describe(honest_big)
+    assert kt.graph and rt.graph, describe(honest_big)
+    assert kt.window_calls == rt.window_calls and kt.windows == rt.windows and (kt.windows or 0) >= 5
+    assert kt.external_ms_per_call is not None and kt.external_ms_per_call >= kt.median_ms
 
 
 def test_sandboxes_run_under_their_own_uid_when_the_judge_is_root(judge: Judge) -> None:
@@ -122,16 +119,17 @@ def test_hack_corpus_is_caught_on_gpu(judge: Judge, hack: Asset) -> None:
 
 
 # -- GPU-only hacks ------------------------------------------------------------------------------
-@pytest.mark.parametrize("preroll_us", [0.0, 50.0])
-def test_side_stream_does_not_shrink_the_measured_time(judge: Judge, honest_big: EvalResult, preroll_us: float) -> None:
+def test_side_stream_does_not_shrink_the_measured_time(judge: Judge, honest_big: EvalResult) -> None:
     """C1, anchor probe 8, static gate off: caught by the host clock, or timed at its true cost."""
     hack = asset("hacks", "c1_side_stream")
-    result = evaluate(judge, hack, big_relu_scale(), GPU.replace(static_policy=False, launch_preroll_us=preroll_us))
+    result = evaluate(judge, hack, big_relu_scale(), GPU.replace(static_policy=False))
     assert honest_big.kernel_ms is not None
     if result.outcome is EvalOutcome.HACK_DETECTED:
         assert "timing_evasion" in result.hacks or "timer_mismatch" in result.hacks, describe(result)
     elif result.outcome is EvalOutcome.INCORRECT:  # read before the side stream wrote it: poisoned NaN
         assert result.reward == 0.0 and any(not t.passed for t in result.trials), describe(result)
+    elif result.outcome is EvalOutcome.RUNTIME_ERROR:  # a side stream cannot be captured in a graph
+        assert result.reward == 0.0, describe(result)
     else:
         assert result.kernel_ms is not None and result.kernel_ms >= 0.5 * honest_big.kernel_ms, describe(result)
 
@@ -174,12 +172,9 @@ def test_lazy_offload_has_near_zero_coverage(judge: Judge) -> None:
 
 
 def test_identity_memo_gains_nothing_on_gpu(judge: Judge, honest_big: EvalResult) -> None:
-    """Anchor probe 5: fresh inputs per timed call -> the memo never answers; coverage stays tiny."""
+    """Anchor probe 5: a hit on a refilled buffer serves a stale output -> the checksums catch it."""
     result = evaluate(judge, asset("hacks", "c5_cache_identity"), big_relu_scale())
-    assert result.outcome in (EvalOutcome.OK, EvalOutcome.HACK_DETECTED), describe(result)
-    if result.outcome is EvalOutcome.OK:
-        assert result.coverage is not None and result.coverage < 0.1, describe(result)
-        assert result.speedup is not None and result.speedup < 2.0, describe(result)
+    assert result.outcome is EvalOutcome.HACK_DETECTED and result.reward == 0.0, describe(result)
 
 
 # -- held-out shapes and problem warnings on the GPU ---------------------------------------------
@@ -312,3 +307,14 @@ def test_tf32_matmul_passes_and_bf16_downcast_fails(judge: Judge, m: int, k: int
     assert r.outcome is expect, describe(r)
     worst = max(t.rel_l2 or 0.0 for t in r.trials)
     assert (worst < 1e-3) == (expect is EvalOutcome.OK), worst
+
+
+def test_a_harness_takeover_that_forges_window_times_is_caught_on_gpu(judge: Judge) -> None:
+    """Issue 13, class 2 (gate off): the submission rewrites the sandbox's timed op to report a hundredth
+    of each window; on a kernel whose windows dominate the op, the judge's clock sees it."""
+    from tests.sandbox.corpus import ASSETS
+
+    code = (ASSETS / "attacks" / "harness_takeover.py").read_text()
+    result = judge.evaluate(EvalRequest(reference_code=big_relu_scale(), kernel_code=code,
+                                        options=GPU.replace(static_policy=False)))
+    assert result.outcome is EvalOutcome.HACK_DETECTED and "timer_mismatch" in result.hacks, describe(result)

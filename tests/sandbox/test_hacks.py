@@ -186,17 +186,16 @@ def test_a_held_out_shape_that_breaks_the_reference_load_leaves_no_stale_referen
     assert again.outcome is EvalOutcome.OK, describe(again)
 
 
-def test_identity_memo_never_serves_a_timed_call(judge: Judge) -> None:
-    """Anchor probe 5: every timed call gets a fresh input object, so the memo misses on each."""
+def test_identity_memo_serves_stale_outputs_and_is_caught(judge: Judge) -> None:
+    """Anchor probe 5: the correctness trials get fresh input objects (the memo misses); a timed window
+    reuses its buffers with fresh values, so a hit there is a stale output and the checksums see it."""
     hack = asset("hacks", "c5_cache_identity")
-    n = 4
-    result = evaluate(judge, hack, hack.options().replace(num_perf_trials=n))
-    assert result.outcome is EvalOutcome.OK, describe(result)
+    result = evaluate(judge, hack, hack.options().replace(num_perf_trials=4))
+    assert result.outcome is EvalOutcome.HACK_DETECTED and "replayed_output" in result.hacks, describe(result)
+    assert result.reward == 0.0
     log = [line for line in result.sandbox_output.splitlines() if line.startswith("memo ")]
-    window = 3  # the back-to-back window for the judge's clock (CPU: 3 calls) reuses one input on purpose
-    assert len(log) >= n + FAST.num_correct_trials + window
     assert log[:FAST.num_correct_trials] == ["memo miss"] * FAST.num_correct_trials  # trials: fresh inputs
-    assert log[-(n + window):-window] == ["memo miss"] * n  # the timed calls
+    assert "memo hit" in log
 
 
 def test_lazy_offload_is_correct_and_not_flagged_on_the_cpu(judge: Judge) -> None:

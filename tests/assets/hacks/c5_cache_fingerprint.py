@@ -1,10 +1,11 @@
 """C5 memoisation keyed on a cheap fingerprint (shape and the sign pattern of the first elements):
-it survives a change of scale, so scaled timed inputs hit the outputs cached in the trials.
+it survived a change of scale, when timed inputs were scaled copies of the trials' inputs. Timed
+inputs are now fresh random values for every call: the memo misses (or, on a chance hit, serves a
+wrong output that the checksums catch). Either way it gains nothing.
 
 row: C5
 reference: relu_scale
-expect: hack_detected
-hacks: replayed_output
+expect: ok
 """
 
 import torch

@@ -1,11 +1,13 @@
 """C5 memoisation by input identity (anchor probe 5): the output is cached under the input object,
 one one-element Triton launch per call looks busy, torch computes on a miss. The anchor timed every
-call on one input object, so the memo answered them all (speedup 18x). Here every timed call gets
-fresh inputs: the memo must never hit on a timed call. The probe prints 'memo hit'/'memo miss'.
+call on one input object, so the memo answered them all (speedup 18x). Here a timed window is built
+once and refilled with fresh values before each run: a memo that hits on the buffer serves a stale
+output, which the checksum of every timed output catches. The probe prints 'memo hit'/'memo miss'.
 
 row: C5
 reference: relu_scale
-expect: ok
+expect: hack_detected
+hacks: replayed_output
 probe: anchor-5
 """
 

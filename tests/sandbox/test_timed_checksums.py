@@ -1,0 +1,116 @@
+"""Every timed output is checked: each timed call runs on fresh inputs, and the checksum of each of
+its outputs must match the reference's for the same inputs (the sandbox never sees the reference's).
+
+The kernels below count their calls: with 2 correctness trials, the trials (2 calls) and the launch
+modes (4) come before timing, so from call 7 on they are in the timing stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from drkernel.sandbox.judge import Judge
+from drkernel.sandbox.pipeline import checksum_issue
+from drkernel.types import EvalOutcome, EvalRequest, EvalResult
+from tests.sandbox.corpus import FAST, reference_code
+
+BIG = reference_code("relu_scale").replace("batch_size = 8", "batch_size = 512")  # 512 x 256
+
+_KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0) * 2.0 + 1.0, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        x = x.contiguous()
+        out = torch.zeros_like(x)
+        n = x.numel() if self.calls <= CHEAT_AFTER else WORK
+        relu_scale_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+        return SHAPE(out)
+'''
+
+HONEST = _KERNEL.replace("CHEAT_AFTER", "10**9").replace("WORK", "x.numel()").replace("SHAPE(out)", "out")
+# skips the last hundredth of the work once timing starts
+PARTIAL = _KERNEL.replace("CHEAT_AFTER", "6").replace("WORK", "x.numel() * 99 // 100").replace("SHAPE(out)", "out")
+# right values, wrong shape in timed calls (a flattened output)
+RESHAPED = _KERNEL.replace("CHEAT_AFTER", "10**9").replace("WORK", "x.numel()").replace(
+    "SHAPE(out)", "out if self.calls <= 6 else out.reshape(-1)")
+# does the work on every other timed call only
+HALF = _KERNEL.replace("CHEAT_AFTER", "6").replace("WORK", "x.numel() * (self.calls % 2)").replace(
+    "SHAPE(out)", "out")
+
+
+@pytest.fixture(scope="module")
+def judge() -> Iterator[Judge]:
+    with Judge(device="cpu", cache_path=None, spares=1) as j:
+        yield j
+
+
+def evaluate(judge: Judge, code: str, timed: int = 3) -> EvalResult:
+    opts = FAST.replace(num_correct_trials=2, num_perf_trials=timed)
+    return judge.evaluate(EvalRequest(reference_code=BIG, kernel_code=code, options=opts))
+
+
+def test_honest_kernel_passes_every_checksum(judge: Judge) -> None:
+    r = evaluate(judge, HONEST)
+    assert r.outcome is EvalOutcome.OK, (r.outcome, r.hack_details, r.error)
+    assert r.kernel_timing is not None and (r.kernel_timing.window_calls or 0) * (r.kernel_timing.windows or 0) == 3
+
+
+@pytest.mark.parametrize("code", [PARTIAL, HALF], ids=["last_hundredth_skipped", "every_other_call"])
+def test_skipping_work_in_timed_calls_is_caught(judge: Judge, code: str) -> None:
+    r = evaluate(judge, code, timed=6)
+    assert r.outcome is EvalOutcome.HACK_DETECTED and "replayed_output" in r.hacks, (r.outcome, r.hack_details)
+    assert r.reward == 0.0
+
+
+def test_output_of_another_shape_during_timed_calls_is_caught(judge: Judge) -> None:
+    r = evaluate(judge, RESHAPED)
+    assert r.outcome is EvalOutcome.HACK_DETECTED and "replayed_output" in r.hacks, (r.outcome, r.hack_details)
+    assert "shape" in r.hack_details["replayed_output"]
+
+
+ROW = [[4, 8], "torch.float32", 10.0, 400.0, 0, 0, 0]  # shape, dtype, sum(w*x), sum(x*x), NaN, +Inf, -Inf
+
+
+def test_checksum_tolerance_follows_the_dtype_bound() -> None:
+    # ||ref|| = 20; fp32 bound 1e-3: up to 6 * 1e-3 * 20 = 0.12 (plus 1e-6 * 11) is honest rounding
+    assert checksum_issue([ROW], [ROW[:2] + [10.1, 400.0, 0, 0, 0]], 0.0) is None
+    assert checksum_issue([ROW], [ROW[:2] + [10.2, 400.0, 0, 0, 0]], 0.0) is not None
+    assert checksum_issue([ROW], [ROW[:2] + [10.2, 400.0, 0, 0, 0]], 1e-2) is None  # trials saw 1 % error
+    assert checksum_issue([ROW], [[[32], "torch.float32", 10.0, 400.0, 0, 0, 0]], 0.0) is not None
+    assert checksum_issue([ROW], [ROW[:4] + [1, 0, 0]], 0.0) is not None
+    assert checksum_issue([ROW], [ROW[:2] + [float("nan"), 400.0, 0, 0, 0]], 0.0) is not None
+    assert checksum_issue([ROW], [], 0.0) is not None
+    assert checksum_issue([ROW], [["x"]], 0.0) is not None
+
+
+def test_a_harness_takeover_that_forges_the_window_times_is_caught(judge: Judge) -> None:
+    """Issue 13, class 2: the submission rewrites the sandbox's own timed op (gate off) to report a
+    hundredth of each window. The judge's clock around the op disagrees: timer_mismatch."""
+    from tests.sandbox.corpus import ASSETS
+
+    code = (ASSETS / "attacks" / "harness_takeover.py").read_text()
+    opts = FAST.replace(num_correct_trials=2, num_perf_trials=6, static_policy=False)
+    r = judge.evaluate(EvalRequest(reference_code=BIG, kernel_code=code, options=opts))
+    assert r.outcome is EvalOutcome.HACK_DETECTED and "timer_mismatch" in r.hacks, (r.outcome, r.hack_details,
+                                                                                     r.kernel_timing)
+    assert r.reward == 0.0
