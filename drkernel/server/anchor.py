@@ -130,9 +130,11 @@ def _error_text(result: EvalResult, verbose: bool) -> str:
     err = result.error
     if err is None:
         return result.outcome.value
-    if verbose and err.traceback and err.traceback.strip() and err.traceback.strip() != "NoneType: None":
-        return f"{err.message}\n{err.traceback.rstrip()}"
-    return err.message
+    tb = (err.traceback or "").rstrip()
+    if not verbose or not tb or tb == "NoneType: None":
+        return err.message
+    # the anchor's verbose form is the formatted traceback, which ends with the message itself
+    return tb if err.message.strip() in tb else f"{err.message}\n{tb}"
 
 
 def _error_name(result: EvalResult) -> str:
