@@ -13,7 +13,7 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drkernel.server.anchor import AnchorRequest, anchor_response, anchor_task, iso
 from drkernel.server.envelope import (
@@ -37,10 +37,9 @@ def parse(model: type[Any], data: Any) -> Any:
     """Validate a body against a model; a failure is the anchor's RequestValidationError (400)."""
     try:
         return model.model_validate(data)
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        errors = getattr(exc, "errors", lambda: [])()
-        rows = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in errors]
-        first = rows[0] if rows else {"loc": [], "msg": str(exc)}
+    except ValidationError as exc:
+        rows = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        first: dict[str, Any] = rows[0] if rows else {"loc": [], "msg": str(exc)}
         where = ".".join(str(p) for p in first["loc"]) or "body"
         task_id = data.get("task_id") if isinstance(data, dict) else None
         raise ApiError(400, "VALIDATION", f"Request validation failed: {where}: {first['msg']}",
