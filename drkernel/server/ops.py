@@ -50,11 +50,15 @@ def _gpu_status(workers: list[dict[str, Any]]) -> dict[str, Any]:
 def _memory_usage() -> dict[str, Any]:
     """Host load and memory from the OS (no extra dependency): the anchor's memory_usage keys."""
     cores = os.cpu_count() or 1
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = os.sysconf("SC_PHYS_PAGES") * page
-    available = os.sysconf("SC_AVPHYS_PAGES") * page
+    try:
+        page = os.sysconf("SC_PAGE_SIZE")
+        total = os.sysconf("SC_PHYS_PAGES") * page
+        available = os.sysconf("SC_AVPHYS_PAGES") * page
+        load = os.getloadavg()[0]
+    except (ValueError, OSError, AttributeError):  # not a Linux-like host: nothing to report
+        return {}
     return {
-        "cpu_percent": round(min(100.0, os.getloadavg()[0] / cores * 100), 1),  # 1-min load / cores
+        "cpu_percent": round(min(100.0, load / cores * 100), 1),  # 1-min load / cores
         "memory_percent": round(100.0 * (1 - available / total), 1) if total else 0.0,
         "memory_available": f"{available / 1024**3:.1f}GB",
         "memory_total": f"{total / 1024**3:.1f}GB",
@@ -201,8 +205,8 @@ def metrics_body(state: ServerState) -> dict[str, Any]:
             "success_rate": ok / finished if finished else 0.0,
         },
         "resource_metrics": {"avg_gpu_utilization": 0.0,  # not measured (no CUDA in the API)
-                             "memory_usage_percent": host["memory_percent"],
-                             "cpu_usage_percent": host["cpu_percent"]},
+                             "memory_usage_percent": host.get("memory_percent", 0.0),
+                             "cpu_usage_percent": host.get("cpu_percent", 0.0)},
         "queue_metrics": {"pending_tasks": sum(sched.depth().values()),
                           "active_tasks": sched.running(), "completed_tasks": finished},
         "error_metrics": {
