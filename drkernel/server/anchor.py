@@ -70,7 +70,7 @@ class AnchorRequest(BaseModel):
 class AnchorBatchRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    batch_id: str | None = None
+    batch_id: str = Field(default_factory=lambda: f"batch-{uuid.uuid4().hex}")  # required there
     tasks: list[AnchorRequest] = Field(min_length=1)
 
 

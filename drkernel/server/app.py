@@ -100,7 +100,7 @@ async def evaluate_batch(request: Request) -> JSONResponse:
     body = {
         "batch_id": batch.batch_id,
         "total_tasks": len(ids),
-        "completed_tasks": len(results) - failed,
+        "completed_tasks": sum(1 for r in results if r["status"] == "completed"),
         "failed_tasks": failed,
         "results": results,
         "batch_status": "completed" if done else "processing",

@@ -214,6 +214,8 @@ def test_every_anchor_route_answers_in_kernelgyms_models(serve) -> None:
     b = kg.BatchEvaluation.model_validate(batch.json())
     assert batch.status_code == 200 and b.batch_status == "completed"
     assert (b.total_tasks, b.completed_tasks, b.failed_tasks) == (3, 2, 1)
+    unnamed = srv.http.post("/evaluate/batch", json={"tasks": [payload("b1", "")]}).json()
+    assert kg.BatchEvaluation.model_validate(unnamed).batch_id.startswith("batch-")
     st = kg.TaskStatus.model_validate(srv.http.get("/status/r1").json())
     assert st.progress == 100.0
     health = kg.SystemHealth.model_validate(srv.http.get("/health").json())
