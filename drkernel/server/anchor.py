@@ -7,7 +7,9 @@ anchor's "-1 for not measured" lives only here; the native API keeps None.
 
 from __future__ import annotations
 
+import time
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -17,25 +19,26 @@ from drkernel.server.store import NewTask, TaskRecord
 from drkernel.types import EvalOptions, EvalOutcome, EvalRequest, EvalResult
 
 __all__ = [
+    "KERNELGYM_ERROR_CODES",
     "AnchorBatchRequest",
     "AnchorRequest",
     "anchor_response",
     "anchor_state",
     "anchor_task",
+    "coverage_fields",
     "iso",
+    "now_iso",
+    "status_response",
 ]
 
+# the anchor's ErrorCode names: every error_code on the anchor routes is one of these
+KERNELGYM_ERROR_CODES = (
+    "VALIDATION_ERROR", "COMPILATION_ERROR", "RUNTIME_ERROR", "CORRECTNESS_ERROR", "TIMEOUT_ERROR",
+    "SYSTEM_ERROR", "RESOURCE_ERROR", "UNKNOWN_ERROR", "SYNTAX_ERROR", "IMPORT_ERROR",
+    "INSTANTIATION_ERROR",
+)
+
 _COMPILE_ALIASES = {"torch_compile", "torch-compile", "compile"}
-
-_ERROR_CODES = {
-    EvalOutcome.COMPILE_ERROR: "COMPILATION",
-    EvalOutcome.RUNTIME_ERROR: "RUNTIME",
-    EvalOutcome.INCORRECT: "CORRECTNESS",
-    EvalOutcome.HACK_DETECTED: "CORRECTNESS",
-    EvalOutcome.TIMEOUT: "TIMEOUT",
-    EvalOutcome.INFRA_ERROR: "SYSTEM",
-}
-
 
 class AnchorRequest(BaseModel):
     """The anchor's EvaluationRequest; limits as the anchor's (kernelgym-anchor.md §1.2)."""
@@ -57,12 +60,17 @@ class AnchorRequest(BaseModel):
     enable_profiling: bool | None = None
     toolkit: str | None = None
     workflow: str | None = None
+    verbose_errors: bool | None = None  # False: messages without the traceback
+    device_preference: str | None = None  # accepted and echoed by /debug/validate, as the anchor
+    uuid: str | None = None
+    use_reference_cache: bool = False
+    resources: dict[str, Any] | None = None
 
 
 class AnchorBatchRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    batch_id: str | None = None
+    batch_id: str = Field(default_factory=lambda: f"batch-{uuid.uuid4().hex}")  # required there
     tasks: list[AnchorRequest] = Field(min_length=1)
 
 
@@ -82,29 +90,124 @@ def anchor_task(req: AnchorRequest) -> NewTask:
     task_id = req.task_id or f"task-{uuid.uuid4().hex}"
     request = EvalRequest(reference_code=req.reference_code, kernel_code=req.kernel_code,
                           options=options, task_id=task_id)
-    meta = {"api": "anchor", "backend": req.backend, "reference_backend": req.reference_backend}
+    meta = {"api": "anchor", "backend": req.backend, "reference_backend": req.reference_backend,
+            "verbose_errors": req.verbose_errors is not False}
     return NewTask(request=request, priority=req.priority, meta=meta, force=req.force_refresh)
 
 
 def iso(ts: float | None) -> str | None:
-    return datetime.fromtimestamp(ts, tz=UTC).isoformat() if ts else None
+    """UTC ISO-8601 with a Z, the anchor's timestamp form."""
+    if not ts:
+        return None
+    return datetime.fromtimestamp(ts, tz=UTC).replace(tzinfo=None).isoformat() + "Z"
+
+
+def now_iso() -> str:
+    return iso(time.time()) or ""
 
 
 def anchor_state(record: TaskRecord) -> str:
-    """The anchor's status words: pending / processing / completed / failed / timeout."""
+    """The anchor's task states: pending / processing / completed / failed (never "timeout")."""
     if record.state == "queued":
         return "pending"
     if record.state == "running":
         return "processing"
     if record.state == "cancelled" or record.result is None:
         return "failed"
-    return record.result.status.value
+    return _verdict(record.result, record).status
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    status: str  # completed | failed
+    compiled: bool
+    code: str | None  # a KERNELGYM_ERROR_CODES name
+    message: str | None
+    meta: dict[str, Any]
+
+
+def _error_text(result: EvalResult, verbose: bool) -> str:
+    err = result.error
+    if err is None:
+        return result.outcome.value
+    tb = (err.traceback or "").rstrip()
+    if not verbose or not tb or tb == "NoneType: None":
+        return err.message
+    # the anchor's verbose form is the formatted traceback, which ends with the message itself
+    return tb if err.message.strip() in tb else f"{err.message}\n{tb}"
+
+
+def _error_name(result: EvalResult) -> str:
+    err = result.error
+    if err is None:
+        return result.outcome.value
+    head = err.message.split(":", 1)[0].strip()
+    return head if head.isidentifier() else err.kind
+
+
+def _incorrect_detail(result: EvalResult) -> str | None:
+    if result.error is not None:
+        return result.error.message
+    issues = [t.issue for t in result.trials if not t.passed and t.issue]
+    return issues[0] if issues else None
+
+
+def _verdict(result: EvalResult, record: TaskRecord) -> _Verdict:
+    """Our outcome in the anchor's terms (kernelgym-anchor.md section 1.11 and its result schema).
+
+    The anchor judges a Triton kernel's first launch inside the correctness loop, so an exception
+    in forward and a Triton compile error at launch are both `completed`, compiled, incorrect,
+    RUNTIME_ERROR. Only a module that does not load is `failed` / not compiled. A timeout or a
+    dead sandbox is a failed task, as when the anchor's worker process times out or dies.
+    """
+    outcome = result.outcome
+    kind = result.error.kind if result.error else ""
+    verbose = bool(record.meta.get("verbose_errors", True))
+    text = _error_text(result, verbose)
+    if outcome is EvalOutcome.OK:
+        return _Verdict("completed", True, None, None, {})
+    if outcome is EvalOutcome.INCORRECT:
+        detail = _incorrect_detail(result)
+        message = "Kernel produced incorrect results" + (f": {detail}" if detail else "")
+        return _Verdict("completed", True, "CORRECTNESS_ERROR", message,
+                        {"correctness_issue": detail or "Output mismatch"})
+    if outcome is EvalOutcome.HACK_DETECTED:
+        found = "; ".join(f"{h}: {result.hack_details[h]}" if result.hack_details.get(h) else h
+                          for h in result.hacks)
+        message = f"Kernel produced incorrect results: reward hack detected ({found})"
+        return _Verdict("completed", True, "CORRECTNESS_ERROR", message,
+                        {"correctness_issue": f"reward hack detected ({found})"})
+    if outcome is EvalOutcome.COMPILE_ERROR and kind == "triton_compile_error" or \
+            outcome is EvalOutcome.RUNTIME_ERROR and kind not in _DEAD_SANDBOX:
+        return _Verdict("completed", True, "RUNTIME_ERROR", f"Kernel execution failed: {text}",
+                        {"runtime_error": text, "runtime_error_name": _error_name(result)})
+    if outcome is EvalOutcome.COMPILE_ERROR:
+        entry = f"class {record.request.options.entry_point}New"
+        if kind == "missing_model_new" and entry not in record.request.kernel_code:
+            message = f"Kernel code validation failed: the code must define '{entry}'"
+            return _Verdict("failed", False, "VALIDATION_ERROR", message,
+                            {"error": message, "validation_error": message})
+        return _Verdict("failed", False, "COMPILATION_ERROR", f"Kernel compilation failed: {text}",
+                        {"compilation_error": text, "compilation_error_name": _error_name(result)})
+    if outcome is EvalOutcome.RUNTIME_ERROR:
+        message = f"Task processing failed: {text}"
+        return _Verdict("failed", False, "RUNTIME_ERROR", message, {"error": message})
+    if outcome is EvalOutcome.TIMEOUT:
+        limit = record.request.options.timeout_s
+        message = f"Task processing failed: timeout after {limit:g}s ({text})"
+        return _Verdict("failed", False, "TIMEOUT_ERROR", message, {"error": message})
+    message = f"Task processing failed: {text}"
+    return _Verdict("failed", False, "SYSTEM_ERROR", message, {"error": message})
+
+
+# sandboxes that died or broke protocol: the anchor's worker process dies the same way and the
+# task comes back failed, not compiled (its child is restarted and the error classified)
+_DEAD_SANDBOX = {"crash", "memory_limit", "protocol"}
 
 
 def _metadata(result: EvalResult, record: TaskRecord) -> dict[str, Any]:
     opts = record.request.options
     passed = sum(1 for t in result.trials if t.passed)
-    total_us = sum(k.device_us for k in result.kernels)
     meta: dict[str, Any] = {
         "outcome": result.outcome.value,
         "hacks": list(result.hacks),
@@ -120,12 +223,7 @@ def _metadata(result: EvalResult, record: TaskRecord) -> dict[str, Any]:
         "num_custom_kernels": sum(1 for k in result.kernels if k.own),
         "num_total_kernels": len(result.kernels),
     }
-    if result.coverage is not None:
-        # Dr.Kernel's client computes time_coverage = custom / total from these two keys; they
-        # are scaled so that their ratio is our coverage (the measured share of own-kernel time).
-        total = total_us if total_us > 0 else 1.0
-        meta["custom_kernel_cuda_time_in_profiling_us"] = result.coverage * total
-        meta["total_kernel_run_time_in_profiling_us"] = total
+    meta.update(coverage_fields(result))
     if record.meta.get("reference_backend"):
         meta["reference_backend"] = record.meta["reference_backend"]
     if result.error is not None:
@@ -133,8 +231,22 @@ def _metadata(result: EvalResult, record: TaskRecord) -> dict[str, Any]:
     return meta
 
 
+def coverage_fields(result: EvalResult) -> dict[str, float]:
+    """The two profiling keys from which the authors' client computes `time_coverage`.
+
+    They are scaled so that their ratio is our coverage (the measured share of own-kernel device
+    time); absent when the judge measured no coverage (the CPU judge, a failed evaluation).
+    """
+    if result.coverage is None:
+        return {}
+    total_us = sum(k.device_us for k in result.kernels)
+    total = total_us if total_us > 0 else 1.0
+    return {"custom_kernel_cuda_time_in_profiling_us": result.coverage * total,
+            "total_kernel_run_time_in_profiling_us": total}
+
+
 def anchor_response(record: TaskRecord) -> dict[str, Any]:
-    """EvaluationResponse for one stored task (finished or not)."""
+    """The anchor's EvaluationResponse for one stored task (finished or not)."""
     out: dict[str, Any] = {
         "task_id": record.task_id,
         "status": anchor_state(record),
@@ -153,20 +265,37 @@ def anchor_response(record: TaskRecord) -> dict[str, Any]:
         if record.finished_at and record.started_at else None,
     }
     if record.state == "cancelled":
-        out.update(error_message="Task cancelled", error_code="CANCELLED")
+        # the anchor records a cancellation as a failed task with SYSTEM_ERROR
+        out.update(error_message="Task cancelled", error_code="SYSTEM_ERROR",
+                   metadata={"error": "Task cancelled"})
         return out
     result = record.result
     if result is None:
         return out
+    verdict = _verdict(result, record)
     out.update(
-        compiled=result.compiled,
+        status=verdict.status,
+        compiled=verdict.compiled,
         correctness=result.correct,
         decoy_kernel=bool(result.hacks),
         reference_runtime=result.reference_ms if result.reference_ms is not None else -1.0,
         kernel_runtime=result.kernel_ms if result.kernel_ms is not None else -1.0,
         speedup=result.speedup if result.correct and result.speedup is not None else 0.0,
-        metadata=_metadata(result, record),
-        error_message=result.error.message if result.error else None,
-        error_code=_ERROR_CODES.get(result.outcome),
+        metadata=_metadata(result, record) | verdict.meta,
+        error_message=verdict.message,
+        error_code=verdict.code,
     )
     return out
+
+
+def status_response(record: TaskRecord, queue_position: int | None,
+                    device: str | None) -> dict[str, Any]:
+    """The anchor's TaskStatusResponse; `progress` on its 0-100 scale."""
+    return {
+        "task_id": record.task_id,
+        "status": anchor_state(record),
+        "progress": 100.0 if record.finished else 0.0,
+        "estimated_completion": None,
+        "queue_position": queue_position,
+        "assigned_device": device,
+    }

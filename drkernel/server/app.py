@@ -1,7 +1,8 @@
 """The HTTP service: `create_app(settings, executor_factory)` and the anchor-compatible routes.
 
 Input: HTTP requests (anchor shapes on /evaluate..., native ones under /v1); output: JSON answers
-from the store. Every wait is bounded: /evaluate answers its result, or 202 with the task id.
+from the store. /evaluate blocks until its result, as the anchor (the judge's own deadline bounds
+it), and answers 200; KernelGYM's other routes are in workflow.py and ops.py.
 Tasks are committed to SQLite before any answer; the native API is in native.py, ops in ops.py.
 """
 
@@ -16,32 +17,29 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
-from drkernel.server import native, ops
+from drkernel.server import native, ops, workflow
 from drkernel.server.anchor import (
     AnchorBatchRequest,
     AnchorRequest,
     anchor_response,
-    anchor_state,
-    anchor_task,
     iso,
+    status_response,
 )
 from drkernel.server.envelope import (
     ApiError,
     ServerState,
-    check_code_size,
     error_response,
     read_json,
     server_state,
-    submit_or_raise,
 )
 from drkernel.server.scheduler import Scheduler
 from drkernel.server.settings import Settings
-from drkernel.server.store import NewTask, TaskRecord, TaskStore
+from drkernel.server.store import TaskRecord, TaskStore
+from drkernel.server.workflow import anchor_tasks, parse, submit_anchor, wait_finished
 
 __all__ = ["ExecutorFactory", "create_app", "default_executor"]
 
@@ -72,70 +70,50 @@ def default_executor(settings: Settings) -> Executor:
                                 scrub_env=SECRET_VARS).build(factory)
 
 
-def _parse(model: type[Any], data: Any) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        errors = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
-        first = errors[0] if errors else {"loc": [], "msg": "invalid"}
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise ApiError(400, "VALIDATION", f"{where}: {first['msg']}", detail=errors) from None
-
-
-def _anchor_tasks(state: ServerState, requests: list[AnchorRequest]) -> list[NewTask]:
-    for req in requests:
-        if req.backend != "triton":
-            raise ApiError(400, "VALIDATION", f"backend {req.backend!r} is not supported: "
-                           "drkernel judges Triton kernels", task_id=req.task_id)
-        check_code_size(state.settings, req.reference_code, req.kernel_code)
-    return [anchor_task(r) for r in requests]
-
-
 async def evaluate(request: Request) -> JSONResponse:
-    """Anchor POST /evaluate: submit, wait (bounded), answer the result or 202 + task id."""
+    """Anchor POST /evaluate: submit, block until the result, answer it (200)."""
     state = server_state(request)
-    req = _parse(AnchorRequest, await read_json(request, state.settings))
-    (task,) = _anchor_tasks(state, [req])
-    ((record, _),) = await run_in_threadpool(submit_or_raise, state, [task])
-    wait = min(state.settings.evaluate_wait_s, 3 * req.timeout + 60)
-    records = await state.scheduler.wait([record.task_id], wait)
-    latest = records.get(record.task_id, record)
-    return JSONResponse(anchor_response(latest), status_code=200 if latest.finished else 202)
+    req = parse(AnchorRequest, await read_json(request, state.settings))
+    (task,) = anchor_tasks(state, [req])
+    (record,) = await run_in_threadpool(submit_anchor, state, [task])
+    records = await wait_finished(state, [record.task_id])
+    return JSONResponse(anchor_response(records.get(record.task_id, record)))
 
 
 async def evaluate_batch(request: Request) -> JSONResponse:
     """Anchor POST /evaluate/batch, run in parallel across workers (the anchor runs it in order)."""
     state = server_state(request)
-    batch = _parse(AnchorBatchRequest, await read_json(request, state.settings))
+    batch = parse(AnchorBatchRequest, await read_json(request, state.settings))
     if len(batch.tasks) > state.settings.max_batch:
         raise ApiError(413, "PAYLOAD_TOO_LARGE",
                        f"{len(batch.tasks)} tasks exceed the batch limit {state.settings.max_batch}")
-    tasks = _anchor_tasks(state, batch.tasks)
+    tasks = anchor_tasks(state, batch.tasks)
     for task in tasks:
         task.meta["batch_id"] = batch.batch_id
-    submitted = await run_in_threadpool(submit_or_raise, state, tasks)
-    ids = [r.task_id for r, _ in submitted]
-    wait = min(state.settings.evaluate_wait_s, 3 * max(t.timeout for t in batch.tasks) + 60)
-    records = await state.scheduler.wait(ids, wait)
-    results = [anchor_response(records[i]) for i in ids if i in records]
-    done = all(records[i].finished for i in ids if i in records)
+    submitted = await run_in_threadpool(submit_anchor, state, tasks)
+    ids = [r.task_id for r in submitted]
+    records = await wait_finished(state, ids)
+    latest = [records.get(r.task_id, r) for r in submitted]
+    results = [anchor_response(r) for r in latest]
+    done = all(r.finished for r in latest)
+    failed = sum(1 for r in results if r["status"] == "failed")
     body = {
         "batch_id": batch.batch_id,
         "total_tasks": len(ids),
         "completed_tasks": sum(1 for r in results if r["status"] == "completed"),
-        "failed_tasks": sum(1 for r in results if r["status"] in ("failed", "timeout")),
+        "failed_tasks": failed,
         "results": results,
-        "batch_status": "completed" if done else "running",
-        "submitted_at": iso(min(r.submitted_at for r, _ in submitted)),
-        "completed_at": iso(max((records[i].finished_at or 0) for i in ids)) if done else None,
+        "batch_status": "completed" if done else "processing",
+        "submitted_at": iso(min(r.submitted_at for r in submitted)),
+        "completed_at": iso(max(r.finished_at or 0 for r in latest)) if done else None,
     }
-    return JSONResponse(body, status_code=200 if done else 202)
+    return JSONResponse(body)
 
 
 def _known(state: ServerState, task_id: str) -> TaskRecord:
     record = state.store.get(task_id)
     if record is None:
-        raise ApiError(404, "NOT_FOUND", f"no task {task_id!r}", task_id=task_id)
+        raise ApiError(404, "NOT_FOUND", f"Task {task_id} not found", task_id=task_id)
     return record
 
 
@@ -151,14 +129,8 @@ def _device_of(state: ServerState, task_id: str, record: TaskRecord) -> str | No
 async def task_status(request: Request, task_id: str) -> dict[str, Any]:
     state = server_state(request)
     record = _known(state, task_id)
-    return {
-        "task_id": task_id,
-        "status": anchor_state(record),
-        "progress": 1.0 if record.finished else 0.0,
-        "estimated_completion": None,
-        "queue_position": state.scheduler.position(task_id),
-        "assigned_device": _device_of(state, task_id, record),
-    }
+    return status_response(record, state.scheduler.position(task_id),
+                           _device_of(state, task_id, record))
 
 
 async def task_result(request: Request, task_id: str) -> dict[str, Any]:
@@ -166,14 +138,14 @@ async def task_result(request: Request, task_id: str) -> dict[str, Any]:
 
 
 async def cancel_task(request: Request, task_id: str) -> dict[str, Any]:
+    """As the anchor: 200 for a pending or running task, 404 for an unknown or finished one."""
     state = server_state(request)
     prior = await run_in_threadpool(state.scheduler.cancel, task_id)
-    if prior is None:
-        raise ApiError(404, "NOT_FOUND", f"no task {task_id!r}", task_id=task_id)
-    cancelled = prior in ("queued", "running")
-    return {"task_id": task_id, "cancelled": cancelled,
-            "status": "cancelled" if cancelled else prior,
-            "message": f"cancelled ({prior})" if cancelled else f"already finished ({prior})"}
+    if prior not in ("queued", "running"):
+        raise ApiError(404, "NOT_FOUND", f"Task {task_id} not found or cannot be cancelled",
+                       task_id=task_id)
+    return {"message": f"Task {task_id} cancelled successfully", "task_id": task_id,
+            "cancelled": True, "status": "cancelled"}
 
 
 def _install_middleware(app: FastAPI, settings: Settings) -> None:
@@ -193,7 +165,8 @@ def _install_middleware(app: FastAPI, settings: Settings) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(ApiError(400, "VALIDATION", str(exc.errors()[:1])))
+        return error_response(ApiError(400, "VALIDATION",
+                                       f"Request validation failed: {exc.errors()[:3]}"))
 
     @app.exception_handler(ConfigError)
     async def bad_option(_: Request, exc: ConfigError) -> JSONResponse:
@@ -234,6 +207,7 @@ def create_app(settings: Settings | None = None,
     app.add_api_route("/status/{task_id}", task_status, methods=["GET"])
     app.add_api_route("/results/{task_id}", task_result, methods=["GET"])
     app.add_api_route("/tasks/{task_id}", cancel_task, methods=["DELETE"])
+    app.include_router(workflow.router)
     app.include_router(native.router)
     app.include_router(ops.router)
     return app

@@ -38,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--retention", dest="retention_s", type=float, default=None,
                    help="seconds finished tasks are kept (default 7 days)")
     p.add_argument("--evaluate-wait", dest="evaluate_wait_s", type=float, default=None,
-                   help="longest wait of POST /evaluate before it answers 202 (default 300)")
+                   help="bound the wait of POST /evaluate (default: block until the result, as "
+                        "KernelGYM); past it the answer is 200 with status pending/processing")
     p.add_argument("--durable", action="store_true", default=None,
                    help="fsync every commit (survives power loss, slower)")
     p.add_argument("--log-level", default="info", help="uvicorn log level")

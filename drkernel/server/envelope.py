@@ -1,13 +1,14 @@
 """What every route shares: the server state, bounded JSON bodies, and the error envelope.
 
 Input: a Starlette request; output: parsed JSON or an ApiError that becomes the anchor's error
-envelope (`error`, `message`, `error_code`, `task_id`, `timestamp`, plus an X-Error-Code header).
+envelope (`ErrorResponse`: `error`, `message`, `error_code` among the anchor's `*_ERROR` names,
+`task_id`, ISO `timestamp`, plus `detail` as FastAPI's HTTPException has it, and an X-Error-Code
+header when there is a code).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from fastapi.responses import JSONResponse
 
 from drkernel.errors import Overloaded
 from drkernel.executors.base import Executor
+from drkernel.server.anchor import now_iso
 from drkernel.server.scheduler import Scheduler
 from drkernel.server.settings import Settings
 from drkernel.server.store import NewTask, TaskConflict, TaskRecord, TaskStore
@@ -57,18 +59,34 @@ class ApiError(Exception):
         self.detail = detail
 
 
+# our code -> (the anchor's `error` name, its ErrorCode name). The anchor answers 404 with
+# FastAPI's bare {"detail": ...}, so NOT_FOUND carries no code.
+_ENVELOPE: dict[str, tuple[str, str | None]] = {
+    "VALIDATION": ("RequestValidationError", "VALIDATION_ERROR"),
+    "UNSUPPORTED": ("UnsupportedBackend", "VALIDATION_ERROR"),
+    "PAYLOAD_TOO_LARGE": ("PayloadTooLarge", "VALIDATION_ERROR"),
+    "UNAUTHORIZED": ("Unauthorized", "VALIDATION_ERROR"),
+    "CONFLICT": ("Conflict", "VALIDATION_ERROR"),
+    "NOT_FOUND": ("NotFound", None),
+    "QUEUE_FULL": ("QueueFull", "RESOURCE_ERROR"),
+    "SYSTEM": ("InternalServerError", "SYSTEM_ERROR"),
+}
+
+
 def error_response(err: ApiError) -> JSONResponse:
+    name, code = _ENVELOPE.get(err.code, ("Error", "UNKNOWN_ERROR"))
     body: dict[str, Any] = {
-        "error": err.code.lower(),
+        "error": name,
         "message": err.message,
-        "error_code": err.code,
+        "error_code": code,
         "task_id": err.task_id,
-        "timestamp": time.time(),
+        "timestamp": now_iso(),
+        "detail": err.message,
     }
     if err.detail is not None:
-        body["detail"] = err.detail
-    return JSONResponse(body, status_code=err.status,
-                        headers={"X-Error-Code": err.code, **err.headers})
+        body["errors"] = err.detail
+    headers = {"X-Error-Code": code} if code else {}
+    return JSONResponse(body, status_code=err.status, headers={**headers, **err.headers})
 
 
 async def read_json(request: Request, settings: Settings) -> Any:

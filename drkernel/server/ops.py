@@ -1,4 +1,6 @@
-"""Operations routes: /health, /workers/status, /queue/status, /metrics (Prometheus), / (HTML).
+"""Operations routes in KernelGYM's JSON models (/health, /metrics, /, /workers/status,
+/queue/status), and ours: Prometheus text (/v1/metrics, or /metrics asked for text/plain or
+OpenMetrics), the status page (/v1/status, or / asked for text/html), the worker list (/v1/workers).
 
 Input: the live scheduler, executor and store; output: real numbers (queue depth, running,
 completed and failed counts, per-worker state), where the anchor answers hard-coded zeros.
@@ -7,16 +9,19 @@ completed and failed counts, per-worker state), where the anchor answers hard-co
 from __future__ import annotations
 
 import html
+import os
+import socket
 import time
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
+from drkernel.server.anchor import iso, now_iso
 from drkernel.server.envelope import ServerState, server_state
 from drkernel.types import EvalOutcome
 
-__all__ = ["health_body", "render_metrics", "router"]
+__all__ = ["health_body", "metrics_body", "render_metrics", "router"]
 
 router = APIRouter()
 
@@ -26,6 +31,38 @@ _WORKER_STATES = ("starting", "idle", "busy", "restarting", "dead")
 def _workers(state: ServerState) -> list[dict[str, Any]]:
     states = getattr(state.executor, "worker_states", None)
     return [w.to_dict() for w in states()] if callable(states) else []
+
+
+def _gpu_status(workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per CUDA device: its workers' state. The server process never initialises CUDA (the
+    anchor's does, in every API process); memory figures need a device query and are left out."""
+    gpus: dict[str, Any] = {}
+    for w in workers:
+        device = str(w["device"])
+        if not device.startswith("cuda"):
+            continue
+        entry = gpus.setdefault(device, {"available": False, "workers": []})
+        entry["workers"].append(w["worker_id"])
+        entry["available"] = entry["available"] or w["state"] in ("idle", "busy")
+    return gpus or {"error": "CUDA not available"}
+
+
+def _memory_usage() -> dict[str, Any]:
+    """Host load and memory from the OS (no extra dependency): the anchor's memory_usage keys."""
+    cores = os.cpu_count() or 1
+    try:
+        page = os.sysconf("SC_PAGE_SIZE")
+        total = os.sysconf("SC_PHYS_PAGES") * page
+        available = os.sysconf("SC_AVPHYS_PAGES") * page
+        load = os.getloadavg()[0]
+    except (ValueError, OSError, AttributeError):  # not a Linux-like host: nothing to report
+        return {}
+    return {
+        "cpu_percent": round(min(100.0, load / cores * 100), 1),  # 1-min load / cores
+        "memory_percent": round(100.0 * (1 - available / total), 1) if total else 0.0,
+        "memory_available": f"{available / 1024**3:.1f}GB",
+        "memory_total": f"{total / 1024**3:.1f}GB",
+    }
 
 
 def health_body(state: ServerState) -> dict[str, Any]:
@@ -39,10 +76,13 @@ def health_body(state: ServerState) -> dict[str, Any]:
     failed = sum(n for o, n in outcomes.items() if EvalOutcome(o).status.is_error())
     return {
         "status": status,
-        "timestamp": time.time(),
+        "timestamp": now_iso(),
+        "gpu_status": _gpu_status(workers),
+        "memory_usage": _memory_usage(),
         "version": "0.1.0",
         "uptime": time.time() - sched.started_at,
-        "queue_status": {"pending": sum(depth.values()), **depth},
+        "queue_status": {"pending": sum(depth.values()), "processing": sched.running(),
+                         "completed": sched.counters["finished"] - failed, **depth},
         "active_tasks": sched.running(),
         "total_processed": sched.counters["finished"],
         "completed": sched.counters["finished"] - failed,
@@ -61,6 +101,23 @@ async def health(request: Request) -> dict[str, Any]:
 
 @router.get("/workers/status")
 async def workers_status(request: Request) -> dict[str, Any]:
+    """The anchor's worker registry: worker id -> device, status, last heartbeat, node, host."""
+    host = socket.gethostname()
+    return {w["worker_id"]: {
+        "device": w["device"],
+        "status": "offline" if w["state"] == "dead" else "online",
+        "last_heartbeat": iso(w.get("last_change")),
+        "node_id": "",
+        "hostname": host,
+        "state": w["state"],
+        "current_task": w["current_task"],
+        "tasks_done": w["tasks_done"],
+        "restarts": w["restarts"],
+    } for w in _workers(server_state(request))}
+
+
+@router.get("/v1/workers")
+async def workers_native(request: Request) -> dict[str, Any]:
     workers = _workers(server_state(request))
     return {
         "workers": workers,
@@ -74,8 +131,10 @@ async def workers_status(request: Request) -> dict[str, Any]:
 async def queue_status(request: Request) -> dict[str, Any]:
     state = server_state(request)
     depth = state.scheduler.depth()
-    return {"pending": sum(depth.values()), "pending_by_priority": depth,
-            "running": state.scheduler.running(), "max_queue": state.settings.max_queue}
+    pending = sum(depth.values())
+    return {"pending": pending, "pending_by_prefix": {"drkernel": pending}, "worker_queues": {},
+            "pending_by_priority": depth, "running": state.scheduler.running(),
+            "max_queue": state.settings.max_queue}
 
 
 def _line(name: str, value: float, **labels: Any) -> str:
@@ -130,13 +189,64 @@ def render_metrics(state: ServerState) -> str:
     return "\n".join(out) + "\n"
 
 
-@router.get("/metrics")
-async def metrics(request: Request) -> PlainTextResponse:
-    return PlainTextResponse(render_metrics(server_state(request)),
+def metrics_body(state: ServerState) -> dict[str, Any]:
+    """The anchor's MetricsResponse, with real counters where it has placeholders."""
+    sched = state.scheduler
+    finished = sched.counters["finished"]
+    outcomes = dict(sched.outcomes)
+    ok = outcomes.get(EvalOutcome.OK.value, 0)
+    uptime = max(time.time() - sched.started_at, 1e-9)
+    host = _memory_usage()
+    return {
+        "timestamp": now_iso(),
+        "performance_metrics": {
+            "avg_processing_time": sched.eval_seconds / finished if finished else 0.0,
+            "throughput_per_hour": finished / uptime * 3600,
+            "success_rate": ok / finished if finished else 0.0,
+        },
+        "resource_metrics": {"avg_gpu_utilization": 0.0,  # not measured (no CUDA in the API)
+                             "memory_usage_percent": host.get("memory_percent", 0.0),
+                             "cpu_usage_percent": host.get("cpu_percent", 0.0)},
+        "queue_metrics": {"pending_tasks": sum(sched.depth().values()),
+                          "active_tasks": sched.running(), "completed_tasks": finished},
+        "error_metrics": {
+            "compilation_errors": outcomes.get(EvalOutcome.COMPILE_ERROR.value, 0),
+            "runtime_errors": outcomes.get(EvalOutcome.RUNTIME_ERROR.value, 0),
+            "timeout_errors": outcomes.get(EvalOutcome.TIMEOUT.value, 0),
+        },
+    }
+
+
+def _prometheus(state: ServerState) -> PlainTextResponse:
+    return PlainTextResponse(render_metrics(state),
                              media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-@router.get("/")
+@router.get("/metrics", response_model=None)
+async def metrics(request: Request) -> Response | dict[str, Any]:
+    """JSON (the anchor's MetricsResponse); Prometheus text when the scraper asks for it."""
+    accept = request.headers.get("accept", "")
+    if "text/plain" in accept or "openmetrics" in accept:
+        return _prometheus(server_state(request))
+    return metrics_body(server_state(request))
+
+
+@router.get("/v1/metrics")
+async def metrics_text(request: Request) -> PlainTextResponse:
+    return _prometheus(server_state(request))
+
+
+@router.get("/", response_model=None)
+async def root(request: Request) -> Response | dict[str, Any]:
+    """The anchor's service description; a browser (Accept: text/html) gets the status page."""
+    if "text/html" in request.headers.get("accept", ""):
+        return await status_page(request)
+    return {"name": "drkernel", "version": "0.1.0",
+            "description": "GPU Kernel Evaluation Service (KernelGYM-compatible)",
+            "timestamp": now_iso()}
+
+
+@router.get("/v1/status")
 async def status_page(request: Request) -> HTMLResponse:
     """A small self-refreshing status page for a browser."""
     state = server_state(request)
@@ -152,5 +262,5 @@ async def status_page(request: Request) -> HTMLResponse:
 td,th{{border:1px solid #ccc;padding:4px 8px}}table{{border-collapse:collapse}}</style></head>
 <body><h1>drkernel serve</h1><ul>{summary}</ul><h2>Workers</h2><table><tr><th>worker</th>
 <th>device</th><th>state</th><th>task</th><th>done</th><th>restarts</th></tr>{rows}</table>
-<p><a href="/metrics">/metrics</a> · <a href="/docs">/docs</a></p></body></html>"""
+<p><a href="/v1/metrics">/v1/metrics</a> · <a href="/docs">/docs</a></p></body></html>"""
     return HTMLResponse(page)

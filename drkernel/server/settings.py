@@ -49,7 +49,9 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024  # 413 beyond
     max_code_bytes: int = 512 * 1024  # per reference/kernel source; 413 beyond
     retention_s: float = 7 * 24 * 3600.0  # finished tasks are deleted after this
-    evaluate_wait_s: float = 300.0  # longest wait of POST /evaluate before answering 202
+    # POST /evaluate blocks until the result, as KernelGYM; a number bounds that wait, after which
+    # it answers 200 with status pending/processing (the authors' client then polls /status)
+    evaluate_wait_s: float | None = None
     max_wait_s: float = 60.0  # longest long-poll of the native API
     aging_s: float = 30.0  # a task waiting this long climbs one priority level
     max_attempts: int = 3  # dispatches per task across server restarts and worker deaths

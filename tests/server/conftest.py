@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,9 +20,10 @@ from drkernel.server.settings import Settings
 
 
 class ThreadServer:
-    def __init__(self, settings: Settings, isolation: str = "thread", workers: int = 2) -> None:
+    def __init__(self, settings: Settings, isolation: str = "thread", workers: int = 2,
+                 judge: Callable[[str], Any] = fake_judge) -> None:
         config = LocalExecutor.Config(devices=("cpu",) * workers, isolation=isolation)
-        app = create_app(settings, lambda s: LocalExecutor(config, fake_judge))
+        app = create_app(settings, lambda s: LocalExecutor(config, judge))
         self.port = free_port()
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
                                                     log_level="warning"))
@@ -44,9 +46,10 @@ class ThreadServer:
 def serve(tmp_path: Path) -> Iterator[Callable[..., ThreadServer]]:
     servers: list[ThreadServer] = []
 
-    def start(isolation: str = "thread", workers: int = 2, **settings: object) -> ThreadServer:
+    def start(isolation: str = "thread", workers: int = 2, judge: Callable[[str], Any] = fake_judge,
+              **settings: object) -> ThreadServer:
         s = Settings(db_path=str(tmp_path / f"db{len(servers)}.sqlite"), **settings)  # type: ignore[arg-type]
-        servers.append(ThreadServer(s, isolation, workers))
+        servers.append(ThreadServer(s, isolation, workers, judge))
         return servers[-1]
 
     yield start

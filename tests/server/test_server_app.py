@@ -39,19 +39,22 @@ def test_the_authors_request_shape_is_accepted_and_answered_with_anchor_fields(s
     assert h["decoy_kernel"] and not h["correctness"] and h["speedup"] == 0.0
     assert h["kernel_runtime"] == -1.0
     b = bad.json()
-    assert b["status"] == "failed" and not b["compiled"] and b["error_code"] == "COMPILATION"
+    assert b["status"] == "failed" and not b["compiled"] and b["error_code"] == "COMPILATION_ERROR"
     status = srv.http.get("/status/ok-1").json()
     assert status["status"] == "completed" and status["assigned_device"] == "fake:cpu"
     assert srv.http.get("/results/hack-1").json()["decoy_kernel"] is True
 
 
-def test_resubmitting_an_id_is_idempotent_and_a_different_request_conflicts(serve) -> None:
+def test_resubmitting_an_id_answers_the_stored_result_as_kernelgym_does(serve) -> None:
     srv = serve()
     first = srv.http.post("/evaluate", json=drkernel_payload("same", "# fake: speedup=2")).json()
     again = srv.http.post("/evaluate", json=drkernel_payload("same", "# fake: speedup=2")).json()
     other = srv.http.post("/evaluate", json=drkernel_payload("same", "# fake: incorrect"))
     assert first["completed_at"] == again["completed_at"]
-    assert other.status_code == 409 and other.json()["error_code"] == "CONFLICT"
+    assert other.status_code == 200 and other.json() == first  # the stored result, no 409
+    batch = srv.http.post("/evaluate/batch", json={"batch_id": "B", "tasks": [
+        drkernel_payload("same", "# fake: incorrect"), drkernel_payload("new", "# fake: incorrect")]})
+    assert [r["correctness"] for r in batch.json()["results"]] == [True, False]
     forced = drkernel_payload("same", "# fake: incorrect") | {"force_refresh": True}
     assert srv.http.post("/evaluate", json=forced).json()["correctness"] is False
 
@@ -88,10 +91,10 @@ def test_bearer_auth_when_a_token_is_set(serve) -> None:
     assert srv.http.get("/metrics", headers={"Authorization": "Bearer t0k3n"}).status_code == 200
 
 
-def test_evaluate_never_hangs_it_answers_202_then_the_result_is_retrievable(serve) -> None:
+def test_a_bounded_evaluate_wait_answers_200_with_the_task_state_never_202(serve) -> None:
     srv = serve(evaluate_wait_s=0.3)
     r = srv.http.post("/evaluate", json=drkernel_payload("slow", "# fake: sleep=1.5"))
-    assert r.status_code == 202 and r.json()["status"] in ("pending", "processing")
+    assert r.status_code == 200 and r.json()["status"] in ("pending", "processing")
     deadline = time.monotonic() + 20
     while srv.http.get("/status/slow").json()["status"] != "completed":
         assert time.monotonic() < deadline
@@ -120,24 +123,26 @@ def test_cancel_removes_a_queued_task_and_kills_a_running_one(serve) -> None:
     started = time.monotonic()
     assert srv.http.delete("/tasks/run").json()["cancelled"] is True
     deadline = time.monotonic() + 15
-    while srv.http.get("/workers/status").json()["workers"][0]["restarts"] < 1:
+    while srv.http.get("/v1/workers").json()["workers"][0]["restarts"] < 1:
         assert time.monotonic() < deadline, "the running evaluation was not killed"
         time.sleep(0.05)
     assert time.monotonic() - started < 15
     for tid in ("run", "wait"):
         res = srv.http.get(f"/results/{tid}").json()
-        assert res["status"] == "failed" and res["error_code"] == "CANCELLED"
-    assert srv.http.delete("/tasks/run").json()["cancelled"] is False
+        assert res["status"] == "failed" and res["error_code"] == "SYSTEM_ERROR"
+        assert res["error_message"] == "Task cancelled"
+        assert srv.http.get(f"/status/{tid}").json()["status"] == "failed"
+    assert srv.http.delete("/tasks/run").status_code == 404  # KernelGYM: finished, not cancellable
     # the pool still works after the kill
     assert srv.http.post("/evaluate", json=drkernel_payload("after", "# fake: speedup=2")
-                         ).status_code in (200, 202)
+                         ).status_code == 200
 
 
 def test_a_full_queue_answers_429_with_retry_after(serve) -> None:
     srv = serve(workers=1, max_queue=2, evaluate_wait_s=0.05)
     codes = [srv.http.post("/evaluate", json=drkernel_payload(f"q{i}", "# fake: sleep=2")
                            ).status_code for i in range(4)]
-    assert codes[:3] == [202, 202, 202] and codes[3] == 429  # 1 running + 2 queued
+    assert codes[:3] == [200, 200, 200] and codes[3] == 429  # 1 running + 2 queued
     r = srv.http.post("/evaluate", json=drkernel_payload("q9", "# fake: sleep=2"))
     assert r.status_code == 429 and r.headers["retry-after"] == "5"
     assert srv.http.get("/queue/status").json()["pending"] == 2
@@ -150,7 +155,7 @@ def test_metrics_and_health_report_real_numbers(serve) -> None:
     health = srv.http.get("/health").json()
     assert health["status"] == "healthy" and health["total_processed"] == 3
     assert health["completed"] == 2 and health["failed"] == 1 and health["workers"]["idle"] == 2
-    text = srv.http.get("/metrics")
+    text = srv.http.get("/metrics", headers={"Accept": "text/plain"})
     assert text.headers["content-type"].startswith("text/plain")
     samples = dict(line.rsplit(" ", 1) for line in text.text.splitlines()
                    if line and not line.startswith("#"))
@@ -159,9 +164,13 @@ def test_metrics_and_health_report_real_numbers(serve) -> None:
     assert samples['drkernel_queue_depth{priority="normal"}'] == "0"
     assert samples['drkernel_worker_state{worker="local-0",device="cpu",state="idle"}'] == "1"
     assert samples['drkernel_stored_tasks{state="done"}'] == "3"
-    page = srv.http.get("/")
+    v1 = srv.http.get("/v1/metrics")
+    assert v1.headers["content-type"].startswith("text/plain")
+    assert 'drkernel_tasks_finished_total{outcome="ok"} 1\n' in v1.text
+    page = srv.http.get("/", headers={"Accept": "text/html"})
     assert page.status_code == 200 and "local-1" in page.text
-    workers = srv.http.get("/workers/status").json()
+    assert "local-1" in srv.http.get("/v1/status").text
+    workers = srv.http.get("/v1/workers").json()
     assert workers["total_workers"] == 2 and workers["active_workers"] == 2
 
 
