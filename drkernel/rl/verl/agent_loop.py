@@ -14,6 +14,7 @@ drkernel.rl.verl.trainer restores them. Needs the `drkernel:` config block (sett
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 from uuid import uuid4
@@ -83,7 +84,9 @@ class KernelAgentLoop(AgentLoopBase):
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         return int(pad if pad is not None else 0)
 
-    async def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> tuple[list[int], list[float] | None]:
+    async def _generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any]
+    ) -> tuple[list[int], list[float] | None]:
         out = await self.server_manager.generate(
             request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params
         )
@@ -100,7 +103,7 @@ class KernelAgentLoop(AgentLoopBase):
         env.reset()
         messages = [dict(m) for m in env.observation]
         builder = self.continuous_token_builder
-        runtime = await self.loop.run_in_executor(None, lambda: builder.build_initial_tokens(messages))
+        runtime = await asyncio.to_thread(builder.build_initial_tokens, messages)
         turns: list[dict[str, Any]] = []
         error: str | None = None
         for turn in range(self.env_config.max_turns):
@@ -114,10 +117,12 @@ class KernelAgentLoop(AgentLoopBase):
                 finish = "length" if len(ids) >= self.response_length else "stop"
                 completion = Completion(text=text, finish_reason=finish, token_ids=ids, logprobs=logprobs)
             try:
-                await self.loop.run_in_executor(None, env.step, completion)
+                await asyncio.to_thread(env.step, completion)
             except DrKernelError as exc:  # the judge failed for good: the trajectory is aborted
                 error = f"{type(exc).__name__}: {exc}"
-                log.warning("drkernel episode %s#%d aborted at turn %d: %s", problem.name, session, turn, error)
+                log.warning(
+                    "drkernel episode %s#%d aborted at turn %d: %s", problem.name, session, turn, error
+                )
                 break
             turns.append({"prompt_ids": prompt_ids, "ids": ids, "logprobs": logprobs})
             if env.done:
@@ -134,7 +139,7 @@ class KernelAgentLoop(AgentLoopBase):
                 merged = builder.merge_context_tokens([*messages, answer], new_messages, merged.token_ids)
                 runtime = merged.token_ids
             else:  # nothing was sampled, so nothing can be re-tokenised: render the conversation anew
-                runtime = await self.loop.run_in_executor(None, lambda: builder.build_initial_tokens(new_messages))
+                runtime = await asyncio.to_thread(builder.build_initial_tokens, new_messages)
             messages = new_messages
         return self._outputs(uid, session, env, turns, error)
 

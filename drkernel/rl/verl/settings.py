@@ -32,7 +32,9 @@ def run_config(verl_config: Any) -> RunConfig:
         )
     recipe = block.get("recipe", None)
     if not recipe:
-        raise ConfigError("verl config: drkernel.recipe is required (e.g. dr_kernel_8b, dr_kernel_14b, debug_cpu)")
+        raise ConfigError(
+            "verl config: drkernel.recipe is required (e.g. dr_kernel_8b, dr_kernel_14b, debug_cpu)"
+        )
     overrides = block.get("overrides", None) or []
     if isinstance(overrides, str):
         overrides = [overrides]

@@ -87,7 +87,9 @@ def drkernel_step_from_fields(
     rows = turn_rows_from_extra(extra_fields)
     real = torch.tensor([r is not None for r in rows], dtype=torch.bool)
     if not bool(real.any()):
-        raise ConfigError("drkernel trainer: no row carries drkernel_* fields; set the agent loop to drkernel_kernel")
+        raise ConfigError(
+            "drkernel trainer: no row carries drkernel_* fields; set the agent loop to drkernel_kernel"
+        )
     idx = real.nonzero().view(-1)
     mask = response_mask.to(torch.bool)[idx].clone()
     for j, i in enumerate(idx.tolist()):
