@@ -48,7 +48,7 @@ def problem_from_row(kwargs: dict[str, Any]) -> Problem:
     if not isinstance(spec, dict) or "reference_code" not in spec or "name" not in spec:
         raise ConfigError(
             "drkernel_kernel agent loop: each dataset row needs extra_info.problem with name and "
-            "reference_code (write the data with `python -m drkernel.rl.verl.data`)"
+            "reference_code (recipes/verl/README.md shows the parquet layout)"
         )
     return Problem(
         name=str(spec["name"]),
