@@ -110,3 +110,40 @@ def test_authors_aggregation_equals_our_default_loss():
     )
     ours, _ = policy_loss(new, old, adv, mask, LossConfig())
     assert_close(via_verl, ours, rtol=1e-12, atol=1e-15)
+
+
+def test_grpo_is_mean_only_even_with_verls_std_default():
+    from verl.trainer.config import AlgoConfig
+
+    rewards = torch.tensor([[1.0], [0.0], [0.0]], dtype=D)
+    mask = torch.ones(3, 1, dtype=D)
+    index = np.array(["p", "p", "p"], dtype=object)
+    cfg = AlgoConfig(norm_adv_by_std_in_grpo=True)  # verl's default
+    adv, _ = core_algos.get_adv_estimator_fn("drkernel_grpo")(rewards, mask, index=index, config=cfg)
+    assert_close(adv[:, 0], torch.tensor([2 / 3, -1 / 3, -1 / 3], dtype=D))
+    scaled, _ = core_algos.get_adv_estimator_fn("drkernel_grpo_std")(rewards, mask, index=index, config=cfg)
+    assert_close(scaled[:, 0], adv[:, 0] / (torch.tensor([1.0, 0.0, 0.0], dtype=D).std() + 1e-6))
+
+
+def test_an_empty_turn_stays_in_the_baseline_without_gradient():
+    """A prompt-overlong turn (no response token) counts in its group's baseline, as in the own trainer."""
+    rewards = torch.tensor([[0.0, 3.0], [0.0, 0.0], [0.0, 3.0]], dtype=D)
+    mask = torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]], dtype=D)
+    index = np.array(["p", "p", "p"], dtype=object)
+    adv, _ = adapter.verl_trloo_advantage(rewards, mask, index)
+    assert_close(adv[:, 0], torch.tensor([3.0 - 1.5, 0.0, 3.0 - 1.5], dtype=D))
+    assert (adv[1] == 0).all()
+
+
+def test_baseline_members_is_read_from_the_algorithm_config():
+    from omegaconf import OmegaConf
+
+    rewards = torch.tensor([[2.0], [1.0], [0.0]], dtype=D)
+    mask = torch.ones(3, 1, dtype=D)
+    index = np.array(["p", "p", "p"], dtype=object)
+    for members in ("kept", "valid"):
+        cfg = OmegaConf.create({"gamma": 1.0, "baseline_members": members})
+        adv, _ = adapter.verl_trloo_advantage(rewards, mask, index, config=cfg)
+        assert_close(adv[:, 0], torch.tensor([1.5, 0.0, -1.5], dtype=D))  # nothing rejected: same either way
+    with pytest.raises(Exception, match="baseline_members"):
+        adapter.verl_trloo_advantage(rewards, mask, index, config=OmegaConf.create({"baseline_members": "all"}))

@@ -2,6 +2,10 @@
 
 Rows are turn-samples, as in the authors' fork (paper-spec §5.3): pass index[i] = (uid, trajectory, turn)
 for multi-turn TRLOO; a plain uid makes each row a one-turn trajectory (TRLOO is then RLOO per prompt).
+A row without response tokens is an empty (prompt-overlong) turn: it has no gradient but stays in its
+group's baseline, as in the own trainer. `algorithm.baseline_members` ("kept" or "valid") is read from
+the algorithm config when present. Multi-turn agent-loop training does not go through these functions
+(verl cannot carry the turn key to them): it uses the "drkernel" trainer (drkernel.rl.verl.trainer).
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ __all__ = [
     "LOSS_NAME",
     "register",
     "verl_grpo_advantage",
+    "verl_grpo_std_advantage",
     "verl_policy_loss",
     "verl_trloo_advantage",
 ]
 
 logger = logging.getLogger(__name__)
 
-ESTIMATOR_NAMES = ("drkernel_trloo", "drkernel_grpo")
+ESTIMATOR_NAMES = ("drkernel_trloo", "drkernel_grpo", "drkernel_grpo_std")
 LOSS_NAME = "drkernel"
 
 
@@ -86,14 +91,12 @@ def _turn_sample_advantages(
         raise ValueError("drkernel verl adapter: two rows share one (trajectory, turn) in index")
     rewards = torch.zeros(n_traj, n_turns, dtype=torch.float64)
     present = torch.zeros(n_traj, n_turns, dtype=torch.bool)
-    kept = torch.zeros(n_traj, n_turns, dtype=torch.bool)
     rewards[traj_code, turn] = token_level_rewards.detach().double().sum(dim=-1).cpu()
     present[traj_code, turn] = True
-    kept[traj_code, turn] = (response_mask.detach().sum(dim=-1) > 0).cpu()
     group = torch.zeros(n_traj, dtype=torch.int64).index_copy_(0, traj_code, uid_code)
     valid = void_turn_mask(rewards, present)
     returns = reward_to_go(rewards, valid, config.gamma)
-    adv = compute_advantages(returns, group, valid, kept, config)
+    adv = compute_advantages(returns, group, valid, present, config)
     mask = response_mask.to(token_level_rewards.dtype)
     adv_rows = adv[traj_code, turn].to(mask.device, mask.dtype).view(-1, 1) * mask
     ret_rows = returns[traj_code, turn].to(mask.device, mask.dtype).view(-1, 1) * mask
@@ -108,7 +111,11 @@ def verl_trloo_advantage(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl advantage estimator "drkernel_trloo": (advantages, returns), both [bs, response_length]."""
-    cfg = AdvantageConfig(estimator="trloo", gamma=float(_cfg(config, "gamma", 1.0)))
+    cfg = AdvantageConfig(
+        estimator="trloo",
+        gamma=float(_cfg(config, "gamma", 1.0)),
+        baseline_members=_cfg(config, "baseline_members", "kept"),
+    )
     return _turn_sample_advantages(token_level_rewards, response_mask, index, cfg)
 
 
@@ -119,11 +126,32 @@ def verl_grpo_advantage(
     config: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl advantage estimator "drkernel_grpo": the paper's per-(prompt, turn) GRPO (ablation)."""
+    """verl advantage estimator "drkernel_grpo": the paper's per-(prompt, turn) GRPO ablation, mean only.
+
+    verl's norm_adv_by_std_in_grpo (True by default) is ignored: the paper's GRPO has no std division
+    (paper-spec §5.2); "drkernel_grpo_std" is the std-scaled variant.
+    """
     cfg = AdvantageConfig(
         estimator="grpo",
         gamma=float(_cfg(config, "gamma", 1.0)),
-        grpo_scale_by_std=bool(_cfg(config, "norm_adv_by_std_in_grpo", False)),
+        baseline_members=_cfg(config, "baseline_members", "kept"),
+    )
+    return _turn_sample_advantages(token_level_rewards, response_mask, index, cfg)
+
+
+def verl_grpo_std_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | None = None,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl advantage estimator "drkernel_grpo_std": per-(prompt, turn) GRPO divided by the group std."""
+    cfg = AdvantageConfig(
+        estimator="grpo",
+        gamma=float(_cfg(config, "gamma", 1.0)),
+        baseline_members=_cfg(config, "baseline_members", "kept"),
+        grpo_scale_by_std=True,
     )
     return _turn_sample_advantages(token_level_rewards, response_mask, index, cfg)
 
@@ -179,7 +207,8 @@ def verl_policy_loss(
 
 def register() -> None:
     """Register the estimators and the loss with verl (idempotent)."""
-    for name, fn in zip(ESTIMATOR_NAMES, (verl_trloo_advantage, verl_grpo_advantage), strict=True):
+    fns = (verl_trloo_advantage, verl_grpo_advantage, verl_grpo_std_advantage)
+    for name, fn in zip(ESTIMATOR_NAMES, fns, strict=True):
         if ADV_ESTIMATOR_REGISTRY.get(name) is not fn:
             ADV_ESTIMATOR_REGISTRY.pop(name, None)  # a reloaded module replaces its old function
             register_adv_est(name)(fn)
