@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,9 @@ def run_bench(
         run_episodes(jobs, policy, executor, config, on_done=on_done)
     names = {p.name for p in problems}
     trajs = [t for t in finished.values() if t.problem in names]
-    summary = summarize(trajs, config.env.max_turns, total=len(problems) * samples)
+    levels = Counter(p.level for p in problems if p.level is not None)
+    summary = summarize(trajs, config.env.max_turns, total=len(problems) * samples,
+                        level_totals={lv: k * samples for lv, k in levels.items()})  # fmt: skip
     summary["run"] = {k: meta[k] for k in ("model", "samples", "turns", "context", "reference_backend", "held_out")}
     if parquet:
         save_trajectories(out / "episodes.parquet", sorted(trajs, key=lambda t: (t.problem, t.sample)))
