@@ -17,7 +17,7 @@ from drkernel.agent.extraction import extract_code, preflight_result
 from drkernel.agent.feedback import FeedbackConfig, render_feedback
 from drkernel.agent.policy import Completion
 from drkernel.agent.prompts import PromptConfig, first_turn_prompt, later_turn_prompt
-from drkernel.agent.trajectories import Trajectory, Turn
+from drkernel.agent.trajectories import Trajectory, Turn, plain_prompt, prompt_edits
 from drkernel.agent.tts import ContextConfig, ContextManager
 from drkernel.errors import ConfigError, ExecutorError
 from drkernel.executors.base import Executor
@@ -82,6 +82,7 @@ class KernelEnv:
         self.trajectory: Trajectory | None = None
         self._obs: Messages = []
         self._obs_context: list[int] | None = None
+        self._obs_edits: list[tuple[int, str]] | None = None
         self._obs_tokens = 0
         self._done = False
 
@@ -135,9 +136,10 @@ class KernelEnv:
     # -- internals ---------------------------------------------------------------------------
     def _build_obs(self) -> None:
         assert self.trajectory is not None
-        self._obs, self._obs_context, self._obs_tokens = self._context.build(
-            self.trajectory.prompt, self.trajectory.turns
-        )
+        traj = self.trajectory
+        self._obs, self._obs_context, self._obs_tokens = self._context.build(traj.prompt, traj.turns)
+        shown = range(len(traj.turns)) if self._obs_context is None else self._obs_context
+        self._obs_edits = prompt_edits(plain_prompt(traj.prompt, traj.turns, shown), self._obs)
 
     def _judge_turn(self, index: int, completion: Completion) -> Turn:
         entry = self.problem.entry_point
@@ -162,6 +164,7 @@ class KernelEnv:
             reward=float(result.reward) if result.correct and not result.hacks else 0.0,
             feedback=later_turn_prompt(feedback, entry, self._templates),
             context=self._obs_context,
+            prompt_edits=self._obs_edits,
             prompt_tokens=self._obs_tokens,
             logprobs=completion.logprobs,
             tokens=completion.tokens,
