@@ -41,7 +41,8 @@ class EnvConfig:
     # correct kernel reaches this speedup (terminated=True).
     stop_at_speedup: float | None = None
     # check every judged kernel on the problem's held-out shapes (Problem.shape_variants). The model
-    # never sees them, nor their results: they stay unseen, and they change no reward.
+    # never sees them, nor their results. Failing one changes no reward; a hack seen while running
+    # them is a hack like any other (hack_detected, reward 0), named in the feedback by its class only.
     held_out: bool = False
     executor_retries: int = 2  # ExecutorError or infra_error results, retried this many times
     retry_backoff_s: float = 1.0
