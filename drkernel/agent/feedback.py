@@ -21,7 +21,7 @@ from typing import Any
 from drkernel.errors import ConfigError
 from drkernel.types import EvalOutcome, EvalResult
 
-__all__ = ["GENERIC_HACK_ADVICE", "HACK_ADVICE", "FeedbackConfig", "policy_view", "render_feedback"]
+__all__ = ["GENERIC_HACK_ADVICE", "HACK_ADVICE", "FeedbackConfig", "policy_view", "render_feedback", "render_paper"]
 
 # hack code -> what the policy is told: the class of the hack and what to do instead. In our own
 # words; never how it was detected (docs/errors.md has that, for humans).
@@ -92,7 +92,7 @@ _TMP_PATH = re.compile(r'"[^"]*/([^"/]+\.py)"')  # sandbox temp dirs vary per ru
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FeedbackConfig:
     max_chars: int = 3000
-    style: str = "text"  # "text" | "json"
+    style: str = "text"  # "text" | "json" | "paper" (the authors' field names, never cut)
     traceback_lines: int = 14
     max_failed_trials: int = 3
     top_kernels: int = 5
@@ -101,8 +101,8 @@ class FeedbackConfig:
     def __post_init__(self) -> None:
         if self.max_chars < 200:
             raise ConfigError("feedback.max_chars: must be >= 200")
-        if self.style not in ("text", "json"):
-            raise ConfigError("feedback.style: must be 'text' or 'json'")
+        if self.style not in ("text", "json", "paper"):
+            raise ConfigError("feedback.style: must be 'text', 'json' or 'paper'")
 
 
 def render_feedback(result: EvalResult, config: FeedbackConfig | None = None) -> str:
@@ -110,6 +110,8 @@ def render_feedback(result: EvalResult, config: FeedbackConfig | None = None) ->
     cfg = config or FeedbackConfig()
     if cfg.style == "json":
         return _render_json(result, cfg)
+    if cfg.style == "paper":
+        return render_paper(result, cfg)
     sections = [
         _verdict(result, cfg),
         _error(result, cfg),
@@ -272,3 +274,81 @@ def _render_json(r: EvalResult, cfg: FeedbackConfig) -> str:
             if len(text) <= cfg.max_chars:
                 break
     return _fit(text, cfg.max_chars)
+
+
+def _sig3(x: float | None) -> float:
+    return float(f"{x:.3g}") if x is not None else -1.0
+
+
+def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
+    """The authors' feedback format (paper-spec §2.6, kernelgym-anchor §3.1): the result as one JSON
+    object with their field names, indent 2, non-ASCII kept, never cut. Built from policy_view(), so
+    hack evidence, seeds and held-out results stay out as in the other styles. Runtimes are means
+    over the timed trials, in ms to 3 significant digits, -1 when not measured."""
+    cfg = cfg or FeedbackConfig()
+    v = policy_view(r)
+    hacked = bool(r.hacks)
+    correct = bool(r.correct) and not hacked
+    trials = v["trials"]
+    own = [k for k in r.kernels if k.own]
+    own_us = sum(k.device_us for k in own)
+    total_us = sum(k.device_us for k in r.kernels)
+    error_message = error_code = None
+    if hacked:
+        error_message = "Reward hacking: " + "; ".join(f"{c}: {hack_advice(c)}" for c in r.hacks)
+        error_code = "reward_hacking"
+    elif v["error"]:
+        error_message, error_code = v["error"]["message"], v["error"]["kind"]
+    meta: dict[str, Any] = {
+        "hardware": r.device.name if r.device else None,
+        "device": r.device.kind if r.device else None,
+        "correctness_trials": f"({sum(t['passed'] for t in trials)} / {len(trials)})" if trials else None,
+        "num_perf_trials": r.kernel_timing.n if r.kernel_timing else None,
+    }
+    if v["error"] and not hacked:
+        which = "compilation_error" if r.outcome is EvalOutcome.COMPILE_ERROR else "runtime_error"
+        tb = v["error"].get("traceback")
+        meta[which] = "\n".join(_relevant_traceback(tb, cfg.traceback_lines)) if tb else v["error"]["message"]
+    failed = [t for t in trials if not t["passed"]]
+    if failed:
+        meta["correctness_issue"] = failed[0]["issue"] or "Output mismatch"
+        meta["max_difference"] = [f"{t['max_abs_diff']:.6g}" for t in failed if t["max_abs_diff"] is not None]
+        meta["rel_l2"] = [f"{t['rel_l2']:.6g}" for t in failed if t["rel_l2"] is not None]
+    if r.kernels:
+        ranked = sorted(r.kernels, key=lambda k: k.device_us, reverse=True)
+        meta["profiling"] = {
+            "kernels": [{"name": k.name, "cuda_time_us": round(k.device_us, 3), "count": k.calls} for k in ranked],
+            "kernel_count": len(ranked),
+            "total_cuda_time_us": round(total_us, 3),
+        }
+        meta["num_custom_kernels"] = len(own)
+        meta["num_total_kernels"] = len(r.kernels)
+        meta["triton_kernel_coverage"] = f"{len(own)} of {len(r.kernels)} kernels are custom Triton kernels"
+        pct = 100 * own_us / total_us if total_us else 0.0
+        meta["custom_kernel_cuda_time_coverage"] = (
+            f"Custom kernel CUDA time: {own_us:.2f}us / Total time: {total_us:.2f}us, Coverage: {pct:.2f}%"
+        )
+    out = {
+        "task_id": r.task_id,
+        "status": r.status.value,
+        "compiled": r.compiled,
+        "correctness": correct,
+        "decoy_kernel": hacked,
+        "reference_runtime": _sig3(r.reference_timing.mean_ms if r.reference_timing else r.reference_ms),
+        "kernel_runtime": _sig3(r.kernel_timing.mean_ms if r.kernel_timing else r.kernel_ms) if correct else -1.0,
+        "speedup": (r.speedup or 0.0) if correct else 0.0,
+        "error_message": error_message,
+        "error_code": error_code,
+        "metadata": meta,
+        "reward": r.reward if correct else 0.0,
+        "score": r.reward if correct else 0.0,
+        "success": correct,
+        "num_custom_kernel": len(own),
+        "num_total_kernels": len(r.kernels),
+        "custom_kernel_cuda_time_in_profiling_us": round(own_us, 3),
+        "total_kernel_run_time_in_profiling_us": round(total_us, 3),
+    }
+    if not cfg.show_reward:
+        for key in ("reward", "score"):
+            out.pop(key)
+    return json.dumps(out, indent=2, ensure_ascii=False)

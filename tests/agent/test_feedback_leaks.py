@@ -10,7 +10,8 @@ from drkernel.agent.feedback import HACK_ADVICE, FeedbackConfig, render_feedback
 from drkernel.types import DeviceInfo, EvalOutcome, EvalResult, TimingStats, TrialReport
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
-STYLES = [FeedbackConfig(), FeedbackConfig(style="json"), FeedbackConfig(style="json", max_chars=100_000)]
+STYLES = [FeedbackConfig(), FeedbackConfig(style="json"), FeedbackConfig(style="json", max_chars=100_000),
+          FeedbackConfig(style="paper")]
 
 
 def documented_hack_codes() -> list[str]:
@@ -64,7 +65,7 @@ def test_every_documented_hack_code_has_advice():
     assert sorted(set(codes) - set(HACK_ADVICE)) == []
 
 
-@pytest.mark.parametrize("cfg", STYLES, ids=["text", "json", "json-unbounded"])
+@pytest.mark.parametrize("cfg", STYLES, ids=["text", "json", "json-unbounded", "paper"])
 def test_no_mechanism_reaches_the_policy(cfg):
     codes = documented_hack_codes()
     for k in range(len(codes)):  # each code alone, then all of them at once
