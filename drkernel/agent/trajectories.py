@@ -117,6 +117,12 @@ class Trajectory:
                 out.append({"role": "user", "content": turn.feedback})
         return out
 
+    @property
+    def messages_exact(self) -> bool:
+        """Whether `messages` is what the last turn was sent plus its answer (every turn saw the
+        whole history, unedited). Otherwise SFT should use rl_rows(): each turn's exact prompt."""
+        return all(t.context is None and not t.prompt_edits for t in self.turns)
+
     def best_turn(self) -> Turn | None:
         """Best verified turn: correct, not hacked; one that passed every held-out shape if any did
         (only checked with --held-out), then the highest speedup (then reward, then the earliest)."""
@@ -133,6 +139,7 @@ class Trajectory:
             "model": self.model,
             "level": self.level,
             "messages": self.messages,
+            "messages_exact": self.messages_exact,
             "prompt": self.prompt,
             "rewards": [t.reward for t in self.turns],
             "turns": [t.to_dict() for t in self.turns],

@@ -29,13 +29,13 @@ def suite(tmp_path):
     return d
 
 
-@pytest.mark.parametrize("budget", [None, 1100])
-def test_saved_prompts_are_the_requests_byte_for_byte(chat_server, suite, tmp_path, budget):
+@pytest.mark.parametrize(("context", "budget"), [("top_w", None), ("top_w", 1100), ("full", None), ("full", 1100)])
+def test_saved_prompts_are_the_requests_byte_for_byte(chat_server, suite, tmp_path, context, budget):
     srv = chat_server(answer)
     out = tmp_path / "out"
     extra = ["--prompt-budget", str(budget)] if budget else []
     argv = ["bench", str(suite), "--model", "stub", "--base-url", srv.base_url, "--samples", "2",
-            "--turns", "6", "--context", "top_w", "--window", "3", "--out", str(out), "--executor", "fake",
+            "--turns", "6", "--context", context, "--window", "3", "--out", str(out), "--executor", "fake",
             "--no-progress", "--concurrency", "2", *extra]
     assert main(argv) == 0
     sent = Counter(json.dumps(r["messages"], ensure_ascii=False) for r in srv.requests)
@@ -45,6 +45,12 @@ def test_saved_prompts_are_the_requests_byte_for_byte(chat_server, suite, tmp_pa
     assert len(srv.requests) == len(rows) == 2 * 2 * 6
     assert saved == sent
     edited = [t for tr in trajs for t in tr.turns if t.prompt_edits]
+    records = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    for tr, rec in zip(trajs, records, strict=True):  # SFT: the conversation is exact only when nothing was cut
+        assert rec["messages_exact"] is (context == "full" and budget is None)
+        if rec["messages_exact"]:
+            assert rec["messages"] == rl_rows(tr)[-1]["prompt"] + [{"role": "assistant",
+                                                                   "content": tr.turns[-1].response}]
     if budget is None:
         assert not edited
     else:  # the budget did rewrite prompts (answers cut to their code, or cut): the test bites
