@@ -194,7 +194,10 @@ def turn_prompt(traj: Trajectory, turn: Turn) -> list[dict[str, str]]:
 
 
 def rl_rows(traj: Trajectory) -> list[dict[str, Any]]:
-    """One row per turn: the exact prompt that turn was sent, its response, reward and log-probs."""
+    """One row per turn: the exact prompt that turn was sent, its response, reward and log-probs.
+
+    A "prompt_overlong" turn of `--protocol paper` was never sent: its row has the prompt that did
+    not fit and an empty response (reward 0), as the authors record it."""
     rows = []
     for turn in traj.turns:
         prompt = turn_prompt(traj, turn)
