@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,10 @@ log = logging.getLogger(__name__)
 EPISODES = "episodes.jsonl"
 ERRORS = "errors.jsonl"
 # run settings that must match for a resumed run to be one benchmark
-_RESUME_KEYS = ("model", "samples", "turns", "context", "reference_backend", "held_out", "problems")
+_RESUME_KEYS = ("model", "samples", "turns", "context", "reference_backend", "held_out", "problems",
+                "protocol", "reward_preset")  # fmt: skip
+# what a config.json written before a key existed meant
+_RESUME_DEFAULTS = {"held_out": False, "protocol": "ours", "reward_preset": "paper"}
 
 
 def register(subparsers: Any) -> None:
@@ -64,7 +68,10 @@ def _run_meta(problems: list[Problem], config: LoopConfig, samples: int) -> dict
         "model": config.model,
         "samples": samples,
         "turns": config.env.max_turns,
-        "context": {"mode": ctx.mode, "w": ctx.w, "token_budget": ctx.token_budget},
+        "context": {"mode": ctx.mode, "w": ctx.w, "token_budget": ctx.token_budget, "rank_by": ctx.rank_by,
+                    "overflow": ctx.overflow},
+        "protocol": "paper" if config.env.feedback.style == "paper" else "ours",
+        "reward_preset": config.env.eval_options.reward_preset,
         "reference_backend": config.env.eval_options.reference_backend,
         "held_out": config.env.held_out,
         "problems": [p.name for p in problems],
@@ -91,7 +98,10 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
         )
     if resume and cfg_path.exists():
         old = json.loads(cfg_path.read_text())
-        old.setdefault("held_out", False)  # runs written before held-out checks had none
+        for key, value in _RESUME_DEFAULTS.items():
+            old.setdefault(key, value)
+        if isinstance(old.get("context"), dict):  # written before rank_by and overflow were recorded
+            old["context"] = {"rank_by": "reward", "overflow": "shrink", **old["context"]}
         diff = [k for k in _RESUME_KEYS if old.get(k) != meta.get(k)]
         if diff:
             raise ConfigError(f"--resume: this run differs from the one in {out} in {', '.join(diff)}")
@@ -146,8 +156,11 @@ def run_bench(
         run_episodes(jobs, policy, executor, config, on_done=on_done)
     names = {p.name for p in problems}
     trajs = [t for t in finished.values() if t.problem in names]
-    summary = summarize(trajs, config.env.max_turns, total=len(problems) * samples)
-    summary["run"] = {k: meta[k] for k in ("model", "samples", "turns", "context", "reference_backend", "held_out")}
+    levels = Counter(p.level for p in problems if p.level is not None)
+    summary = summarize(trajs, config.env.max_turns, total=len(problems) * samples,
+                        level_totals={lv: k * samples for lv, k in levels.items()})  # fmt: skip
+    summary["run"] = {k: meta[k] for k in ("model", "samples", "turns", "context", "reference_backend", "held_out",
+                                            "protocol", "reward_preset")}  # fmt: skip
     if parquet:
         save_trajectories(out / "episodes.parquet", sorted(trajs, key=lambda t: (t.problem, t.sample)))
     write_reports(summary, out, title=f"Fast@p over turns: {config.model or 'model'}")

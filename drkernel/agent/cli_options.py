@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 # the `agent` extra, imported here so that `drkernel` can name what is missing for bench/optimize
 import httpx  # noqa: F401
@@ -19,15 +20,25 @@ from drkernel.agent.env import EnvConfig
 from drkernel.agent.feedback import FeedbackConfig
 from drkernel.agent.loop import LoopConfig
 from drkernel.agent.policy import Policy, SamplingParams
+from drkernel.agent.prompts import PromptConfig
 from drkernel.agent.tts import ContextConfig
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
 from drkernel.types import EvalOptions
 
-__all__ = ["add_run_options", "build_executor", "build_loop_config", "build_policy", "tts_defaults"]
+__all__ = [
+    "add_run_options",
+    "build_executor",
+    "build_loop_config",
+    "build_policy",
+    "prompt_budget",
+    "reward_preset",
+    "tts_defaults",
+]
 
 TTS_TURNS = 14  # paper-spec §10: 5 turns, then 9 iterations of +1 turn
 TTS_BUDGET = 20480  # paper-spec §11: the authors' eval max prompt length
+PAPER_PERF_TRIALS = 10  # paper-spec §3.2: timed calls in the released eval scripts
 
 
 def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
@@ -43,10 +54,21 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
     g = p.add_argument_group("episode")
     g.add_argument("--turns", type=int, default=None, help=f"turns per episode ({default_turns}; 14 with --tts)")
-    g.add_argument("--tts", action="store_true", help="sequential test-time scaling: top-4 context, 14 turns")
-    g.add_argument("--context", choices=("full", "top_w", "best_window"), default=None)
+    g.add_argument("--protocol", choices=("ours", "paper"), default="ours",
+                   help="ours (default): compact feedback, median timing, over-budget prompts shrunk; paper: the "
+                        "paper's Table 1 setting (the authors' JSON feedback, eval reward 0.5*C + 0.5*min(s,3), "
+                        "atol=rtol=1e-2, mean of 10 timed calls, an over-budget prompt is an empty "
+                        "'prompt overlong' turn; docs/agent.md)")  # fmt: skip
+    g.add_argument("--tts", action="store_true",
+                   help=f"sequential test-time scaling: {TTS_TURNS} turns, each prompt keeps the top 4 earlier turns "
+                        f"ranked by --rank-by (reward: the --reward-preset reward), {TTS_BUDGET}-token prompt budget")  # fmt: skip
+    g.add_argument("--context", choices=("full", "top_w", "best_window"), default=None,
+                   help="earlier turns in each prompt: all, the top --window, or the best window of --window")
     g.add_argument("--window", type=int, default=4, help="turns kept in context (top_w/best_window)")
-    g.add_argument("--prompt-budget", type=int, default=None, help="max prompt tokens")
+    g.add_argument("--rank-by", choices=("reward", "speedup"), default="reward",
+                   help="how top_w/best_window rank turns: the turn reward, or the speedup of correct turns")
+    g.add_argument("--prompt-budget", type=int, default=None,
+                   help=f"max prompt tokens (default: none; {TTS_BUDGET} with --tts or --protocol paper)")
     g.add_argument("--feedback-chars", type=int, default=3000)
     g.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     g = p.add_argument_group("judge")
@@ -59,7 +81,9 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g.add_argument("--reference-backend", choices=("eager", "compile"), default="eager")
     g.add_argument("--perf-trials", type=int, help="timed calls per runtime measurement")
     g.add_argument("--eval-timeout", type=float, default=180.0, help="seconds per evaluation")
-    g.add_argument("--reward-preset", default="paper", help="paper | released | eval")
+    g.add_argument("--reward-preset", choices=("paper", "released", "eval"), default=None,
+                   help="turn reward: paper = C(1 + min(s,3) + PR) (default), released = its 0.5-scaled variant, "
+                        "eval = 0.5*C + 0.5*min(s,3) (default with --protocol paper)")  # fmt: skip
     g.add_argument("--paper-tolerance", action="store_true", help="atol=rtol=1e-2 for every dtype")
 
 
@@ -67,28 +91,50 @@ def tts_defaults(args: argparse.Namespace, default_turns: int) -> tuple[int, Con
     """Turn budget and context config from --turns/--tts/--context/--window/--prompt-budget."""
     turns = args.turns or (TTS_TURNS if args.tts else default_turns)
     mode = args.context or ("top_w" if args.tts else "full")
-    budget = args.prompt_budget if args.prompt_budget is not None else (TTS_BUDGET if args.tts else None)
+    paper = _protocol(args) == "paper"
     if turns < 1:
         raise ConfigError("--turns: must be >= 1")
-    return turns, ContextConfig(mode=mode, w=args.window, token_budget=budget)
+    return turns, ContextConfig(mode=mode, w=args.window, token_budget=prompt_budget(args),
+                                rank_by=getattr(args, "rank_by", "reward"),
+                                overflow="overlong" if paper else "shrink")  # fmt: skip
+
+
+def _protocol(args: argparse.Namespace) -> str:
+    return getattr(args, "protocol", None) or "ours"
+
+
+def prompt_budget(args: argparse.Namespace) -> int | None:
+    """--prompt-budget, else the authors' eval max prompt length with --tts or --protocol paper."""
+    if args.prompt_budget is not None:
+        return int(args.prompt_budget)
+    return TTS_BUDGET if args.tts or _protocol(args) == "paper" else None
+
+
+def reward_preset(args: argparse.Namespace) -> str:
+    """--reward-preset, else "eval" with --protocol paper and "paper" with ours."""
+    return getattr(args, "reward_preset", None) or ("eval" if _protocol(args) == "paper" else "paper")
 
 
 def build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfig:
     turns, context = tts_defaults(args, default_turns)
-    make = EvalOptions.paper if args.paper_tolerance else EvalOptions
+    paper = _protocol(args) == "paper"
+    make = EvalOptions.paper if args.paper_tolerance or paper else EvalOptions
     options = make(
         device=args.device,
         reference_backend=args.reference_backend,
-        num_perf_trials=args.perf_trials,
+        # the authors' eval scripts time 10 calls (paper-spec §3.2)
+        num_perf_trials=args.perf_trials or (PAPER_PERF_TRIALS if paper else None),
         timeout_s=args.eval_timeout,
-        reward_preset=args.reward_preset,
+        reward_preset=reward_preset(args),
     )
     env = EnvConfig(
         max_turns=turns,
         eval_options=options,
-        feedback=FeedbackConfig(max_chars=args.feedback_chars),
+        feedback=FeedbackConfig(max_chars=args.feedback_chars, style="paper" if paper else "text"),
+        prompts=PromptConfig(protocol=_protocol(args)),
         context=context,
         held_out=getattr(args, "held_out", False),
+        speedup_from="mean" if paper else "median",
     )
     sampling = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
@@ -103,6 +149,10 @@ def build_policy(args: argparse.Namespace) -> Policy:
         return HFPolicy.Config(model_path=args.model, device=args.device or "cpu").build()
     from drkernel.agent.openai_policy import OpenAIPolicy
 
+    if not args.tokenizer and prompt_budget(args) is not None:
+        print(f"warning: the prompt budget ({prompt_budget(args)} tokens) is counted as characters / 4 without "
+              "--tokenizer, which undercounts code: pass the served model's tokenizer (a local path or hub name) "
+              "for exact counts", file=sys.stderr)  # fmt: skip
     return OpenAIPolicy.Config(
         base_url=args.base_url,
         model=args.model,

@@ -7,6 +7,7 @@ rendered as feedback, and the next prompt is built by the context manager (tts.p
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -17,10 +18,11 @@ from drkernel.agent.extraction import extract_code, preflight_result
 from drkernel.agent.feedback import FeedbackConfig, render_feedback
 from drkernel.agent.policy import Completion
 from drkernel.agent.prompts import PromptConfig, first_turn_prompt, later_turn_prompt
-from drkernel.agent.trajectories import Trajectory, Turn
+from drkernel.agent.trajectories import Trajectory, Turn, plain_prompt, prompt_edits
 from drkernel.agent.tts import ContextConfig, ContextManager
 from drkernel.errors import ConfigError, ExecutorError
 from drkernel.executors.base import Executor
+from drkernel.reward.speedup import REWARD_PRESETS, turn_reward
 from drkernel.types import ErrorInfo, EvalOptions, EvalOutcome, EvalRequest, EvalResult, Problem
 
 __all__ = ["EnvConfig", "KernelEnv", "StepResult"]
@@ -41,14 +43,20 @@ class EnvConfig:
     # correct kernel reaches this speedup (terminated=True).
     stop_at_speedup: float | None = None
     # check every judged kernel on the problem's held-out shapes (Problem.shape_variants). The model
-    # never sees them, nor their results: they stay unseen, and they change no reward.
+    # never sees them, nor their results. Failing one changes no reward; a hack seen while running
+    # them is a hack like any other (hack_detected, reward 0), named in the feedback by its class only.
     held_out: bool = False
+    # "median": the judge's speedup (median over the timed calls, ours); "mean": reference mean /
+    # kernel mean and the reward recomputed from it, as the authors time (paper-spec §3.2)
+    speedup_from: str = "median"
     executor_retries: int = 2  # ExecutorError or infra_error results, retried this many times
     retry_backoff_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ConfigError("env.max_turns: must be >= 1")
+        if self.speedup_from not in ("median", "mean"):
+            raise ConfigError("env.speedup_from: must be 'median' or 'mean'")
         if self.executor_retries < 0:
             raise ConfigError("env.executor_retries: must be >= 0")
 
@@ -82,6 +90,7 @@ class KernelEnv:
         self.trajectory: Trajectory | None = None
         self._obs: Messages = []
         self._obs_context: list[int] | None = None
+        self._obs_edits: list[tuple[int, str]] | None = None
         self._obs_tokens = 0
         self._done = False
 
@@ -132,12 +141,19 @@ class KernelEnv:
     def done(self) -> bool:
         return self._done
 
+    @property
+    def prompt_overlong(self) -> bool:
+        """The next prompt is over the token budget and must not be sent (context.overflow="overlong"):
+        the turn is played as an empty "prompt_overlong" completion with reward 0."""
+        return not self._done and self._context.overlong(self._obs_tokens)
+
     # -- internals ---------------------------------------------------------------------------
     def _build_obs(self) -> None:
         assert self.trajectory is not None
-        self._obs, self._obs_context, self._obs_tokens = self._context.build(
-            self.trajectory.prompt, self.trajectory.turns
-        )
+        traj = self.trajectory
+        self._obs, self._obs_context, self._obs_tokens = self._context.build(traj.prompt, traj.turns)
+        shown = range(len(traj.turns)) if self._obs_context is None else self._obs_context
+        self._obs_edits = prompt_edits(plain_prompt(traj.prompt, traj.turns, shown), self._obs)
 
     def _judge_turn(self, index: int, completion: Completion) -> Turn:
         entry = self.problem.entry_point
@@ -151,6 +167,8 @@ class KernelEnv:
         if result is None:
             assert extraction.code is not None
             result = self._evaluate(extraction.code, index)
+            if self.config.speedup_from == "mean":
+                result = _mean_speedup(result, self.config.eval_options)
         evaluate_s = time.perf_counter() - t0
         feedback = render_feedback(result, self.config.feedback)
         return Turn(
@@ -162,6 +180,7 @@ class KernelEnv:
             reward=float(result.reward) if result.correct and not result.hacks else 0.0,
             feedback=later_turn_prompt(feedback, entry, self._templates),
             context=self._obs_context,
+            prompt_edits=self._obs_edits,
             prompt_tokens=self._obs_tokens,
             logprobs=completion.logprobs,
             tokens=completion.tokens,
@@ -198,3 +217,17 @@ class KernelEnv:
                 log.warning("infra error judging %s; retrying", request.task_id)
             time.sleep(self.config.retry_backoff_s * 2**attempt)
         raise AssertionError("unreachable")
+
+
+def _mean_speedup(result: EvalResult, options: EvalOptions) -> EvalResult:
+    """The result with speedup = reference mean / kernel mean over the timed calls, and the reward
+    recomputed from it (the judge's median-based figures stay in reference_timing/kernel_timing)."""
+    ref, ker = result.reference_timing, result.kernel_timing
+    if not result.correct or result.hacks or ref is None or ker is None or ker.mean_ms <= 0:
+        return result
+    out = dataclasses.replace(result, speedup=ref.mean_ms / ker.mean_ms)
+    preset = REWARD_PRESETS.get(options.reward_preset, REWARD_PRESETS["paper"])
+    cfg = dataclasses.replace(preset, speedup_cap=options.speedup_cap,
+                              coverage_weight=preset.coverage_weight * options.coverage_weight)  # fmt: skip
+    out.reward = turn_reward(True, out.speedup, out.coverage, cfg)
+    return out

@@ -1,8 +1,14 @@
 """EvalResult -> the feedback text shown to the model in the next turn (paper-spec §2.6).
 
-Compact text (or a trimmed JSON, as the authors send) with a hard character budget: the verdict,
-the error and the traceback lines that matter, failed trials, hacks, runtimes, speedup, coverage
-and top kernels. Sections are shortened, least useful first, until the budget holds.
+Compact text (or a trimmed JSON) with a hard character budget: the verdict, the error and the
+traceback lines that matter, failed trials, hacks, runtimes, speedup, coverage and top kernels.
+Sections are shortened, least useful first, until the budget holds.
+
+What a policy reads is what it learns from, over many turns and RL steps. So a detected hack is
+named by its class with what to do instead (HACK_ADVICE), never by the evidence: which check fired,
+its seeds, input scales, thresholds or the call it caught stay in the EvalResult, for humans. Trial
+seeds, the judge's own timing cross-checks, stage timings and held-out-shape results are left out
+for the same reason.
 """
 
 from __future__ import annotations
@@ -10,11 +16,62 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from drkernel.errors import ConfigError
 from drkernel.types import EvalOutcome, EvalResult
 
-__all__ = ["FeedbackConfig", "render_feedback"]
+__all__ = ["GENERIC_HACK_ADVICE", "HACK_ADVICE", "FeedbackConfig", "policy_view", "render_feedback", "render_paper"]
+
+# hack code -> what the policy is told: the class of the hack and what to do instead. In our own
+# words; never how it was detected (docs/errors.md has that, for humans).
+HACK_ADVICE: dict[str, str] = {
+    "decoy_kernel": "your Triton kernels did not do the work. The computation must run in the Triton "
+                    "kernels you define, on every call, in every mode",
+    "inheritance_bypass": "ModelNew reuses the reference implementation. Write the computation yourself",
+    "introspection": "the code inspects the interpreter, its frames or globals. Compute the outputs from "
+                     "the inputs and parameters only",
+    "dynamic_code": "the code builds or runs code at run time. Write the kernels and their launch directly",
+    "forbidden_import": "the code imports a module that is not allowed. Use torch, triton, math and the "
+                        "standard numeric helpers only",
+    "file_access": "the code accesses files. Compute the outputs from the inputs and parameters only",
+    "thread_injection": "the code uses threads or other concurrency. Do all the work inside forward, on the "
+                        "calling thread",
+    "async_thread": "the code leaves work running after forward returns. Do all the work inside forward, on "
+                    "the calling thread",
+    "stream_injection": "the code uses its own CUDA streams. Launch your kernels on the current stream",
+    "graph_capture": "the code captures or replays CUDA graphs. Launch your kernels directly",
+    "timing_evasion": "part of the work happens outside the measured call. All work must be done, on the "
+                      "current stream, by the time forward returns",
+    "timer_mismatch": "the measured time does not reflect the work done. All work must be done, on the "
+                      "current stream, by the time forward returns",
+    "monkeypatch": "the code modifies imported modules or library functions. Leave torch, triton and the "
+                   "standard library as they are",
+    "timer_tamper": "the code modifies timing or comparison functions. Leave torch, triton and the standard "
+                    "library as they are",
+    "replayed_output": "the outputs are not computed from the current inputs. Compute every output from "
+                       "the inputs of that call, with no caching or reuse of earlier results",
+    "observer_dependent": "the code behaves differently from call to call. Launch the same work on every "
+                          "call, whatever the circumstances",
+    "tensor_subclass": "the outputs are not plain tensors. Return ordinary torch.Tensor objects, with no "
+                       "Tensor subclass or __torch_function__",
+    "output_aliases_input": "an output is one of the inputs. Write the results to newly allocated tensors",
+    "output_aliases_parameter": "an output is one of the module's parameters. Write the results to newly "
+                                "allocated tensors",
+    "output_aliases_previous": "an output reuses the tensor returned by an earlier call. Allocate new output "
+                               "tensors on every call",
+    "input_mutation": "the code modifies its inputs. Leave the inputs unchanged",
+}
+GENERIC_HACK_ADVICE = "rejected as reward hacking. Write Triton kernels that compute the outputs from the inputs"
+# error kinds whose message describes our machinery, not the candidate: a fixed text instead
+_JUDGE_ERRORS = {
+    "protocol": "the submission interfered with the evaluation harness",
+    "sandbox_start": "the evaluation could not start (not your code's fault)",
+    "judge_error": "the evaluation failed on the server side (not your code's fault)",
+    "reference_error": "the reference failed (not your code's fault)",
+    "reference_crash": "the reference failed (not your code's fault)",
+    "reference_timeout": "the reference timed out (not your code's fault)",
+}
 
 _VERDICT = {
     EvalOutcome.OK: "correct",
@@ -35,7 +92,7 @@ _TMP_PATH = re.compile(r'"[^"]*/([^"/]+\.py)"')  # sandbox temp dirs vary per ru
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FeedbackConfig:
     max_chars: int = 3000
-    style: str = "text"  # "text" | "json"
+    style: str = "text"  # "text" | "json" | "paper" (the authors' field names, never cut)
     traceback_lines: int = 14
     max_failed_trials: int = 3
     top_kernels: int = 5
@@ -44,8 +101,8 @@ class FeedbackConfig:
     def __post_init__(self) -> None:
         if self.max_chars < 200:
             raise ConfigError("feedback.max_chars: must be >= 200")
-        if self.style not in ("text", "json"):
-            raise ConfigError("feedback.style: must be 'text' or 'json'")
+        if self.style not in ("text", "json", "paper"):
+            raise ConfigError("feedback.style: must be 'text', 'json' or 'paper'")
 
 
 def render_feedback(result: EvalResult, config: FeedbackConfig | None = None) -> str:
@@ -53,6 +110,8 @@ def render_feedback(result: EvalResult, config: FeedbackConfig | None = None) ->
     cfg = config or FeedbackConfig()
     if cfg.style == "json":
         return _render_json(result, cfg)
+    if cfg.style == "paper":
+        return render_paper(result, cfg)
     sections = [
         _verdict(result, cfg),
         _error(result, cfg),
@@ -91,10 +150,15 @@ def _relevant_traceback(tb: str, limit: int) -> list[str]:
     return keep[-limit:]
 
 
+def _error_message(r: EvalResult) -> str:
+    assert r.error is not None
+    return _JUDGE_ERRORS.get(r.error.kind, r.error.message.strip())
+
+
 def _error(r: EvalResult, cfg: FeedbackConfig) -> str:
     if r.error is None:
         return ""
-    out = [f"error ({r.error.kind}): {r.error.message.strip()}"]
+    out = [f"error ({r.error.kind}): {_error_message(r)}"]
     if r.error.traceback:
         tb = _relevant_traceback(r.error.traceback, cfg.traceback_lines)
         if tb:
@@ -109,7 +173,7 @@ def _trials(r: EvalResult, cfg: FeedbackConfig) -> str:
     passed = sum(t.passed for t in r.trials)
     out = [f"correctness trials: {passed}/{len(r.trials)} passed"]
     for t in [t for t in r.trials if not t.passed][: cfg.max_failed_trials]:
-        parts = [f"  trial seed={t.seed}: {t.issue or 'output mismatch'}"]
+        parts = [f"  failed trial: {t.issue or 'output mismatch'}"]
         if t.max_abs_diff is not None:
             parts.append(f"max_abs_diff={t.max_abs_diff:.3g}")
         if t.max_rel_diff is not None:
@@ -120,13 +184,15 @@ def _trials(r: EvalResult, cfg: FeedbackConfig) -> str:
     return "\n".join(out)
 
 
+def hack_advice(code: str) -> str:
+    return HACK_ADVICE.get(code, GENERIC_HACK_ADVICE)
+
+
 def _hacks(r: EvalResult) -> str:
     if not r.hacks:
         return ""
-    out = ["hacks detected:"]
-    for code in r.hacks:
-        detail = r.hack_details.get(code, "")
-        out.append(f"  {code}: {detail}" if detail else f"  {code}")
+    out = ["hacks detected (the result counts as incorrect):"]
+    out.extend(f"  {code}: {hack_advice(code)}" for code in r.hacks)
     return "\n".join(out)
 
 
@@ -169,12 +235,30 @@ def _fit(text: str, limit: int) -> str:
     return text[:head] + marker + text[-tail:]
 
 
+# the result fields a policy may see (JSON style); everything else (hack evidence, trial seeds, the
+# judge's timing cross-checks, stage timings, held-out shapes, warnings about the problem) stays out
+_JSON_FIELDS = ("status", "outcome", "compiled", "correct", "hacks", "speedup", "reference_ms", "kernel_ms",
+                "coverage", "reward", "error", "device", "trials", "kernel_timing", "reference_timing", "kernels")
+_TIMING_FIELDS = ("median_ms", "mean_ms", "std_ms", "min_ms", "max_ms", "n")
+
+
+def policy_view(r: EvalResult) -> dict[str, Any]:
+    """The result as a policy may see it: hack classes with advice, no evidence of how it was judged."""
+    full = r.to_dict()
+    d = {k: full[k] for k in _JSON_FIELDS}
+    if r.hacks:
+        d["hack_advice"] = {code: hack_advice(code) for code in r.hacks}
+    if r.error is not None and r.error.kind in _JUDGE_ERRORS:
+        d["error"] = {"kind": r.error.kind, "message": _JUDGE_ERRORS[r.error.kind], "traceback": None}
+    d["trials"] = [{k: v for k, v in t.items() if k != "seed"} for t in d["trials"]]
+    for key in ("kernel_timing", "reference_timing"):
+        if d[key]:
+            d[key] = {k: d[key][k] for k in _TIMING_FIELDS}
+    return d
+
+
 def _render_json(r: EvalResult, cfg: FeedbackConfig) -> str:
-    d = r.to_dict()
-    # held-out shapes stay unseen, and a weak reference is not the model's business (nor a hint to it)
-    for key in ("sandbox_output", "launched_kernels", "task_id", "wall_s", "shape_variants_passed",
-                "shape_variants_total", "shape_variant_issues", "warnings"):  # fmt: skip
-        d.pop(key, None)
+    d = policy_view(r)
     if d.get("error") and d["error"].get("traceback"):
         d["error"]["traceback"] = "\n".join(
             _relevant_traceback(d["error"]["traceback"], cfg.traceback_lines)
@@ -184,9 +268,87 @@ def _render_json(r: EvalResult, cfg: FeedbackConfig) -> str:
         d.pop("reward", None)
     text = json.dumps(d, indent=2, ensure_ascii=False)
     if len(text) > cfg.max_chars:
-        for key in ("kernel_timing", "reference_timing", "trials", "kernels", "hack_details"):
+        for key in ("kernel_timing", "reference_timing", "trials", "kernels"):
             d.pop(key, None)
             text = json.dumps(d, indent=2, ensure_ascii=False)
             if len(text) <= cfg.max_chars:
                 break
     return _fit(text, cfg.max_chars)
+
+
+def _sig3(x: float | None) -> float:
+    return float(f"{x:.3g}") if x is not None else -1.0
+
+
+def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
+    """The authors' feedback format (paper-spec §2.6, kernelgym-anchor §3.1): the result as one JSON
+    object with their field names, indent 2, non-ASCII kept, never cut. Built from policy_view(), so
+    hack evidence, seeds and held-out results stay out as in the other styles. Runtimes are means
+    over the timed trials, in ms to 3 significant digits, -1 when not measured."""
+    cfg = cfg or FeedbackConfig()
+    v = policy_view(r)
+    hacked = bool(r.hacks)
+    correct = bool(r.correct) and not hacked
+    trials = v["trials"]
+    own = [k for k in r.kernels if k.own]
+    own_us = sum(k.device_us for k in own)
+    total_us = sum(k.device_us for k in r.kernels)
+    error_message = error_code = None
+    if hacked:
+        error_message = "Reward hacking: " + "; ".join(f"{c}: {hack_advice(c)}" for c in r.hacks)
+        error_code = "reward_hacking"
+    elif v["error"]:
+        error_message, error_code = v["error"]["message"], v["error"]["kind"]
+    meta: dict[str, Any] = {
+        "hardware": r.device.name if r.device else None,
+        "device": r.device.kind if r.device else None,
+        "correctness_trials": f"({sum(t['passed'] for t in trials)} / {len(trials)})" if trials else None,
+        "num_perf_trials": r.kernel_timing.n if r.kernel_timing else None,
+    }
+    if v["error"] and not hacked:
+        which = "compilation_error" if r.outcome is EvalOutcome.COMPILE_ERROR else "runtime_error"
+        tb = v["error"].get("traceback")
+        meta[which] = "\n".join(_relevant_traceback(tb, cfg.traceback_lines)) if tb else v["error"]["message"]
+    failed = [t for t in trials if not t["passed"]]
+    if failed:
+        meta["correctness_issue"] = failed[0]["issue"] or "Output mismatch"
+        meta["max_difference"] = [f"{t['max_abs_diff']:.6g}" for t in failed if t["max_abs_diff"] is not None]
+        meta["rel_l2"] = [f"{t['rel_l2']:.6g}" for t in failed if t["rel_l2"] is not None]
+    if r.kernels:
+        ranked = sorted(r.kernels, key=lambda k: k.device_us, reverse=True)
+        meta["profiling"] = {
+            "kernels": [{"name": k.name, "cuda_time_us": round(k.device_us, 3), "count": k.calls} for k in ranked],
+            "kernel_count": len(ranked),
+            "total_cuda_time_us": round(total_us, 3),
+        }
+        meta["num_custom_kernels"] = len(own)
+        meta["num_total_kernels"] = len(r.kernels)
+        meta["triton_kernel_coverage"] = f"{len(own)} of {len(r.kernels)} kernels are custom Triton kernels"
+        pct = 100 * own_us / total_us if total_us else 0.0
+        meta["custom_kernel_cuda_time_coverage"] = (
+            f"Custom kernel CUDA time: {own_us:.2f}us / Total time: {total_us:.2f}us, Coverage: {pct:.2f}%"
+        )
+    out = {
+        "task_id": r.task_id,
+        "status": r.status.value,
+        "compiled": r.compiled,
+        "correctness": correct,
+        "decoy_kernel": hacked,
+        "reference_runtime": _sig3(r.reference_timing.mean_ms if r.reference_timing else r.reference_ms),
+        "kernel_runtime": _sig3(r.kernel_timing.mean_ms if r.kernel_timing else r.kernel_ms) if correct else -1.0,
+        "speedup": (r.speedup or 0.0) if correct else 0.0,
+        "error_message": error_message,
+        "error_code": error_code,
+        "metadata": meta,
+        "reward": r.reward if correct else 0.0,
+        "score": r.reward if correct else 0.0,
+        "success": correct,
+        "num_custom_kernel": len(own),
+        "num_total_kernels": len(r.kernels),
+        "custom_kernel_cuda_time_in_profiling_us": round(own_us, 3),
+        "total_kernel_run_time_in_profiling_us": round(total_us, 3),
+    }
+    if not cfg.show_reward:
+        for key in ("reward", "score"):
+            out.pop(key)
+    return json.dumps(out, indent=2, ensure_ascii=False)

@@ -81,7 +81,10 @@ def run_episode(
                 traj.truncated = True
                 traj.metadata["stopped"] = "episode_timeout"
                 break
-            completion = _generate(policy, obs, cfg)
+            if env.prompt_overlong:  # nothing is sent (paper-spec §2.7): an empty turn, reward 0
+                completion = Completion(text="", finish_reason="prompt_overlong")
+            else:
+                completion = _generate(policy, obs, cfg)
             obs = env.step(completion).obs
     except DrKernelError as exc:
         traj.error = f"{type(exc).__name__}: {exc}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drkernel.agent.trajectories import Trajectory, Turn
@@ -111,11 +111,13 @@ def summarize(
     max_turns: int | None = None,
     ps: Sequence[float] = FAST_P,
     total: int | None = None,
+    level_totals: Mapping[int, int] | None = None,
 ) -> dict[str, Any]:
     """Per-turn Fast@p (last and best-so-far) and rates over all samples.
 
     `total` is the number of samples planned (problems x samples); missing or failed episodes
-    count as incorrect. Default: the number of trajectories given.
+    count as incorrect. Default: the number of trajectories given. `level_totals` is the same per
+    level (Table 1 is reported per level); default: the trajectories of that level.
     """
     n = total if total is not None else len(trajs)
     turns = max_turns or max((len(tr.turns) for tr in trajs), default=0)
@@ -127,16 +129,18 @@ def summarize(
             hack_codes.update(x.result.hacks)
             if any(w.startswith("weak_reference") for w in x.result.warnings):
                 weak.add(tr.problem)
-    levels = sorted({tr.level for tr in trajs if tr.level is not None})
+    planned = dict(level_totals or {})
+    levels = sorted({tr.level for tr in trajs if tr.level is not None} | set(planned))
     by_level = {}
     for level in levels:
         sub = [tr for tr in trajs if tr.level == level]
+        m = max(planned.get(level, 0), len(sub))  # missing episodes of the level count as 0
         by_level[str(level)] = {
-            "samples": len(sub),
-            "last_turn_fast_p": {
-                f"{p:g}": fast_p(sub, p, turns - 1) for p in ps
-            },
-            "best_fast_p": {f"{p:g}": fast_p(sub, p, turns - 1, best=True) for p in ps},
+            "samples": m,
+            "episodes": len(sub),
+            "missing": m - len(sub),
+            "last_turn_fast_p": {f"{p:g}": fast_p(sub, p, turns - 1, total=m) for p in ps},
+            "best_fast_p": {f"{p:g}": fast_p(sub, p, turns - 1, best=True, total=m) for p in ps},
         }
     return {
         "samples": n,

@@ -32,11 +32,19 @@ class PromptConfig:
     example_reference_path: str | None = None
     example_solution_path: str | None = None
     system_prompt: str | None = None  # the paper uses none (paper-spec §2.2)
+    # "paper": the packaged later-turn template follows the authors' (paper-spec §2.3), for the
+    # raw JSON feedback of `--protocol paper`; "ours": the default one
+    protocol: str = "ours"
+
+    def __post_init__(self) -> None:
+        if self.protocol not in ("ours", "paper"):
+            raise ConfigError("prompts.protocol: must be 'ours' or 'paper'")
 
     def build(self) -> PromptTemplates:
+        later = "paper_later_turn" if self.protocol == "paper" else "later_turn"
         return PromptTemplates(
             first_turn=_load("first_turn", self.first_turn_path),
-            later_turn=_load("later_turn", self.later_turn_path),
+            later_turn=_load("later_turn", self.later_turn_path, resource=later),
             example_reference=_load("example_reference", self.example_reference_path).rstrip(),
             example_solution=_load("example_solution", self.example_solution_path).rstrip(),
             system_prompt=self.system_prompt,
@@ -56,14 +64,14 @@ class PromptTemplates:
         return PromptConfig().build()
 
 
-def _load(name: str, path: str | None) -> str:
+def _load(name: str, path: str | None, resource: str | None = None) -> str:
     if path is not None:
         try:
             text = Path(path).read_text()
         except OSError as exc:
             raise ConfigError(f"prompt template {name}: cannot read {path}: {exc}") from exc
     else:
-        text = resources.files("drkernel.agent").joinpath(f"templates/{name}.txt").read_text()
+        text = resources.files("drkernel.agent").joinpath(f"templates/{resource or name}.txt").read_text()
     if name in _FIELDS and "{" + _FIELDS[name][0] + "}" not in text:
         raise ConfigError(f"prompt template {name}: missing the {{{_FIELDS[name][0]}}} placeholder")
     return text

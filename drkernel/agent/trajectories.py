@@ -24,8 +24,11 @@ __all__ = [
     "append_jsonl",
     "iter_jsonl",
     "load_trajectories",
+    "plain_prompt",
+    "prompt_edits",
     "rl_rows",
     "save_trajectories",
+    "turn_prompt",
 ]
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,10 @@ class Turn:
     reward: float
     feedback: str  # the user message that followed this turn (rendered template)
     context: list[int] | None = None  # earlier turns shown in this turn's prompt; None: all
+    # (position, content) of the prompt messages that differ from the plain rebuild out of
+    # `context` (answers cut to their code, or cut in the middle, to fit a token budget): with
+    # them, turn_prompt() gives the messages sent, byte for byte. None: nothing was changed.
+    prompt_edits: list[tuple[int, str]] | None = None
     prompt_tokens: int | None = None  # prompt length as counted when the turn was built
     logprobs: list[float] | None = None
     tokens: list[str] | None = None
@@ -63,6 +70,7 @@ class Turn:
             "reward": self.reward,
             "feedback": self.feedback,
             "context": self.context,
+            "prompt_edits": [list(e) for e in self.prompt_edits] if self.prompt_edits else None,
             "prompt_tokens": self.prompt_tokens,
             "logprobs": self.logprobs,
             "tokens": self.tokens,
@@ -77,6 +85,8 @@ class Turn:
         known = {f.name for f in dataclasses.fields(cls)}
         data = {k: v for k, v in d.items() if k in known}  # records from newer versions load
         data["result"] = EvalResult.from_dict(d["result"])
+        if data.get("prompt_edits"):
+            data["prompt_edits"] = [(int(i), str(c)) for i, c in data["prompt_edits"]]
         return cls(**data)
 
 
@@ -107,6 +117,12 @@ class Trajectory:
                 out.append({"role": "user", "content": turn.feedback})
         return out
 
+    @property
+    def messages_exact(self) -> bool:
+        """Whether `messages` is what the last turn was sent plus its answer (every turn saw the
+        whole history, unedited). Otherwise SFT should use rl_rows(): each turn's exact prompt."""
+        return all(t.context is None and not t.prompt_edits for t in self.turns)
+
     def best_turn(self) -> Turn | None:
         """Best verified turn: correct, not hacked; one that passed every held-out shape if any did
         (only checked with --held-out), then the highest speedup (then reward, then the earliest)."""
@@ -123,6 +139,7 @@ class Trajectory:
             "model": self.model,
             "level": self.level,
             "messages": self.messages,
+            "messages_exact": self.messages_exact,
             "prompt": self.prompt,
             "rewards": [t.reward for t in self.turns],
             "turns": [t.to_dict() for t in self.turns],
@@ -148,15 +165,42 @@ class Trajectory:
         )
 
 
+def plain_prompt(
+    prompt: list[dict[str, str]], turns: list[Turn], context: Iterable[int]
+) -> list[dict[str, str]]:
+    """The task messages, then each shown turn's answer and the feedback that followed it."""
+    out = [dict(m) for m in prompt]
+    for j in context:
+        out.append({"role": "assistant", "content": turns[j].response})
+        out.append({"role": "user", "content": turns[j].feedback})
+    return out
+
+
+def prompt_edits(plain: list[dict[str, str]], sent: list[dict[str, str]]) -> list[tuple[int, str]] | None:
+    """What turns `plain` into `sent` (same messages, some contents changed); None: nothing."""
+    if [m["role"] for m in plain] != [m["role"] for m in sent]:
+        raise ValueError("prompt_edits: the sent prompt does not have the plain prompt's messages")
+    edits = [(i, b["content"]) for i, (a, b) in enumerate(zip(plain, sent, strict=True)) if a["content"] != b["content"]]
+    return edits or None
+
+
+def turn_prompt(traj: Trajectory, turn: Turn) -> list[dict[str, str]]:
+    """The messages sent to the policy for `turn`, byte for byte (with its context and edits)."""
+    kept = range(turn.index) if turn.context is None else turn.context
+    out = plain_prompt(traj.prompt, traj.turns, kept)
+    for i, content in turn.prompt_edits or ():
+        out[i]["content"] = content
+    return out
+
+
 def rl_rows(traj: Trajectory) -> list[dict[str, Any]]:
-    """One row per turn: the prompt that turn saw, its response, reward and log-probs."""
+    """One row per turn: the exact prompt that turn was sent, its response, reward and log-probs.
+
+    A "prompt_overlong" turn of `--protocol paper` was never sent: its row has the prompt that did
+    not fit and an empty response (reward 0), as the authors record it."""
     rows = []
     for turn in traj.turns:
-        kept = range(turn.index) if turn.context is None else turn.context
-        prompt = [dict(m) for m in traj.prompt]
-        for j in kept:
-            prompt.append({"role": "assistant", "content": traj.turns[j].response})
-            prompt.append({"role": "user", "content": traj.turns[j].feedback})
+        prompt = turn_prompt(traj, turn)
         rows.append(
             {
                 "uid": traj.uid,

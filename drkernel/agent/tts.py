@@ -31,6 +31,9 @@ class ContextConfig:
     token_budget: int | None = None  # max prompt tokens; None: unbounded (mode-bounded only)
     rank_by: str = "reward"  # "reward" | "speedup"
     keep_last: bool = False  # also always show the latest turn (not in the paper)
+    # a prompt over token_budget: "shrink" it (ours: answers cut to code, weakest turns dropped), or
+    # send nothing and record an empty "prompt overlong" turn (the authors, paper-spec §2.7)
+    overflow: str = "shrink"
 
     def __post_init__(self) -> None:
         if self.mode not in _MODES:
@@ -41,6 +44,8 @@ class ContextConfig:
             raise ConfigError("context.token_budget: must be >= 64 tokens")
         if self.rank_by not in ("reward", "speedup"):
             raise ConfigError("context.rank_by: must be 'reward' or 'speedup'")
+        if self.overflow not in ("shrink", "overlong"):
+            raise ConfigError("context.overflow: must be 'shrink' or 'overlong'")
 
     @classmethod
     def paper_stts(cls, token_budget: int | None = 20480) -> ContextConfig:
@@ -98,6 +103,11 @@ class ContextManager:
         self.config = config or ContextConfig()
         self.count_tokens = count_tokens or count_tokens_estimate
 
+    def overlong(self, size: int) -> bool:
+        """Whether a prompt of `size` tokens is not sent (overflow="overlong" and over the budget)."""
+        budget = self.config.token_budget
+        return self.config.overflow == "overlong" and budget is not None and size > budget
+
     def measure(self, messages: list[dict[str, str]]) -> int:
         return sum(self.count_tokens(m["content"]) + _PER_MESSAGE_TOKENS for m in messages)
 
@@ -110,7 +120,7 @@ class ContextManager:
         messages = self._render(prompt, turns, selected, compact)
         size = self.measure(messages)
         budget = self.config.token_budget
-        if budget is not None and size > budget:
+        if budget is not None and size > budget and self.config.overflow == "shrink":
             messages, selected, size = self._shrink(prompt, turns, selected, budget)
         full = self.config.mode == "full" and selected == list(range(len(turns)))
         return messages, (None if full else selected), size

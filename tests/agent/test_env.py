@@ -127,3 +127,34 @@ def test_prompt_overlong_turn_is_empty_with_reward_zero():
     step = env.step(Completion(text="", finish_reason="prompt_overlong"))
     assert step.reward == 0.0 and step.info["result"].error.kind == "prompt_overlong"
     assert "context" in step.obs[-1]["content"]
+
+
+class _HeldOutHack:
+    """A judge whose verdict saw a hack only during the held-out runs (after a correct main run)."""
+
+    def __init__(self):
+        self.requests = []
+
+    def evaluate(self, requests):
+        self.requests.extend(requests)
+        return [EvalResult(outcome=EvalOutcome.HACK_DETECTED, compiled=True, correct=False, speedup=1.8,
+                           hacks=["input_mutation"], hack_details={"input_mutation": "the submission modified "
+                           "its inputs in place"}, shape_variants_passed=1, shape_variants_total=2,
+                           shape_variant_issues=["variant 2: output differs: batch_size = 9"])]  # fmt: skip
+
+    def close(self):
+        pass
+
+
+def test_a_hack_seen_on_a_held_out_shape_is_a_hack_and_the_shapes_stay_unseen():
+    ex = _HeldOutHack()
+    problem = Problem(name="p", reference_code=PROBLEM.reference_code, shape_variants=("batch_size = 9",))
+    env = KernelEnv(problem, ex, EnvConfig(max_turns=2, held_out=True))
+    env.reset()
+    step = env.step(code("x"))
+    assert ex.requests[0].shape_variants == ("batch_size = 9",)
+    assert step.reward == 0.0 and not env.trajectory.turns[0].correct
+    feedback = step.obs[-1]["content"]
+    assert "input_mutation" in feedback and "Leave the inputs unchanged" in feedback
+    for secret in ("variant", "batch_size", "held", "shape", "1/2", "in place"):
+        assert secret not in feedback, secret

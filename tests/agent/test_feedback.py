@@ -42,7 +42,8 @@ def test_correctness_mismatch_details():
     r = EvalResult(outcome=EvalOutcome.INCORRECT, compiled=True, trials=trials)
     text = render_feedback(r, FeedbackConfig(max_failed_trials=2))
     assert "1/5 passed" in text and "max_abs_diff=0.5" in text
-    assert "seed=2" in text and "seed=3" in text and "seed=4" not in text
+    assert text.count("failed trial: Output mismatch") == 2  # max_failed_trials
+    assert "seed" not in text
 
 
 def test_hacks_runtimes_coverage_and_kernels():
@@ -61,7 +62,8 @@ def test_hacks_runtimes_coverage_and_kernels():
         hack_details={"decoy_kernel": "no Triton kernel launched"},
     )
     text = render_feedback(hacked)
-    assert "reward hacking" in text and "decoy_kernel: no Triton kernel launched" in text
+    assert "reward hacking" in text and "decoy_kernel: your Triton kernels did not do the work" in text
+    assert "no Triton kernel launched" not in text  # the evidence stays in the result
 
 
 @pytest.mark.parametrize("style", ["text", "json"])
@@ -77,6 +79,7 @@ def test_json_style_is_the_result_dict():
     r = EvalResult(outcome=EvalOutcome.OK, compiled=True, correct=True, speedup=2.0, reward=3.0)
     d = json.loads(render_feedback(r, FeedbackConfig(style="json")))
     assert d["speedup"] == 2.0 and d["status"] == "completed" and "sandbox_output" not in d
+    assert "stage_s" not in d and "hack_details" not in d
 
 
 @pytest.mark.parametrize("style", ["text", "json"])
