@@ -22,6 +22,7 @@ __all__ = [
     "EvalStatus",
     "KernelTime",
     "Problem",
+    "SpeedOfLight",
     "TimingStats",
     "TrialReport",
 ]
@@ -185,6 +186,10 @@ class DeviceInfo:
     interpreter: bool  # True: Triton interpreter, timings are interpreter timings
     torch_version: str = ""
     triton_version: str = ""
+    # measured once per device by the judge (a device-to-device copy, fp32 and bf16 matmuls); GPU only
+    peak_bandwidth_gbs: float | None = None
+    peak_tflops_fp32: float | None = None
+    peak_tflops_bf16: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -204,6 +209,26 @@ class TimingStats:
     windows: int | None = None  # timed windows; n = window_calls x windows calls in all
     graph: bool | None = None  # windows replayed as one CUDA graph (device time only)
     overhead_ms: float | None = None  # judge's clock less the windows: input fills, checksums, IPC
+    input_bytes: int | None = None  # of one call's inputs (the reference's count)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(slots=True)
+class SpeedOfLight:
+    """How close a time is to what the device allows: the fewest bytes a call must move (its inputs
+    read once, its outputs written once) over the measured peak bandwidth; FLOPs where the problem
+    states them (a module-level FLOPS). Fractions are of the device's measured peaks."""
+
+    min_bytes: int
+    kernel_gbs: float | None = None
+    reference_gbs: float | None = None
+    kernel_bandwidth_fraction: float | None = None
+    reference_bandwidth_fraction: float | None = None
+    flops: float | None = None
+    kernel_tflops: float | None = None
+    reference_tflops: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -264,6 +289,7 @@ class EvalResult:
     stage_s: dict[str, float] = field(default_factory=dict)  # wall seconds per pipeline stage
     task_id: str | None = None
     judge_retries: int = 0  # evaluations redone after a fault of the judge's own (fresh device state)
+    speed_of_light: SpeedOfLight | None = None  # GPU: achieved bandwidth (and FLOP rate) against the peak
 
     @property
     def status(self) -> EvalStatus:
@@ -305,6 +331,7 @@ class EvalResult:
             "stage_s": dict(self.stage_s),
             "task_id": self.task_id,
             "judge_retries": self.judge_retries,
+            "speed_of_light": self.speed_of_light.to_dict() if self.speed_of_light else None,
         }
 
     @classmethod
@@ -341,6 +368,8 @@ class EvalResult:
             stage_s=dict(d.get("stage_s") or {}),
             task_id=d.get("task_id"),
             judge_retries=int(d.get("judge_retries") or 0),
+            speed_of_light=SpeedOfLight(**_known(SpeedOfLight, d["speed_of_light"]))
+            if isinstance(d.get("speed_of_light"), dict) else None,
         )
 
     @classmethod

@@ -31,6 +31,7 @@ from drkernel.types import (
     EvalRequest,
     EvalResult,
     KernelTime,
+    SpeedOfLight,
     TimingStats,
     TrialReport,
 )  # fmt: skip
@@ -84,6 +85,8 @@ class Evaluation:
         self.seeds = [self.rng.randrange(1 << 31) for _ in range(self.opts.num_correct_trials)]
         self.result = EvalResult(outcome=EvalOutcome.OK, device=device, task_id=request.task_id)
         self.timed_launches_per_call: float | None = None
+        self.output_bytes: int | None = None  # of one call's outputs, from the reference's trial files
+        self.problem_flops: float | None = None  # a module-level FLOPS of the reference, where it states one
 
     # -- plumbing -------------------------------------------------------------------------------
     def _cand(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +184,8 @@ class Evaluation:
             raise _Stop
 
     def _load(self) -> None:
-        self._both(*self._load_messages(""))
+        ref_reply, _ = self._both(*self._load_messages(""))
+        self.problem_flops = ref_reply.get("flops")
 
     def _load_messages(self, snippet: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """The load op for the reference and for the candidate, at the sizes `snippet` sets. The
@@ -243,6 +247,7 @@ class Evaluation:
         if isinstance(first, (int, float)):  # the candidate's JIT compile (or cache load) is in here
             self.result.stage_s["first_call"] = round(float(first), 4)
         prints: list[torch.Tensor] = []
+        self.output_bytes = _output_bytes(ref_reply["items"][0]) if ref_reply.get("items") else None
         for seed, ref_item, item in zip(self.seeds, ref_reply["items"], reply["items"], strict=True):
             self.result.trials.append(self._compare_item(ref_item, item, seed, prints=prints))
             self.result.launched_kernels.extend(n for n in item["launches"] if n not in self.result.launched_kernels)
@@ -312,6 +317,51 @@ class Evaluation:
         self.result.reference_ms = ref.median_ms
         self.result.kernel_ms = stats.median_ms
         self.result.speedup = ref.median_ms / stats.median_ms if stats.median_ms > 0 else None
+        self._speed_of_light(ref, stats)
+
+    def _speed_of_light(self, ref: TimingStats, kernel: TimingStats) -> None:
+        """Achieved bandwidth against the device's measured peak; a time the physics forbids is a hack."""
+        if not self.cuda or ref.input_bytes is None or self.output_bytes is None:
+            return
+        peak = self._peaks()
+        bw = peak.get("bandwidth_gbs")
+        min_bytes = int(ref.input_bytes) + int(self.output_bytes)
+        sol = SpeedOfLight(min_bytes=min_bytes)
+
+        def gbs(ms: float) -> float | None:
+            return min_bytes / (ms * 1e6) if ms > 0 else None
+
+        sol.kernel_gbs, sol.reference_gbs = gbs(kernel.median_ms), gbs(ref.median_ms)
+        if bw:
+            sol.kernel_bandwidth_fraction = sol.kernel_gbs / bw if sol.kernel_gbs else None
+            sol.reference_bandwidth_fraction = sol.reference_gbs / bw if sol.reference_gbs else None
+        flops = self.problem_flops
+        if isinstance(flops, (int, float)) and flops > 0:
+            sol.flops = float(flops)
+            sol.kernel_tflops = flops / (kernel.median_ms * 1e9) if kernel.median_ms > 0 else None
+            sol.reference_tflops = flops / (ref.median_ms * 1e9) if ref.median_ms > 0 else None
+        self.result.speed_of_light = sol
+        # 1.1 x the measured peak: past it, the time is not the device's (a timing hack, or broken timing)
+        if bw and sol.kernel_bandwidth_fraction is not None and sol.kernel_bandwidth_fraction > 1.1 and min_bytes > (
+                64 << 20):  # past the L2 (60 MB on an H200): a smaller working set may run from the cache
+            self._hack("faster_than_light", f"timed at {sol.kernel_gbs:.0f} GB/s for its {min_bytes} bytes, "
+                       f"above the device's measured {bw:.0f} GB/s")  # fmt: skip
+
+    def _peaks(self) -> dict[str, Any]:
+        info = self.ref.info or {}
+        key = self.cache.key("peak", str(info.get("device_name")), "device", str(info.get("torch")), 0, 0,
+                             method="peak-v1")  # fmt: skip
+        peaks = self.cache.get_json(key)
+        if not isinstance(peaks, dict):
+            reply = self._ref({"op": "peak"})
+            peaks = {k: reply.get(k) for k in ("bandwidth_gbs", "tflops_fp32", "tflops_bf16")}
+            self.cache.put_json(key, peaks)
+        dev = self.result.device
+        if dev is not None:
+            dev.peak_bandwidth_gbs = peaks["bandwidth_gbs"]
+            dev.peak_tflops_fp32 = peaks["tflops_fp32"]
+            dev.peak_tflops_bf16 = peaks["tflops_bf16"]
+        return peaks
 
     def _fresh(self, rows: int, cols: int) -> list[list[int]]:
         return [[self.rng.randrange(1 << 30) for _ in range(cols)] for _ in range(rows)]
@@ -381,6 +431,7 @@ class Evaluation:
             stats.window_calls, stats.windows, stats.graph = calls, windows, bool(reply.get("graph"))
             stats.external_ms_per_call = external_ms / (calls * windows)
             stats.overhead_ms = max(external_ms - sum(reply["window_ms"]), 0.0)
+            stats.input_bytes = prep.get("input_bytes")
             self.cache.put(key, stats)
         self.result.reference_timing = stats
         return stats
@@ -521,6 +572,14 @@ def checksum_issue(want: list[Any], got: Any, slack: float) -> str | None:
 
 
 _CHECKSUM_BOUNDS = {"torch.float64": 1e-7, "torch.float32": 1e-3, "torch.float16": 5e-3, "torch.bfloat16": 2e-2}
+
+
+def _output_bytes(item: dict[str, Any]) -> int | None:
+    try:
+        return sum(math.prod(shape) * torch.empty(0, dtype=getattr(torch, str(dt).removeprefix("torch."))).element_size()
+                   for dt, shape in zip(item["dtypes"], item["shapes"], strict=True))
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _hash(text: str) -> str:

@@ -6,10 +6,12 @@ A small SQLite table: a problem is timed once, not once per candidate. Safe acro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 from drkernel.types import TimingStats
 
@@ -49,16 +51,25 @@ class ReferenceTimingCache:
         return json.dumps(parts)  # keys of earlier runs stay valid
 
     def get(self, key: str) -> TimingStats | None:
-        with self._lock:
-            row = self._db.execute("SELECT stats FROM reference_timing WHERE key = ?", (key,)).fetchone()
-        return TimingStats(**json.loads(row[0])) if row else None
+        raw = self.get_json(key)
+        if not isinstance(raw, dict):
+            return None
+        names = {f.name for f in dataclasses.fields(TimingStats)}
+        return TimingStats(**{k: v for k, v in raw.items() if k in names})
 
     def put(self, key: str, stats: TimingStats) -> None:
+        self.put_json(key, stats.to_dict())
+
+    def get_json(self, key: str) -> Any:
+        """Any JSON value stored under `key` (the device's measured peaks, say); None if absent."""
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO reference_timing (key, stats) VALUES (?, ?)",
-                (key, json.dumps(stats.to_dict())),
-            )
+            row = self._db.execute("SELECT stats FROM reference_timing WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put_json(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO reference_timing (key, stats) VALUES (?, ?)",
+                             (key, json.dumps(value)))  # fmt: skip
             self._db.commit()
 
     def close(self) -> None:

@@ -117,7 +117,7 @@ class Sandbox:
     def load(self, msg: dict[str, Any]) -> dict[str, Any]:
         key = f"{msg['reference_hash']}:{msg.get('size_snippet', '')}:{msg['init_seed']}"
         if self.role == "reference" and key == self.loaded_key:
-            return {"ok": True, "cached": True}
+            return {"ok": True, "cached": True, "flops": getattr(self, "_flops", None)}
         self.loaded_key = None  # a load that fails part way must not pass for the last good one
         entry = msg.get("entry_point", "Model")
         self._input_cache.clear()
@@ -133,7 +133,10 @@ class Sandbox:
         except Exception as exc:  # the reference itself is broken
             return _error("reference_error", exc)
         if self.role == "reference":
+            flops = ns.get("FLOPS")  # a problem may state the FLOPs of one call (speed of light)
+            self._flops = float(flops) if isinstance(flops, (int, float)) and not isinstance(flops, bool) else None
             reply = self._build(ns[entry], init_inputs, msg["init_seed"], "reference_error", key)
+            reply["flops"] = self._flops
             return reply if not reply["ok"] or self.cuda else self._interpreter_dtypes(reply)
         ns.pop(entry, None)  # keep the reference class out of the candidate's reach
         self.threads.snapshot()
@@ -344,7 +347,7 @@ class Sandbox:
             return _error(_classify_forward_error(exc), exc)
         finally:
             self.model = eager
-        return {"ok": True, "est_ms": est_ms, "warmup_calls": done, "calls": int(calls),
+        return {"ok": True, "est_ms": est_ms, "warmup_calls": done, "calls": int(calls), "input_bytes": _nbytes(first),
                 "graph": self._bench["graph"] is not None, "graph_error": graph_error,
                 "tampered": self.watch.changed(), "threads": self.threads.extra()}  # fmt: skip
 
@@ -439,6 +442,43 @@ class Sandbox:
         return {"ok": True, "window_ms": window_ms, "host_ms": host_ms, "launches": launches,
                 "graph": graph is not None, "checksums": sums, "tampered": self.watch.changed(),
                 "threads": self.threads.extra()}  # fmt: skip
+
+    def peak(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The device's own ceilings, measured once (reference role): copy bandwidth, matmul rates."""
+        if not self.cuda or self.role != "reference":
+            return {"ok": True, "bandwidth_gbs": None, "tflops_fp32": None, "tflops_bf16": None}
+
+        def best_ms(fn: Any, reps: int = 10) -> float:
+            fn()
+            self._sync()
+            times = []
+            for _ in range(reps):
+                start, end = self._clock()
+                self._record(start)
+                fn()
+                self._record(end)
+                self._sync()
+                times.append(self._elapsed(start, end))
+            return sorted(times)[len(times) // 2]
+
+        n = 1 << 28  # 1 GiB of fp32, far past the L2
+        src = torch.randn(n, device=self.device)
+        dst = torch.empty_like(src)
+        copy_ms = best_ms(lambda: dst.copy_(src))
+
+        m = 8192
+        a, b = torch.randn(m, m, device=self.device), torch.randn(m, m, device=self.device)
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            fp32_ms = best_ms(lambda: a @ b, 5)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        a16, b16 = a.bfloat16(), b.bfloat16()
+        bf16_ms = best_ms(lambda: a16 @ b16, 10)
+        flops = 2.0 * m**3
+        return {"ok": True, "bandwidth_gbs": 2 * n * 4 / (copy_ms * 1e6), "tflops_fp32": flops / (fp32_ms * 1e9),
+                "tflops_bf16": flops / (bf16_ms * 1e9)}
 
     def checksums(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The reference's side of the check: the same checksums, computed eagerly, untimed."""
@@ -536,7 +576,8 @@ def _limits(memory_limit_mb: int, cuda: bool) -> None:
 
 
 OPS = {"load": Sandbox.load, "run": Sandbox.run, "modes": Sandbox.modes, "bench_prepare": Sandbox.bench_prepare,
-       "bench_run": Sandbox.bench_run, "checksums": Sandbox.checksums, "profile": Sandbox.profile}
+       "bench_run": Sandbox.bench_run, "checksums": Sandbox.checksums, "peak": Sandbox.peak,
+       "profile": Sandbox.profile}
 
 
 def die_with_parent(parent_pid: int) -> None:

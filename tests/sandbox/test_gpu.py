@@ -88,6 +88,16 @@ def test_timing_replays_windows_of_fresh_inputs_as_cuda_graphs(honest_big: EvalR
     assert kt.external_ms_per_call is not None and kt.external_ms_per_call >= kt.median_ms
 
 
+def test_results_carry_the_speed_of_light(honest_big: EvalResult) -> None:
+    """Achieved bandwidth against the device's measured copy bandwidth (an H200 copies ~4.3 TB/s)."""
+    sol, dev = honest_big.speed_of_light, honest_big.device
+    assert sol is not None and dev is not None and dev.peak_bandwidth_gbs is not None, describe(honest_big)
+    assert 2500 < dev.peak_bandwidth_gbs < 6000 and (dev.peak_tflops_bf16 or 0) > 300
+    assert sol.min_bytes == 2 * 16384 * 8192 * 4  # one fp32 input read, one output written
+    assert sol.kernel_bandwidth_fraction is not None and 0.3 < sol.kernel_bandwidth_fraction <= 1.1, sol
+    assert sol.reference_bandwidth_fraction is not None and 0.2 < sol.reference_bandwidth_fraction <= 1.1, sol
+
+
 def test_sandboxes_run_under_their_own_uid_when_the_judge_is_root(judge: Judge) -> None:
     """Where the judge is root (the lent H200 is), each candidate runs under a leased uid of its own."""
     import os

@@ -72,7 +72,7 @@ def evaluate(judge: Judge, code: str, timed: int = 3) -> EvalResult:
 def test_honest_kernel_passes_every_checksum(judge: Judge) -> None:
     r = evaluate(judge, HONEST)
     assert r.outcome is EvalOutcome.OK, (r.outcome, r.hack_details, r.error)
-    assert r.kernel_timing is not None and (r.kernel_timing.window_calls or 0) * (r.kernel_timing.windows or 0) == 3
+    assert r.kernel_timing is not None and (r.kernel_timing.window_calls or 0) * (r.kernel_timing.windows or 0) >= 3
 
 
 @pytest.mark.parametrize("code", [PARTIAL, HALF], ids=["last_hundredth_skipped", "every_other_call"])

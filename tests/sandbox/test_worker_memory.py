@@ -27,13 +27,16 @@ gc.collect()
 gc.disable()
 gc.set_debug(gc.DEBUG_SAVEALL)
 assert sb.run({"items": [(s, 1.0) for s in range(3)], "tag": "trial"})["ok"]
-assert sb.time({"base_seeds": [0, 1], "items": [(0, 1.1), (1, 0.9)] * 2, "verify": [1], "warmup": 1, "tag": "t"})["ok"]
+assert sb.bench_prepare({"seed": 5, "calls": 2, "warmup": 1})["ok"]
+assert sb.bench_run({"seeds": [[7, 8], [9, 10]], "wseeds": [[1, 2], [3, 4]]})["ok"]
+assert sb.checksums({"seeds": [[7, 8]], "wseeds": [[1, 2]]})["ok"]
+del sb._bench
 gc.collect()
 print("CYCLIC_TENSORS", sum(isinstance(o, torch.Tensor) for o in gc.garbage))
 '''
 
 
-def test_run_and_time_ops_leave_no_cyclic_garbage_holding_tensors():
+def test_run_and_timing_ops_leave_no_cyclic_garbage_holding_tensors():
     proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "CYCLIC_TENSORS 0" in proc.stdout, proc.stdout + proc.stderr[-2000:]

@@ -1,0 +1,146 @@
+"""Issue 14: are the judge's speedups repeatable and true, and how many evaluations a minute?
+
+precision: 10 fresh evaluations (the reference re-timed each time: a salted comment) of one honest kernel,
+  relu(x + bias), BLOCK 4096, against torch.relu(x + bias), at three sizes; max/min of the speedup and
+  the median, beside the device-time ratio that CUDA-graph replay gives in a separate process
+  (bench/timing_probe.py's graph method).
+throughput: N distinct kernels (each a fresh Triton compile) through one warm judge, one GPU.
+Run on the GPU machine:  python bench/judge_speed.py [--evals 10] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from drkernel.sandbox.judge import Judge
+from drkernel.types import EvalOptions, EvalRequest
+
+REF = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(COLS))
+    def forward(self, x):
+        return torch.relu(x + self.bias)
+ROWS = {rows}
+COLS = {cols}
+def get_inputs():
+    return [torch.randn(ROWS, COLS)]
+def get_init_inputs():
+    return []
+"""
+
+KERNEL = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def relu_bias(x_ptr, b_ptr, o_ptr, n, cols, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    b = tl.load(b_ptr + offs % cols, mask=m)
+    tl.store(o_ptr + offs, tl.maximum(x + b, 0.0) + 0.0 * {salt}, mask=m)
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn({cols}))
+    def forward(self, x):
+        o = torch.empty_like(x)
+        relu_bias[(triton.cdiv(x.numel(), 4096),)](x, self.bias, o, x.numel(), self.bias.numel(), BLOCK=4096)
+        return o
+"""
+
+
+def graph_ratio(rows: int, cols: int) -> float | None:
+    """The device-time ratio by CUDA-graph replay in a separate process (bench/timing_probe.py)."""
+    probe = Path(__file__).with_name("timing_probe.py")
+    out = Path(tempfile.mkdtemp()) / "g.json"
+    cp = subprocess.run([sys.executable, str(probe), "--procs", "3", "--shapes", f"{rows}x{cols}", "--methods",
+                         "graph", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    if cp.returncode != 0 or not out.exists():
+        print(cp.stderr[-1000:], file=sys.stderr)
+        return None
+    rows_ = json.loads(out.read_text())
+    return statistics.median(rows_[0]["speedups"]) if rows_ else None
+
+
+def precision(evals: int, shapes: list[tuple[int, int]]) -> list[dict]:
+    table = []
+    for rows, cols in shapes:
+        ref, ker = REF.format(rows=rows, cols=cols), KERNEL.format(cols=cols, salt=0)
+        sp, kms = [], []
+        frac = None
+        with Judge(device="cuda", cache_path=None, spares=2) as judge:
+            results = [judge.evaluate(EvalRequest(reference_code=ref + f"\n# evaluation {k}\n", kernel_code=ker,
+                                                  options=EvalOptions(device="cuda"))) for k in range(evals)]  # fmt: skip
+        for r in results:
+            if r.speedup is None:
+                print(f"{rows}x{cols}: {r.outcome.value} {r.error} {r.hack_details}", flush=True)
+                continue
+            sp.append(r.speedup)
+            kms.append(r.kernel_ms or 0.0)
+            sol = r.speed_of_light
+            frac = sol.kernel_bandwidth_fraction if sol else None
+        truth = graph_ratio(rows, cols)
+        row = {"shape": f"{rows}x{cols}", "kernel_us": statistics.median(kms) * 1e3 if kms else None,
+               "speedups": sp, "spread": max(sp) / min(sp) if sp else None,
+               "median": statistics.median(sp) if sp else None, "graph_ratio": truth,
+               "kernel_bandwidth_fraction": frac if sp else None}
+        row["median_vs_graph"] = row["median"] / truth if sp and truth else None
+        table.append(row)
+        print(json.dumps(row), flush=True)
+    return table
+
+
+def throughput(n: int) -> dict:
+    ref = REF.format(rows=2048, cols=2048)
+    with Judge(device="cuda", cache_path=None) as judge:
+        judge.warm()
+        judge.evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=0)))
+        t0 = time.monotonic()
+        outcomes = [judge.evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=k + 1)))
+                    .outcome.value for k in range(n)]  # fmt: skip
+        wall = time.monotonic() - t0
+    return {"evaluations": n, "wall_s": wall, "per_minute": 60 * n / wall, "outcomes": outcomes}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--evals", type=int, default=10)
+    ap.add_argument("--shapes", default="8192x8192,4096x4096,1024x1024")
+    ap.add_argument("--throughput", type=int, default=20)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
+    result = {"precision": precision(args.evals, shapes)}  # type: ignore[arg-type]
+    if args.throughput:
+        result["throughput"] = throughput(args.throughput)
+        print(json.dumps(result["throughput"]), flush=True)
+    print(f"\n{'shape':>10} {'kernel_us':>9} {'spread':>7} {'median':>7} {'graph':>7} {'med/graph':>9} {'BW frac':>7}")
+    for r in result["precision"]:
+        def f(v: float | None, spec: str) -> str:
+            return format(v, spec) if v is not None else "-"
+        print(f"{r['shape']:>10} {f(r['kernel_us'], '9.2f')} {f(r['spread'], '7.3f')} {f(r['median'], '7.3f')} "
+              f"{f(r['graph_ratio'], '7.3f')} {f(r['median_vs_graph'], '9.3f')} {f(r['kernel_bandwidth_fraction'], '7.2f')}")
+    if "throughput" in result:
+        t = result["throughput"]
+        print(f"throughput: {t['per_minute']:.1f} evaluations/min ({t['evaluations']} fresh compiles, one judge)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
