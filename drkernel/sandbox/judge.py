@@ -150,7 +150,7 @@ class Judge:
             t_take = time.monotonic()
             cand = self._take_candidate()
             waited = time.monotonic() - t_take  # > 0.05 s: the spare pool did not keep up
-            result = Evaluation(request, cand, ref, self.cache, device, self._comparator).run()
+            result = Evaluation(request, cand, ref, self.cache, device, self._comparator, self.device).run()
             result.stage_s["spare_wait"] = round(waited, 4)
         except SandboxFailure as exc:
             outcome = _FAILURE_OUTCOMES.get(exc.kind, EvalOutcome.RUNTIME_ERROR)

@@ -20,6 +20,7 @@ import torch
 
 from drkernel.reward.speedup import REWARD_PRESETS, turn_reward
 from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
+from drkernel.sandbox.devicelock import timing_lock
 from drkernel.sandbox.process import SandboxFailure, SandboxProcess
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.static import check_source
@@ -73,11 +74,13 @@ def timing_stats(event_ms: list[float], host_ms: list[float] | None = None) -> T
 class Evaluation:
     def __init__(self, request: EvalRequest, cand: SandboxProcess, ref: SandboxProcess,
                  cache: ReferenceTimingCache, device: DeviceInfo,
-                 comparator: LocalComparator | ProcessComparator | None = None) -> None:  # fmt: skip
+                 comparator: LocalComparator | ProcessComparator | None = None,
+                 judge_device: str = "cpu") -> None:  # fmt: skip
         self.req = request
         self.opts = request.options
         self.cand, self.ref, self.cache = cand, ref, cache
         self.cuda = device.kind == "cuda"
+        self.device = judge_device  # "cuda:N" on a GPU judge: names the device lock
         self.comparator = comparator or LocalComparator("cpu")
         self.deadline = time.monotonic() + self.opts.timeout_s
         self.rng = random.Random(self.opts.seed) if self.opts.seed is not None else random.SystemRandom()
@@ -298,11 +301,12 @@ class Evaluation:
         ref = self._reference_timing()
         calls, windows = int(ref.window_calls or 1), int(ref.windows or 1)
         seeds, wseeds = self._fresh(windows, calls), self._fresh(windows, calls)
-        self._cand({"op": "bench_prepare", "seed": self.rng.randrange(1 << 30), "calls": calls,
-                    "warmup": self.opts.num_warmup, "warmup_s": self._warmup_s, "graph": self.cuda})  # fmt: skip
-        t0 = time.perf_counter()
-        reply = self._cand({"op": "bench_run", "seeds": seeds, "wseeds": wseeds})
-        external_ms = (time.perf_counter() - t0) * 1e3
+        with timing_lock(self.device):  # the device to itself: one timing window per GPU, host-wide
+            self._cand({"op": "bench_prepare", "seed": self.rng.randrange(1 << 30), "calls": calls,
+                        "warmup": self.opts.num_warmup, "warmup_s": self._warmup_s, "graph": self.cuda})  # fmt: skip
+            t0 = time.perf_counter()
+            reply = self._cand({"op": "bench_run", "seeds": seeds, "wseeds": wseeds})
+            external_ms = (time.perf_counter() - t0) * 1e3
         if any(n == 0 for n in reply["launches"]):
             self._hack("decoy_kernel", "a timed window launched no Triton kernel of the submission")
         self.timed_launches_per_call = statistics.median(reply["launches"]) / calls
@@ -356,7 +360,8 @@ class Evaluation:
                              method="peak-v1")  # fmt: skip
         peaks = self.cache.get_json(key)
         if not isinstance(peaks, dict):
-            reply = self._ref({"op": "peak"})
+            with timing_lock(self.device):
+                reply = self._ref({"op": "peak"})
             peaks = {k: reply.get(k) for k in ("bandwidth_gbs", "tflops_fp32", "tflops_bf16")}
             self.cache.put_json(key, peaks)
         dev = self.result.device
@@ -421,15 +426,16 @@ class Evaluation:
                              str(info.get("torch")), total, self.opts.num_warmup, 0.0, method="windows-v2")  # fmt: skip
         stats = self.cache.get(key)
         if stats is None:
-            prep = self._ref({"op": "bench_prepare", "seed": self.rng.randrange(1 << 30), "calls": None,
-                              "warmup": self.opts.num_warmup, "warmup_s": self._warmup_s, "graph": self.cuda,
-                              "compile": backend == "compile", "window_ms": 1.0})  # fmt: skip
-            calls = int(prep["calls"])
-            windows = max(5 if self.cuda else 1, math.ceil(total / calls))
-            seeds, wseeds = self._fresh(windows, calls), self._fresh(windows, calls)
-            t0 = time.perf_counter()
-            reply = self._ref({"op": "bench_run", "seeds": seeds, "wseeds": wseeds})
-            external_ms = (time.perf_counter() - t0) * 1e3
+            with timing_lock(self.device):
+                prep = self._ref({"op": "bench_prepare", "seed": self.rng.randrange(1 << 30), "calls": None,
+                                  "warmup": self.opts.num_warmup, "warmup_s": self._warmup_s, "graph": self.cuda,
+                                  "compile": backend == "compile", "window_ms": 1.0})  # fmt: skip
+                calls = int(prep["calls"])
+                windows = max(5 if self.cuda else 1, math.ceil(total / calls))
+                seeds, wseeds = self._fresh(windows, calls), self._fresh(windows, calls)
+                t0 = time.perf_counter()
+                reply = self._ref({"op": "bench_run", "seeds": seeds, "wseeds": wseeds})
+                external_ms = (time.perf_counter() - t0) * 1e3
             stats = timing_stats([w / calls for w in reply["window_ms"]], [h / calls for h in reply["host_ms"]])
             stats.window_calls, stats.windows, stats.graph = calls, windows, bool(reply.get("graph"))
             stats.external_ms_per_call = external_ms / (calls * windows)
@@ -444,7 +450,8 @@ class Evaluation:
             return
         n = self.opts.num_profile_calls
         seeds, wseeds = self._fresh(1, n), self._fresh(1, n)
-        reply = self._cand({"op": "profile", "seeds": seeds[0], "wseeds": wseeds[0]})
+        with timing_lock(self.device):
+            reply = self._cand({"op": "profile", "seeds": seeds[0], "wseeds": wseeds[0]})
         self._verify_checksums(seeds, wseeds, [reply.get("checksums")], "profiled window")
         own = set(reply.get("launches") or [])
         kernels = [KernelTime(name=str(k)[:200], device_us=float(v[0]), calls=int(v[1]), own=str(k) in own)
