@@ -71,6 +71,7 @@ def _read(path: Path, what: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from drkernel.sandbox.judge import Judge, default_cache_path
+    from drkernel.sandbox.process import SandboxFailure
 
     reference = _read(args.reference, "reference")
     kernel = _read(args.kernel, "kernel")
@@ -84,9 +85,13 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--shape {snippet!r} is not Python: {exc.msg}") from None
     request = EvalRequest(reference_code=reference, kernel_code=kernel, options=options,
                           problem_name=args.reference.stem, shape_variants=tuple(args.shape))  # fmt: skip
-    with Judge(device=options.device, spares=1, cache_path=args.cache or default_cache_path(),
-               memory_limit_mb=options.memory_limit_mb) as judge:  # fmt: skip
-        result = judge.evaluate(request)
+    try:
+        with Judge(device=options.device, spares=1, cache_path=args.cache or default_cache_path(),
+                   memory_limit_mb=options.memory_limit_mb) as judge:  # fmt: skip
+            result = judge.evaluate(request)
+    except SandboxFailure as exc:  # the judge's own machinery, never the candidate's doing
+        print(f"drkernel eval: the judge could not start its sandboxes: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), allow_nan=False, default=str) + "\n")
     else:

@@ -8,6 +8,7 @@ candidate code. One Judge evaluates one request at a time (one GPU, one evaluati
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import subprocess
@@ -231,8 +232,27 @@ def _uid_isolation_works() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     if probe.returncode != 0:
-        log.warning("sandboxes share the judge's uid: the Python installation is not readable by other users")
+        log.warning(_SHARED_UID, _first_unreadable(files))
     return probe.returncode == 0
+
+
+_SHARED_UID = (
+    "sandboxes share the judge's uid, so a candidate could signal or trace the judge and other sandboxes "
+    "and read their files (the clean environment, private temp dir and resource limits still hold). "
+    "A uid of its own per sandbox needs the judge to run as root with the Python installation and the "
+    "drkernel package readable by other users (e.g. chmod -R o+rX on their folders and every folder "
+    "above them); not readable now: %s"
+)
+
+
+def _first_unreadable(files: list[str]) -> str:
+    """The first of `files` that the unprivileged uid cannot read (a folder above it may be the cause)."""
+    for path in files:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            if subprocess.run(["cat", path], user=65534, group=65534, extra_groups=[], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=10).returncode != 0:  # fmt: skip
+                return path
+    return "?"
 
 
 def _validate(request: EvalRequest) -> None:

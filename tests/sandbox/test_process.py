@@ -98,3 +98,23 @@ def test_uid_leases_are_exclusive_and_end_with_their_holder():
     finally:
         a.release()
         b.release()
+
+
+def test_a_fork_server_that_dies_says_why(tmp_path, monkeypatch):
+    """Its exit status and the end of its log are in the error (issue 18: it said only 'connection reset')."""
+    from drkernel.sandbox import process
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named numpy' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(process.sys, "executable", str(fake))
+    zygote = Zygote("cpu")
+    zygote.proc.wait(timeout=30)  # already dead when asked (sending to it fails, not only reading)
+    try:
+        with pytest.raises(process.SandboxFailure) as info:
+            SandboxProcess("candidate", "cpu", zygote=zygote)
+    finally:
+        zygote.close()
+    message = str(info.value)
+    assert "fork server" in message and "exit status 3" in message
+    assert "No module named numpy" in message
