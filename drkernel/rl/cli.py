@@ -18,6 +18,7 @@ from typing import Any
 import transformers
 
 from drkernel.errors import ConfigError
+from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.recipes import RECIPES, get_recipe
 from drkernel.rl.config import (
     RunConfig,
@@ -37,13 +38,13 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("train", help="SFT and multi-turn RL (the Dr. Kernel recipe)")
     sub = p.add_subparsers(dest="train_command", metavar="{rl,sft,recipes}")
     rl = sub.add_parser("rl", help="multi-turn RL on one node (resumes from --run-dir)",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+                        formatter_class=DefaultsHelpFormatter)  # fmt: skip
     _common(rl, recipe_default="debug_cpu")
     rl.add_argument("--run-dir", help="checkpoints, metrics.jsonl, tensorboard/, rollouts/ (required to train)")
     rl.add_argument("--force-config", action="store_true", help="resume even if the config changed")
     rl.set_defaults(func=run_rl)
     sft = sub.add_parser("sft", help="multi-turn SFT on chat trajectories (assistant tokens only)",
-                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+                         formatter_class=DefaultsHelpFormatter)  # fmt: skip
     _common(sft, recipe_default=None)
     sft.add_argument("--data", required=True, help="trajectories .jsonl or .parquet with `messages`")
     sft.add_argument("--model", help="model name or folder (overrides model.path; default: the recipe's)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from drkernel.errors import ConfigError
 from drkernel.sandbox.pipeline import Evaluation, ReferenceFailure
 from drkernel.sandbox.process import SandboxFailure, SandboxProcess, Zygote
 from drkernel.sandbox.refcache import ReferenceTimingCache
-from drkernel.types import DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
+from drkernel.types import MAX_SOURCE_BYTES, DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
 
 __all__ = ["Judge", "default_cache_path", "resolve_device"]
 
@@ -261,11 +262,21 @@ def _validate(request: EvalRequest) -> None:
         raise ConfigError("num_correct_trials: must be between 1 and 100")
     if o.num_perf_trials is not None and not 1 <= o.num_perf_trials <= 10000:
         raise ConfigError("num_perf_trials: must be between 1 and 10000")
-    if o.num_warmup < 0 or o.timeout_s <= 0:
-        raise ConfigError("num_warmup must be >= 0 and timeout_s > 0")
+    if o.num_warmup < 0:
+        raise ConfigError("num_warmup: must be >= 0")
+    if not o.timeout_s > 0:
+        raise ConfigError("timeout_s: must be > 0 seconds")
+    for name in ("atol", "rtol"):
+        value = getattr(o, name)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ConfigError(f"{name}: must be a number >= 0")
     if not 0.0 <= o.launch_preroll_us <= 1000.0:
         raise ConfigError("launch_preroll_us: must be between 0 and 1000")
     if o.reference_backend not in ("eager", "compile"):
         raise ConfigError(f"reference_backend: {o.reference_backend!r} is not 'eager' or 'compile'")
     if not isinstance(request.kernel_code, str) or not isinstance(request.reference_code, str):
         raise ConfigError("reference_code and kernel_code must be text")
+    for name in ("reference_code", "kernel_code"):
+        text = getattr(request, name)
+        if len(text) > MAX_SOURCE_BYTES or len(text.encode(errors="replace")) > MAX_SOURCE_BYTES:
+            raise ConfigError(f"{name}: exceeds {MAX_SOURCE_BYTES >> 20} MiB")
