@@ -127,7 +127,7 @@ class Judge:
     def evaluate(self, request: EvalRequest) -> EvalResult:
         if self._closed:
             raise ConfigError("this Judge is closed")
-        _validate(request)
+        validate_request(request)
         started = time.monotonic()
         cand: SandboxProcess | None = None
         device = self.device_info()
@@ -256,7 +256,8 @@ def _first_unreadable(files: list[str]) -> str:
     return "?"
 
 
-def _validate(request: EvalRequest) -> None:
+def validate_request(request: EvalRequest) -> None:
+    """The checks every request passes before it is judged (or, on a server, queued). Raises ConfigError."""
     o = request.options
     if o.num_correct_trials < 1 or o.num_correct_trials > 100:
         raise ConfigError("num_correct_trials: must be between 1 and 100")

@@ -127,13 +127,13 @@ def test_bad_flag_values_name_the_flag(flags: list[str], needle: str, capsys: py
 
 def test_the_judge_refuses_a_negative_tolerance_from_the_api_too() -> None:
     from drkernel.errors import ConfigError
-    from drkernel.sandbox.judge import _validate
+    from drkernel.sandbox.judge import validate_request
     from drkernel.types import EvalOptions, EvalRequest
 
     with pytest.raises(ConfigError, match="atol: must be a number >= 0"):
-        _validate(EvalRequest(reference_code="x", kernel_code="y", options=EvalOptions(atol=-1.0)))
+        validate_request(EvalRequest(reference_code="x", kernel_code="y", options=EvalOptions(atol=-1.0)))
     with pytest.raises(ConfigError, match="timeout_s: must be > 0"):
-        _validate(EvalRequest(reference_code="x", kernel_code="y", options=EvalOptions(timeout_s=0)))
+        validate_request(EvalRequest(reference_code="x", kernel_code="y", options=EvalOptions(timeout_s=0)))
 
 
 def test_one_size_limit_for_sources_shared_with_the_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
