@@ -118,3 +118,24 @@ def test_a_fork_server_that_dies_says_why(tmp_path, monkeypatch):
     message = str(info.value)
     assert "fork server" in message and "exit status 3" in message
     assert "No module named numpy" in message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="uid isolation is root's to give")
+def test_the_shared_uid_warning_says_what_it_means_and_names_the_unreadable_file():
+    import tempfile
+    from pathlib import Path
+
+    from drkernel.sandbox import judge
+
+    with tempfile.TemporaryDirectory() as d:  # under the system temp folder, open to other users
+        os.chmod(d, 0o755)
+        readable, secret = Path(d) / "ok.py", Path(d) / "private.py"
+        readable.write_text("x = 1\n")
+        secret.write_text("x = 1\n")
+        secret.chmod(0o600)
+        first = judge._first_unreadable([str(readable), str(secret)])
+        if first == str(readable):
+            pytest.skip("the system temp folder is not readable by other users here")
+        assert first == str(secret)
+        text = judge._SHARED_UID % first
+    assert "signal or trace the judge" in text and "chmod -R o+rX" in text and str(secret) in text
