@@ -28,6 +28,7 @@ from drkernel.agent.report import INTERPRETER_CAVEAT, render_table, write_report
 from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
+from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.problems.loaders import load_suite
 from drkernel.types import Problem
 
@@ -42,7 +43,8 @@ _RESUME_KEYS = ("model", "samples", "turns", "context", "reference_backend", "he
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("bench", help="run a model over a suite and report Fast@p per turn")
+    p = subparsers.add_parser("bench", help="run a model over a suite and report Fast@p per turn",
+                              formatter_class=DefaultsHelpFormatter)  # fmt: skip
     p.add_argument("suite", help="builtin[:cpu|:gpu], a folder of problems, or a KernelBench checkout")
     p.add_argument("--samples", type=int, default=8, help="episodes per problem (paper: 8)")
     p.add_argument("--levels", help="KernelBench levels to run, e.g. 1,2")

@@ -24,7 +24,7 @@ from drkernel.sandbox.process import SandboxFailure, SandboxProcess, Zygote
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.types import MAX_SOURCE_BYTES, DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
 
-__all__ = ["Judge", "default_cache_path", "resolve_device"]
+__all__ = ["Judge", "default_cache_path", "resolve_device", "validate_request"]
 
 log = logging.getLogger(__name__)
 
