@@ -170,9 +170,9 @@ def render_verdict(r: EvalResult, verbose: bool = False) -> str:
         lines.append("hacks     " + ", ".join(f"{c}: {r.hack_details.get(c, '')}" for c in r.hacks))
     if r.error:
         lines.append(f"error     {r.error.kind}: {r.error.message.splitlines()[0] if r.error.message else ''}")
-        where = kernel_line(r.error.traceback)
-        if where is not None:
-            lines.append(f"          at kernel line {where[0]}" + (f": {where[1]}" if where[1] else ""))
+        at = kernel_line(r.error.traceback)
+        if at is not None:
+            lines.append(f"          at kernel line {at[0]}" + (f": {at[1]}" if at[1] else ""))
     if r.trials:
         ok = sum(t.passed for t in r.trials)
         worst = next((t for t in r.trials if not t.passed), None)
