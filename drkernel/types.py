@@ -21,11 +21,16 @@ __all__ = [
     "EvalResult",
     "EvalStatus",
     "KernelTime",
+    "MAX_SOURCE_BYTES",
     "Problem",
     "SpeedOfLight",
     "TimingStats",
     "TrialReport",
 ]
+
+
+# The largest reference or kernel source the judge takes, and the server's request-body limit: one limit.
+MAX_SOURCE_BYTES = 32 * 1024 * 1024
 
 
 class EvalStatus(StrEnum):

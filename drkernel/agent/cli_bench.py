@@ -25,14 +25,15 @@ from drkernel.agent.cli_options import (
 from drkernel.agent.loop import LoopConfig, run_episodes
 from drkernel.agent.metrics import summarize
 from drkernel.agent.policy import Policy
-from drkernel.agent.report import render_table, write_reports
+from drkernel.agent.report import INTERPRETER_CAVEAT, render_table, write_reports
 from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
+from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.problems.loaders import load_suite
 from drkernel.types import Problem
 
-__all__ = ["register", "run", "run_bench"]
+__all__ = ["BenchInterrupted", "check_out", "register", "run", "run_bench"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,8 @@ _RESUME_DEFAULTS = {"held_out": False, "protocol": "ours", "reward_preset": "pap
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("bench", help="run a model over a suite and report Fast@p per turn")
+    p = subparsers.add_parser("bench", help="run a model over a suite and report Fast@p per turn",
+                              formatter_class=DefaultsHelpFormatter)  # fmt: skip
     p.add_argument("suite", help="builtin[:cpu|:gpu], a folder of problems, or a KernelBench checkout")
     p.add_argument("--samples", type=int, default=8, help="episodes per problem (paper: 8)")
     p.add_argument("--levels", help="KernelBench levels to run, e.g. 1,2")
@@ -152,8 +154,12 @@ def run_bench(
             append_jsonl(out / ERRORS, traj)
         bar.advance(task)
 
-    with bar:
-        run_episodes(jobs, policy, executor, config, on_done=on_done)
+    interrupted = False
+    try:
+        with bar:
+            run_episodes(jobs, policy, executor, config, on_done=on_done)
+    except KeyboardInterrupt:  # report what finished; --resume runs the rest
+        interrupted = True
     names = {p.name for p in problems}
     trajs = [t for t in finished.values() if t.problem in names]
     levels = Counter(p.level for p in problems if p.level is not None)
@@ -164,7 +170,24 @@ def run_bench(
     if parquet:
         save_trajectories(out / "episodes.parquet", sorted(trajs, key=lambda t: (t.problem, t.sample)))
     write_reports(summary, out, title=f"Fast@p over turns: {config.model or 'model'}")
+    if interrupted:
+        raise BenchInterrupted(summary)
     return summary
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a bench: the reports of the finished episodes were written first."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        super().__init__()
+        self.summary = summary
+
+
+def check_out(out: str | Path, resume: bool) -> None:
+    """Refuse an --out that holds finished episodes without --resume (before any judge starts)."""
+    log_path = Path(out) / EPISODES
+    if not resume and log_path.exists() and any(True for _ in iter_jsonl(log_path)):
+        raise ConfigError(f"{out} already holds finished episodes: pass --resume to continue, or choose another --out")
 
 
 def _with_held_out(problems: list[Problem]) -> list[Problem]:
@@ -191,20 +214,32 @@ def run(args: argparse.Namespace) -> int:
     if args.held_out:
         problems = _with_held_out(problems)
     config = build_loop_config(args, default_turns=3)
+    check_out(args.out, args.resume)
     policy = build_policy(args)
-    executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers,
-                              token=server_token(args))  # fmt: skip
+    try:
+        check = getattr(policy, "check_endpoint", None)
+        if callable(check):  # a model server that is down: one line now, not retries and an all-zero table
+            check()
+        executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers,
+                                  token=server_token(args))  # fmt: skip
+    except BaseException:
+        _close(policy)
+        raise
     try:
         summary = run_bench(
             problems, policy, executor, config, args.out,
             samples=args.samples, resume=args.resume, progress=not args.no_progress,
             parquet=args.parquet,
         )
+    except BenchInterrupted as stop:
+        done = stop.summary["episodes"]
+        print(f"drkernel bench: interrupted after {done} of {stop.summary['samples']} episodes; reports of the "
+              f"finished ones written to {args.out}; rerun the same command with --resume to continue",
+              file=sys.stderr)  # fmt: skip
+        return 130
     finally:
         executor.close()
-        close = getattr(policy, "close", None)
-        if callable(close):
-            close()
+        _close(policy)
     from rich.console import Console
 
     Console().print(render_table(summary))
@@ -216,5 +251,13 @@ def run(args: argparse.Namespace) -> int:
     errors = summary["episode_errors"] + summary["missing"]
     if errors:
         print(f"{errors} episode(s) missing or failed; rerun with --resume to retry them", file=sys.stderr)
+    if summary.get("interpreter"):
+        print(f"note: {INTERPRETER_CAVEAT}", file=sys.stderr)
     print(f"reports written to {args.out}")
     return 0
+
+
+def _close(policy: Any) -> None:
+    close = getattr(policy, "close", None)
+    if callable(close):
+        close()

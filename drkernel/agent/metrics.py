@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drkernel.agent.trajectories import Trajectory, Turn
+from drkernel.sandbox.static import is_policy_refusal
 
 __all__ = ["BORDERLINE", "FAST_P", "best_speedup", "borderline", "fast_p", "summarize", "turn_at"]
 
@@ -83,7 +84,10 @@ def _turn_stats(
 ) -> dict[str, Any]:
     turns = [turn_at(tr, t) for tr in trajs]
     judged = [x for x in turns if x is not None and x.extraction != "none"]
-    hacked = [x for x in turns if x is not None and x.result.hacks]
+    flagged = [x for x in turns if x is not None and x.result.hacks]
+    # an import the rule refuses is not an attack: counted apart, so that "hacked" means caught cheating
+    refused = [x for x in flagged if is_policy_refusal(x.result.hacks, x.result.hack_details)]
+    hacked = [x for x in flagged if not is_policy_refusal(x.result.hacks, x.result.hack_details)]
     correct = [x for x in turns if x is not None and x.correct]
     checked = [x for x in correct if x.result.held_out_passed is not None]
     survived = [x for x in checked if x.result.held_out_passed]
@@ -97,6 +101,7 @@ def _turn_stats(
         "compiled": sum(x is not None and x.result.compiled for x in turns) / n,
         "hacked": len(hacked) / n,
         "hacked_of_judged": len(hacked) / len(judged) if judged else 0.0,
+        "refused": len(refused) / n,  # policy refusals (a forbidden import alone); incorrect, not hacks
         "no_code": sum(x is not None and x.code is None for x in turns) / n,
         "mean_reward": sum(x.reward for x in turns if x is not None) / n,
         "geomean_speedup_correct": _geomean([_speedup(x) for x in correct]),
@@ -124,9 +129,11 @@ def summarize(
     per_turn = [_turn_stats(trajs, t, ps, n) for t in range(turns)] if n else []
     hack_codes: Counter[str] = Counter()
     weak: set[str] = set()  # problems whose reference output barely depends on its inputs
+    interpreter = False  # any turn timed under Triton's interpreter: no speedup here is a GPU speedup
     for tr in trajs:
         for x in tr.turns:
             hack_codes.update(x.result.hacks)
+            interpreter |= bool(x.result.device is not None and x.result.device.interpreter)
             if any(w.startswith("weak_reference") for w in x.result.warnings):
                 weak.add(tr.problem)
     planned = dict(level_totals or {})
@@ -154,5 +161,6 @@ def summarize(
         "last_turn": per_turn[-1] if per_turn else None,
         "hack_codes": dict(hack_codes),
         "weak_reference_problems": sorted(weak),
+        "interpreter": interpreter,
         "by_level": by_level,
     }

@@ -105,6 +105,29 @@ class OpenAIPolicy:
     def close(self) -> None:
         self._client.close()
 
+    def check_endpoint(self, timeout_s: float = 10.0) -> None:
+        """GET /models once: a server that is down, refuses the key or does not serve the model is one
+        clear ConfigError here, before any judge starts or any retry is spent."""
+        url = f"{self.config.base_url.rstrip('/')}/models"
+        try:
+            response = self._client.get("/models", timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise ConfigError(f"the model server does not answer at {url} ({type(exc).__name__}: {exc}): "
+                              "start it, or point --base-url at it") from None  # fmt: skip
+        if response.status_code in (401, 403):
+            raise ConfigError(f"the model server at {url} refused the API key (HTTP {response.status_code}): "
+                              "set the key's environment variable (--api-key-env)")  # fmt: skip
+        if response.status_code != 200:  # some servers do not list models: the requests will tell
+            log.warning("the model server at %s answered HTTP %d to GET /models", url, response.status_code)
+            return
+        try:
+            served = [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
+        except (ValueError, AttributeError):
+            served = []
+        if served and self.config.model not in served:
+            raise ConfigError(f"the model server at {url} serves {', '.join(served[:5])}, not "
+                              f"{self.config.model!r}: pass --model with one of those")  # fmt: skip
+
     # -- internals ------------------------------------------------------------------------------
     def _load_counter(self) -> Callable[[str], int]:
         if self.config.tokenizer is None:

@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from drkernel.errors import ConfigError
+from drkernel.sandbox.static import allowed_imports_text
 from drkernel.types import Problem
 
 __all__ = ["PromptConfig", "PromptTemplates", "Message", "first_turn_prompt", "later_turn_prompt"]
@@ -18,7 +19,7 @@ __all__ = ["PromptConfig", "PromptTemplates", "Message", "first_turn_prompt", "l
 Message = dict[str, str]  # {"role": "user" | "assistant" | "system", "content": ...}
 
 _FIELDS = {
-    "first_turn": ("reference_code", "entry_point", "example_reference", "example_solution"),
+    "first_turn": ("reference_code", "entry_point", "example_reference", "example_solution", "allowed_imports"),
     "later_turn": ("feedback", "entry_point"),
 }
 
@@ -108,6 +109,7 @@ def first_turn_prompt(problem: Problem, templates: PromptTemplates | None = None
             "entry_point": problem.entry_point,
             "example_reference": t.example_reference,
             "example_solution": t.example_solution,
+            "allowed_imports": allowed_imports_text(),  # the static gate's own list: they cannot drift
         },
     )
 

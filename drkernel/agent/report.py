@@ -11,7 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_fast_p", "render_table", "write_csv", "write_json", "write_reports"]
+__all__ = ["INTERPRETER_CAVEAT", "plot_fast_p", "render_table", "write_csv", "write_json", "write_reports"]
+
+INTERPRETER_CAVEAT = (
+    "judged under Triton's interpreter on the CPU: correctness and hack checks are real, timings are not "
+    "GPU timings, so Fast@p (speedup >= p) says nothing about a GPU"
+)
 
 
 def _pct(x: float | None) -> str:
@@ -24,16 +29,20 @@ def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
     from rich.table import Table
 
     ps = [f"{p:g}" for p in summary["ps"]]
+    refusals = any(row.get("refused") for row in summary["per_turn"])
     caption = (
         f"{summary['samples']} samples, {summary['problems']} problems; hacked counts as incorrect"
+        + ("; so does refused: an import the judge's rule forbids, not an attack" if refusals else "")
     )
-    last = Table(title=f"{title}, last turn", caption=caption)
-    best = Table(title=f"{title}, best so far")
+    if summary.get("interpreter"):
+        caption += f"\nNOTE: {INTERPRETER_CAVEAT}"
+    last = Table(title=f"{title} of each turn's kernel", caption=caption)
+    best = Table(title=f"{title}, best kernel up to each turn")
     for table in (last, best):
         table.add_column("turn", justify="right")
         for p in ps:
             table.add_column(f"p={p}", justify="right")
-    for name in ("correct", "hacked", "compiled", "no code"):
+    for name in ("correct", "hacked", *(("refused",) if refusals else ()), "compiled", "no code"):
         last.add_column(name, justify="right")
     near = (summary["per_turn"][-1].get("fast_p_borderline") or {}) if summary["per_turn"] else {}
     if any(near.values()):  # every turn's counts are in the JSON and CSV
@@ -45,7 +54,8 @@ def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
         last.add_column("held-out", justify="right")
         last.caption = f"{caption}; held-out: correct kernels passing every unseen shape / checked"
     for row in summary["per_turn"]:
-        cells = [_pct(row["correct"]), _pct(row["hacked"]), _pct(row["compiled"]), _pct(row["no_code"])]
+        cells = [_pct(row["correct"]), _pct(row["hacked"]), *([_pct(row.get("refused"))] if refusals else []),
+                 _pct(row["compiled"]), _pct(row["no_code"])]  # fmt: skip
         if held:
             checked, survived = _held_out(row)
             cells.append(f"{survived}/{checked}")
@@ -61,6 +71,8 @@ def _held_out(row: dict[str, Any]) -> tuple[int, int]:
 
 
 def write_json(summary: dict[str, Any], path: str | Path) -> None:
+    if summary.get("interpreter"):
+        summary = {**summary, "caveat": INTERPRETER_CAVEAT}
     Path(path).write_text(json.dumps(summary, indent=2) + "\n")
 
 
@@ -76,8 +88,9 @@ def write_csv(summary: dict[str, Any], path: str | Path) -> None:
                 w.writerow([row["turn"], "fast_p_best", p, f"{v:.6f}"])
             for p, v in (row.get("fast_p_borderline") or {}).items():
                 w.writerow([row["turn"], "fast_p_borderline", p, v])
-            for metric in ("correct", "hacked", "hacked_of_judged", "compiled", "no_code", "mean_reward"):
-                w.writerow([row["turn"], metric, "", f"{row[metric]:.6f}"])
+            for metric in ("correct", "hacked", "hacked_of_judged", "refused", "compiled", "no_code", "mean_reward"):
+                if metric in row:  # summaries written before refusals were counted apart have none
+                    w.writerow([row["turn"], metric, "", f"{row[metric]:.6f}"])
             checked, survived = _held_out(row)
             if checked:
                 w.writerow([row["turn"], "held_out_checked", "", checked])
@@ -104,7 +117,8 @@ def plot_fast_p(summary: dict[str, Any], path: str | Path, title: str = "Fast@p 
     ax.set_ylabel("% of all samples")
     ax.set_xticks(turns)
     ax.set_ylim(0, min(100.0, max(10.0, 1.2 * top)))  # Fast@p is often small: zoom in
-    ax.set_title(title)
+    ax.set_title(title + ("\n(Triton interpreter on the CPU: timings are not GPU timings)"
+                          if summary.get("interpreter") else ""))  # fmt: skip
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()

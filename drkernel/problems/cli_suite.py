@@ -25,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ls.set_defaults(func=run_list)
     show = verbs.add_parser("show", help="print a built-in problem's reference (or solution)")
     show.add_argument("name")
-    show.add_argument("--size", choices=["cpu", "gpu"], default="gpu")
+    show.add_argument("--size", choices=["cpu", "gpu"], default=None,
+                      help="problem size: gpu on a machine with a CUDA GPU, else cpu (what eval and bench "
+                           "judge there; the gpu size under the CPU interpreter would time out)")  # fmt: skip
     show.add_argument("--solution", action="store_true", help="print the honest Triton solution instead")
     show.set_defaults(func=run_show)
     base = verbs.add_parser("baselines", help="time every reference (eager / torch.compile) and store the timings")
@@ -63,7 +65,12 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    problem = builtin_problem(args.name, args.size)
+    size = args.size
+    if size is None:
+        import torch
+
+        size = "gpu" if torch.cuda.is_available() else "cpu"
+    problem = builtin_problem(args.name, size)
     print(builtin_solution(args.name) if args.solution else problem.reference_code, end="")
     return 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from drkernel.errors import ConfigError
@@ -53,7 +54,16 @@ def load_problems(suite: str, names: Sequence[str] = (), levels: Sequence[int] =
     return problems[:limit] if limit else problems
 
 
+PAPER_RL_DATA = "cuda_llm_rl_thinking_1025.parquet"
+
+
 def training_problems(data: DataConfig) -> list[Problem]:
+    if Path(data.suite).name == PAPER_RL_DATA and not Path(data.suite).exists():
+        raise ConfigError(
+            f"data.suite {data.suite!r}: no such file. It is the paper's RL training set (71,996 KernelBench-"
+            "format problems), the file of the Hugging Face data set hkust-nlp/drkernel-rl-data: download it "
+            f"and pass --set data.suite=PATH/{PAPER_RL_DATA} (docs/rl.md, 'Training data')"
+        )
     return load_problems(data.suite, data.problems, data.levels, data.limit)
 
 

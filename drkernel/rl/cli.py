@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import transformers
 
 from drkernel.errors import ConfigError
+from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.recipes import RECIPES, get_recipe
 from drkernel.rl.config import (
     RunConfig,
@@ -35,28 +37,32 @@ _RESUMABLE = ("trainer.steps", "trainer.validate_every", "trainer.save_every", "
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("train", help="SFT and multi-turn RL (the Dr. Kernel recipe)")
     sub = p.add_subparsers(dest="train_command", metavar="{rl,sft,recipes}")
-    rl = sub.add_parser("rl", help="multi-turn RL on one node (resumes from --run-dir)")
-    _common(rl)
-    rl.add_argument("--run-dir", required=True, help="checkpoints, metrics.jsonl, tensorboard/, rollouts/")
+    rl = sub.add_parser("rl", help="multi-turn RL on one node (resumes from --run-dir)",
+                        formatter_class=DefaultsHelpFormatter)  # fmt: skip
+    _common(rl, recipe_default="debug_cpu")
+    rl.add_argument("--run-dir", help="checkpoints, metrics.jsonl, tensorboard/, rollouts/ (required to train)")
     rl.add_argument("--force-config", action="store_true", help="resume even if the config changed")
     rl.set_defaults(func=run_rl)
-    sft = sub.add_parser("sft", help="multi-turn SFT on chat trajectories (assistant tokens only)")
-    _common(sft)
+    sft = sub.add_parser("sft", help="multi-turn SFT on chat trajectories (assistant tokens only)",
+                         formatter_class=DefaultsHelpFormatter)  # fmt: skip
+    _common(sft, recipe_default=None)
     sft.add_argument("--data", required=True, help="trajectories .jsonl or .parquet with `messages`")
-    sft.add_argument("--model", help="model name or folder (overrides model.path)")
-    sft.add_argument("--out", required=True, help="output folder: model/, metrics.jsonl")
+    sft.add_argument("--model", help="model name or folder (overrides model.path; default: the recipe's)")
+    sft.add_argument("--out", required=True, help="output folder: model/, metrics.jsonl, config.json")
+    sft.add_argument("--overwrite", action="store_true", help="replace what an earlier run left in --out")
     sft.add_argument("--lora-rank", type=int, help="train LoRA adapters of this rank (needs peft)")
     sft.set_defaults(func=run_sft_command)
     rec = sub.add_parser("recipes", help="list the recipes, or print one resolved config")
-    rec.add_argument("name", nargs="?")
-    rec.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    rec.add_argument("name", nargs="?", help="a recipe to print, resolved, as JSON")
+    rec.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     rec.add_argument("--keys", action="store_true", help="list every settable key")
     rec.set_defaults(func=run_recipes)
     p.set_defaults(func=lambda args: _usage(p))
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--recipe", default="debug_cpu", help=f"one of {', '.join(RECIPES)}")
+def _common(p: argparse.ArgumentParser, recipe_default: str | None) -> None:
+    what = "" if recipe_default else " (required: SFT has no toy default)"
+    p.add_argument("--recipe", default=recipe_default, help=f"one of {', '.join(RECIPES)}{what}")
     p.add_argument("--config", help="a config.json to start from instead of a recipe")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
@@ -95,21 +101,33 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _line_buffered() -> None:
+    """Each line reaches a redirected log file when printed, not when a buffer fills (or never: kill -9)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(line_buffering=True)
+
+
 def run_rl(args: argparse.Namespace) -> int:
     cfg = resolve_config(args.recipe, args.config, args.set)
     if args.print_config:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0
+    if not args.run_dir:
+        raise ConfigError("--run-dir is required to train (it holds checkpoints, metrics.jsonl, tensorboard/)")
     run_dir = Path(args.run_dir)
     _check_resume(cfg, run_dir, args.force_config)
+    _line_buffered()
     _quiet_progress_bars()
+    from drkernel.rl.progress import Progress
     from drkernel.rl.trainer import Trainer
 
-    with Trainer(cfg, run_dir) as trainer:
+    with Trainer(cfg, run_dir, progress=Progress()) as trainer:
         start = trainer.state.step
         if start:
             print(f"resuming {run_dir} after step {start}", file=sys.stderr)
-        for m in trainer.fit():
+        for m in trainer.fit_iter():
             print(f"step {m['step']}: reward {m['reward/mean']:.4f}  fast@1 {m['batch/fast@1']:.3f}  "
                   f"groups {m['filter/groups_kept']}/{m['filter/groups']}  loss {m['actor/loss']:.4g}")  # fmt: skip
     print(f"run finished at step {cfg.trainer.steps}: {run_dir}")
@@ -117,6 +135,12 @@ def run_rl(args: argparse.Namespace) -> int:
 
 
 def run_sft_command(args: argparse.Namespace) -> int:
+    if not args.recipe and not args.config:
+        raise ConfigError(
+            "choose the settings: --recipe dr_kernel_8b (the paper's SFT: bfloat16, lr 2e-5, batch 64, 4 epochs; "
+            "give --model) or --recipe debug_cpu (a toy: tiny random model, float32 on the CPU, lr 1e-3), "
+            "or --config FILE"
+        )
     overrides = list(args.set)
     if args.model:
         overrides += [f"model.path={args.model}", "model.tiny=null"]
@@ -128,23 +152,35 @@ def run_sft_command(args: argparse.Namespace) -> int:
         return 0
     from drkernel.rl.build import build_model, training_problems
     from drkernel.rl.config import save_config
+    from drkernel.rl.progress import Progress
     from drkernel.rl.sft import load_conversations, run_sft
 
+    out = Path(args.out)
+    earlier = [n for n in ("model", "metrics.jsonl", "config.json") if (out / n).exists()]
+    if earlier and not args.overwrite:
+        raise ConfigError(f"--out {out} already holds a run ({', '.join(earlier)}): choose a new folder, "
+                          "or --overwrite to replace it")  # fmt: skip
+    _line_buffered()
     _quiet_progress_bars()
     conversations = load_conversations(args.data)
+    if cfg.model.tiny is not None:
+        print(f"note: recipe {cfg.name} trains a tiny random model with toy settings "
+              f"({cfg.model.device}, {cfg.model.dtype}, lr {cfg.sft.lr:g})", file=sys.stderr)  # fmt: skip
     problems = training_problems(cfg.data) if cfg.model.tiny is not None else []
     model, tokenizer = build_model(cfg.model, problems, seed=cfg.sft.seed)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.json")
-    summary = run_sft(cfg.sft, conversations, model, tokenizer, out, tensorboard=cfg.log.tensorboard)
+    print(f"sft: {len(conversations)} conversations, {cfg.sft.epochs} epochs, batch {cfg.sft.batch_size}, "
+          f"lr {cfg.sft.lr:g}, {cfg.model.dtype} -> {out}", file=sys.stderr)  # fmt: skip
+    summary = run_sft(cfg.sft, conversations, model, tokenizer, out, tensorboard=cfg.log.tensorboard,
+                      wandb=cfg.log.wandb, run_config=to_dict(cfg), progress=Progress())  # fmt: skip
     print(json.dumps(summary, indent=2))
     return 0
 
 
 def run_recipes(args: argparse.Namespace) -> int:
     if args.keys:
-        print("\n".join(config_keys()))
+        _print_lines(config_keys())
         return 0
     if not args.name:
         for name, fn in RECIPES.items():
@@ -153,6 +189,18 @@ def run_recipes(args: argparse.Namespace) -> int:
         return 0
     print(json.dumps(to_dict(resolve_config(args.name, None, args.set)), indent=2))
     return 0
+
+
+def _print_lines(lines: list[str]) -> None:
+    """Print to stdout; a reader that stops early (`| head`) ends it quietly."""
+    try:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # nothing more can be written: point stdout at /dev/null so the exit's flush does not fail too
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def run(args: argparse.Namespace) -> int:

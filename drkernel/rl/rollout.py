@@ -20,6 +20,7 @@ from drkernel.agent.policy import Completion, Policy, SamplingParams
 from drkernel.agent.trajectories import Trajectory
 from drkernel.errors import DrKernelError, PolicyError
 from drkernel.executors.base import Executor
+from drkernel.rl.progress import Progress, format_duration
 from drkernel.types import EvalResult, Problem
 
 __all__ = [
@@ -223,8 +224,9 @@ class RolloutBatch:
 
 
 def _step_all(
-    envs: list[KernelEnv], active: list[int], completions: list[Completion], concurrency: int
-) -> list[str | None]:
+    envs: list[KernelEnv], active: list[int], completions: list[Completion], concurrency: int,
+    on_done: Callable[[int], None] | None = None,
+) -> list[str | None]:  # fmt: skip
     """Judge one turn of every active episode concurrently; an error string per failed episode."""
 
     def one(pair: tuple[int, Completion]) -> str | None:
@@ -233,6 +235,9 @@ def _step_all(
             envs[i].step(completion)
         except DrKernelError as exc:
             return f"{type(exc).__name__}: {exc}"
+        finally:
+            if on_done is not None:
+                on_done(1)
         return None
 
     with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(active)))) as pool:
@@ -249,8 +254,12 @@ def collect_rollouts(
     sampling: SamplingParams,
     concurrency: int = 32,
     on_turn: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> RolloutBatch:
-    """Run n episodes per problem to their end (max_turns unless an episode fails)."""
+    """Run n episodes per problem to their end (max_turns unless an episode fails).
+
+    `progress` shows each turn's generation and judging (with the time left) as they happen.
+    """
     envs = [
         KernelEnv(p, executor, env_config, sample=s, count_tokens=sampler.count_tokens)
         for p in problems
@@ -270,6 +279,8 @@ def collect_rollouts(
         if not active:
             break
         t0 = time.perf_counter()
+        if progress is not None:
+            progress.line(f"  turn {turn + 1}/{env_config.max_turns}: generating {len(active)} responses")
         try:
             completions = sampler.sample([envs[i].observation for i in active], sampling)
         except PolicyError as exc:
@@ -278,7 +289,12 @@ def collect_rollouts(
             log.warning("rollout generation failed at turn %d: %s", turn, exc)
             break
         t1 = time.perf_counter()
-        errors = _step_all(envs, active, completions, concurrency)
+        if progress is not None:
+            progress.line(f"  turn {turn + 1}/{env_config.max_turns}: generated in {format_duration(t1 - t0)}")
+            with progress.bar(f"  turn {turn + 1}/{env_config.max_turns}: judging", len(active), "kernels") as bar:
+                errors = _step_all(envs, active, completions, concurrency, bar.update)
+        else:
+            errors = _step_all(envs, active, completions, concurrency)
         batch.generate_s += t1 - t0
         batch.judge_s += time.perf_counter() - t1
         for i, c, err in zip(active, completions, errors, strict=True):

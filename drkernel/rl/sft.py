@@ -21,6 +21,7 @@ import torch
 
 from drkernel.errors import ConfigError
 from drkernel.rl.config import SFTConfig
+from drkernel.rl.progress import Progress
 from drkernel.rl.runlog import RunLog
 
 __all__ = ["Example", "assistant_spans", "load_conversations", "run_sft", "tokenize_conversation"]
@@ -49,17 +50,41 @@ def load_conversations(path: str | Path) -> list[Messages]:
             raise ConfigError("parquet data needs pyarrow (pip install pyarrow)") from exc
         records = pq.read_table(p, columns=["messages"]).to_pylist()
     else:
-        records = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        records = _read_jsonl(p)
     out = []
     for i, rec in enumerate(records):
         msgs = rec.get("messages") if isinstance(rec, dict) else None
+        if msgs and (not isinstance(msgs, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs)):
+            raise ConfigError(f"sft data {p}: record {i + 1}: `messages` must be a list of {{role, content}} objects")
         if not msgs or not any(m.get("role") == "assistant" for m in msgs):
-            log.warning("%s: record %d has no assistant message; skipped", p, i)
+            log.warning("%s: record %d has no assistant message; skipped", p, i + 1)
             continue
         out.append([{"role": str(m["role"]), "content": str(m["content"])} for m in msgs])
     if not out:
         raise ConfigError(f"sft data {p}: no conversation with an assistant message")
     return out
+
+
+def _read_jsonl(p: Path) -> list[Any]:
+    """The records of a JSONL file. A torn last line (a writer killed mid-line) is skipped with a
+    warning; any other line that is not JSON is an error naming the file and the line."""
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"sft data {p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    lines = text.splitlines()
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and not text.endswith("\n"):
+                log.warning("%s:%d: torn last line (no newline, not JSON); skipped", p, number)
+                continue
+            raise ConfigError(f"sft data {p}:{number}: not a JSON object ({exc.msg} at column {exc.colno})") from None
+    return records
 
 
 def _render(tokenizer: Any, messages: Messages, generation_prompt: bool) -> str:
@@ -162,7 +187,8 @@ def _save(model: Any, tokenizer: Any, out: Path) -> Path:
 
 def run_sft(
     cfg: SFTConfig, conversations: list[Messages], model: Any, tokenizer: Any, out_dir: str | Path,
-    *, tensorboard: bool = True,
+    *, tensorboard: bool = True, wandb: str = "off", run_config: dict[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Train `model` on the conversations; write out_dir/model and out_dir/metrics.jsonl."""
     out = Path(out_dir)
@@ -178,9 +204,10 @@ def run_sft(
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     total = cfg.epochs * math.ceil(len(examples) / cfg.batch_size)
-    runlog = RunLog(out, resume_step=0, tensorboard=tensorboard)
+    runlog = RunLog(out, resume_step=0, tensorboard=tensorboard, wandb=wandb, run_name="sft", config=run_config)
     model.train()
     step, last = 0, math.nan
+    bar = (progress or Progress(enabled=False)).bar("sft", total, "steps")
     try:
         for epoch in range(cfg.epochs):
             for batch in _batches(examples, cfg, epoch):
@@ -200,7 +227,10 @@ def run_sft(
                 last = nll_sum / tokens
                 runlog.write(step, {"sft/loss": last, "sft/grad_norm": grad_norm, "sft/lr": lr,
                                     "sft/tokens": tokens, "sft/epoch": epoch + 1})  # fmt: skip
+                bar.set_postfix(f"epoch {epoch + 1}/{cfg.epochs}, loss {last:.4g}")
+                bar.update(1)
     finally:
+        bar.close()
         runlog.close()
     path = _save(model, tokenizer, out)
     return {"steps": step, "examples": len(examples), "final_loss": last, "model": str(path)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -36,9 +37,10 @@ from drkernel.rl.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from drkernel.rl.config import RunConfig, save_config
+from drkernel.rl.config import RunConfig, save_config, to_dict
 from drkernel.rl.filters import dynamic_sampling_filter
 from drkernel.rl.masks import last_present_values
+from drkernel.rl.progress import Progress, format_duration
 from drkernel.rl.rewards import turn_rewards
 from drkernel.rl.rollout import RolloutBatch, Sampler, collect_rollouts
 from drkernel.rl.runlog import RunLog
@@ -66,8 +68,11 @@ class _Parts:
 class Trainer:
     """`Trainer(config, run_dir).fit()`; resumes from run_dir/checkpoints when one is there."""
 
-    def __init__(self, config: RunConfig, run_dir: str | Path, **parts: Any) -> None:
+    def __init__(self, config: RunConfig, run_dir: str | Path, *, progress: Progress | None = None,
+                 **parts: Any) -> None:  # fmt: skip
         self.config = config
+        # silent unless given one (the CLI gives one on stderr)
+        self.progress = progress if progress is not None else Progress(enabled=False)
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         given = _Parts(**parts)
@@ -95,7 +100,9 @@ class Trainer:
             feedback=FeedbackConfig(max_chars=cfg.rollout.feedback_chars),
             executor_retries=2,
         )
-        self.runlog = RunLog(self.run_dir, resume_step=self.state.step, tensorboard=cfg.log.tensorboard)
+        self.runlog = RunLog(self.run_dir, resume_step=self.state.step, tensorboard=cfg.log.tensorboard,
+                             wandb=cfg.log.wandb, wandb_project=cfg.log.wandb_project, run_name=cfg.name,
+                             config=to_dict(cfg))  # fmt: skip
         save_config(cfg, self.run_dir / "config.json")
 
     @property
@@ -118,23 +125,30 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------------
     def fit(self) -> list[dict[str, Any]]:
         """Run until trainer.steps are completed; returns the metrics of the steps run here."""
-        out = []
+        return list(self.fit_iter())
+
+    def fit_iter(self) -> Iterator[dict[str, Any]]:
+        """`fit`, yielding each step's metrics as soon as the step is done (and checkpointed)."""
         tc = self.config.trainer
+        first, started = self.state.step, time.perf_counter()
         while self.state.step < tc.steps:
             step = self.state.step + 1
             t0 = time.perf_counter()
             metrics = self.train_step(step)
             if tc.validate_every and step % tc.validate_every == 0 and self.validation:
+                self.progress.line(f"step {step}/{tc.steps}: validating on {len(self.validation)} problems")
                 metrics.update(self.validate(step))
             metrics["time/step_s"] = time.perf_counter() - t0
+            per_step = (time.perf_counter() - started) / (step - first)
+            self.progress.line(f"step {step}/{tc.steps}: done in {format_duration(metrics['time/step_s'])}; "
+                               f"about {format_duration(per_step * (tc.steps - step))} left")  # fmt: skip
             self.runlog.write(step, metrics)
             self.state.step = step
             if step % tc.save_every == 0 or step == tc.steps:
                 save_checkpoint(self.ckpt_dir, self.state, self.model, self.tokenizer, self.optimizer,
                                 keep=tc.keep_checkpoints)  # fmt: skip
             log.info("step %d: reward %.3f, loss %.4g", step, metrics["reward/mean"], metrics["actor/loss"])
-            out.append({"step": step, **metrics})
-        return out
+            yield {"step": step, **metrics}
 
     def _next_prompts(self, count: int) -> list[Problem]:
         """The next `count` prompts of a per-epoch shuffle; the cursor makes it resumable."""
@@ -155,10 +169,14 @@ class Trainer:
         sampling = SamplingParams(temperature=ro.temperature, top_p=ro.top_p, max_tokens=ro.max_new_tokens)
         rounds: list[RolloutBatch] = []
         survivors = 0
-        for _ in range(cfg.rl.max_sampling_rounds):
+        step = self.state.step + 1
+        for r in range(cfg.rl.max_sampling_rounds):
+            self.progress.line(f"step {step}/{cfg.trainer.steps}: rollouts{f' (round {r + 1})' if r else ''}, "
+                               f"{want} prompts x {ro.n} samples, up to {ro.max_turns} turns")  # fmt: skip
             batch = collect_rollouts(
                 self._next_prompts(want), self.sampler, self.executor, n=ro.n,
                 env_config=self.env_config, sampling=sampling, concurrency=ro.concurrency,
+                progress=self.progress,
             )  # fmt: skip
             rounds.append(batch)
             survivors += int(self._groups_ok(batch).sum().item())
@@ -196,8 +214,12 @@ class Trainer:
         batch, rounds = self._rollouts()
         t1 = time.perf_counter()
         groups_ok = self._pick_groups(batch)
+        self.progress.line(f"step {step}/{cfg.trainer.steps}: scoring {len(batch.samples)} turns "
+                           f"(log-probs, masks, advantages)")  # fmt: skip
         tensors = prepare_step(batch, groups_ok, self.model, self.tokenizer, cfg, step)
         t2 = time.perf_counter()
+        self.progress.line(f"step {step}/{cfg.trainer.steps}: update on {int(tensors.loss_mask.any(-1).sum())} "
+                           f"rows, {int(tensors.loss_mask.sum())} tokens")  # fmt: skip
         actor = self._update(tensors)
         t3 = time.perf_counter()
         metrics = batch_metrics(batch, tensors, cfg)

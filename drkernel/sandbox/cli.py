@@ -4,23 +4,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import sys
 from pathlib import Path
 
 from drkernel.errors import ConfigError
-from drkernel.types import EvalOptions, EvalRequest, EvalResult
+from drkernel.helpfmt import DefaultsHelpFormatter
+from drkernel.types import MAX_SOURCE_BYTES, EvalOptions, EvalRequest, EvalResult
 
-__all__ = ["register", "render_verdict"]
+__all__ = ["kernel_line", "register", "render_verdict"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("eval", help="judge one Triton candidate against a PyTorch reference",
-                       description="Judge KERNEL.py (defines ModelNew) against REFERENCE.py (KernelBench format).")  # fmt: skip
+                       description="Judge KERNEL.py (defines ModelNew) against REFERENCE.py (KernelBench format).",
+                       formatter_class=DefaultsHelpFormatter)  # fmt: skip
     p.add_argument("reference", type=Path, help="KernelBench-format reference (Model, get_inputs, get_init_inputs)")
     p.add_argument("kernel", type=Path, help="candidate source defining ModelNew with @triton.jit kernels")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object (the result contract)")
+    p.add_argument("-v", "--verbose", dest="eval_verbose", action="store_true",
+                   help="also print the traceback, every trial, stage timings and what the candidate printed")  # fmt: skip
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda when present)")
-    p.add_argument("--timeout", type=float, default=180.0, help="wall-clock limit in seconds (default 180)")
+    p.add_argument("--timeout", type=float, default=180.0, help="wall-clock limit in seconds")
     p.add_argument("--trials", type=int, default=None, help="correctness trials (default 5)")
     p.add_argument("--perf-trials", type=int, default=None, help="timed calls (default 100 on GPU, 3 on CPU)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up calls before timing (default 3)")
@@ -60,8 +66,36 @@ def _options(args: argparse.Namespace) -> EvalOptions:
     return base.replace(**changes)
 
 
+# (flag, lowest, highest): the range each numeric flag accepts (the judge checks the same fields)
+_RANGES = (
+    ("--trials", 1, 100),
+    ("--perf-trials", 1, 10000),
+    ("--warmup", 0, 10000),
+    ("--atol", 0.0, math.inf),
+    ("--rtol", 0.0, math.inf),
+    ("--memory-limit-mb", 64, math.inf),
+    ("--launch-preroll-us", 0.0, 1000.0),
+)
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Each bad value is a usage error that names its flag (not the option field behind it)."""
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ConfigError(f"--timeout {args.timeout:g}: must be a number of seconds > 0")
+    for flag, low, high in _RANGES:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is None:
+            continue
+        if not (math.isfinite(value) and low <= value <= high):
+            bound = f">= {low:g}" if high == math.inf else f"between {low:g} and {high:g}"
+            raise ConfigError(f"{flag} {value:g}: must be {bound}")
+
+
 def _read(path: Path, what: str) -> str:
     try:
+        if path.is_file() and path.stat().st_size > MAX_SOURCE_BYTES:
+            raise ConfigError(f"{what} file {path} is {path.stat().st_size} bytes: the judge takes sources of "
+                              f"at most {MAX_SOURCE_BYTES >> 20} MiB (the server's limit too)")  # fmt: skip
         return path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{what} file not found: {path}") from None
@@ -71,12 +105,17 @@ def _read(path: Path, what: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from drkernel.sandbox.judge import Judge, default_cache_path
+    from drkernel.sandbox.process import SandboxFailure
 
+    _check_flags(args)
     reference = _read(args.reference, "reference")
     kernel = _read(args.kernel, "kernel")
     options = _options(args)
-    if "class Model" not in reference or "def get_inputs" not in reference:
-        raise ConfigError(f"{args.reference} is not KernelBench format (needs class Model and get_inputs)")
+    missing = [what for what, text in (("class Model", "class Model"), ("get_inputs()", "def get_inputs"),
+                                       ("get_init_inputs()", "def get_init_inputs")) if text not in reference]  # fmt: skip
+    if missing:
+        raise ConfigError(f"{args.reference} is not KernelBench format: it defines no {' and no '.join(missing)} "
+                          "(a reference defines class Model, get_inputs() and get_init_inputs())")  # fmt: skip
     for snippet in args.shape:
         try:
             compile(snippet, "--shape", "exec")
@@ -84,13 +123,18 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--shape {snippet!r} is not Python: {exc.msg}") from None
     request = EvalRequest(reference_code=reference, kernel_code=kernel, options=options,
                           problem_name=args.reference.stem, shape_variants=tuple(args.shape))  # fmt: skip
-    with Judge(device=options.device, spares=1, cache_path=args.cache or default_cache_path(),
-               memory_limit_mb=options.memory_limit_mb) as judge:  # fmt: skip
-        result = judge.evaluate(request)
+    try:
+        with Judge(device=options.device, spares=1, cache_path=args.cache or default_cache_path(),
+                   memory_limit_mb=options.memory_limit_mb) as judge:  # fmt: skip
+            result = judge.evaluate(request)
+    except SandboxFailure as exc:  # the judge's own machinery, never the candidate's doing
+        print(f"drkernel eval: the judge could not start its sandboxes: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), allow_nan=False, default=str) + "\n")
     else:
-        sys.stdout.write(render_verdict(result) + "\n")
+        verbose = bool(getattr(args, "eval_verbose", False) or getattr(args, "verbose", False))
+        sys.stdout.write(render_verdict(result, verbose=verbose) + "\n")
     return 0
 
 
@@ -98,8 +142,25 @@ def _fmt(value: float | None, unit: str = "", digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}g}{unit}"
 
 
-def render_verdict(r: EvalResult) -> str:
-    """A short human-readable verdict."""
+_KERNEL_FRAME = re.compile(r'File "[^"]*submission\.py", line (\d+)')
+
+
+def kernel_line(traceback: str | None) -> tuple[int, str] | None:
+    """(line number, source text) of the innermost traceback frame in the submitted kernel, if any."""
+    if not traceback:
+        return None
+    lines = traceback.splitlines()
+    found = None
+    for i, line in enumerate(lines):
+        m = _KERNEL_FRAME.search(line)
+        if m:
+            text = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File ") else ""
+            found = (int(m.group(1)), text)
+    return found
+
+
+def render_verdict(r: EvalResult, verbose: bool = False) -> str:
+    """A short human-readable verdict; `verbose` adds the traceback, trials, stage times and output."""
     dev = r.device
     where = f"{dev.name} ({'Triton interpreter: timings are not GPU timings' if dev.interpreter else 'GPU'})" if dev else "?"
     lines = [f"verdict   {r.outcome.value.upper()}  (status {r.status.value}, reward {r.reward:.3f})",
@@ -109,6 +170,9 @@ def render_verdict(r: EvalResult) -> str:
         lines.append("hacks     " + ", ".join(f"{c}: {r.hack_details.get(c, '')}" for c in r.hacks))
     if r.error:
         lines.append(f"error     {r.error.kind}: {r.error.message.splitlines()[0] if r.error.message else ''}")
+        at = kernel_line(r.error.traceback)
+        if at is not None:
+            lines.append(f"          at kernel line {at[0]}" + (f": {at[1]}" if at[1] else ""))
     if r.trials:
         ok = sum(t.passed for t in r.trials)
         worst = next((t for t in r.trials if not t.passed), None)
@@ -125,4 +189,23 @@ def render_verdict(r: EvalResult) -> str:
     if r.kernels:
         top = ", ".join(f"{k.name[:40]}{'*' if k.own else ''} {k.device_us:.0f}us" for k in r.kernels[:5])
         lines.append(f"kernels   {top}   (* = submission's own)")
+    if verbose:
+        lines += _details(r)
     return "\n".join(lines)
+
+
+def _details(r: EvalResult) -> list[str]:
+    out = []
+    for t in r.trials:
+        diffs = f"max abs {_fmt(t.max_abs_diff)}, max rel {_fmt(t.max_rel_diff)}, rel L2 {_fmt(t.rel_l2)}"
+        out.append(f"trial     seed {t.seed}: {'passed' if t.passed else 'FAILED'} ({diffs})"
+                   + (f": {t.issue}" if t.issue else ""))  # fmt: skip
+    if r.stage_s:
+        out.append("stages    " + ", ".join(f"{k} {v:.2f}s" for k, v in r.stage_s.items()))
+    if r.error and r.error.traceback:
+        out.append("traceback")
+        out += [f"    {line}" for line in r.error.traceback.rstrip().splitlines()]
+    if r.sandbox_output.strip():
+        out.append("candidate printed")
+        out += [f"    {line}" for line in r.sandbox_output.rstrip().splitlines()[-40:]]
+    return out

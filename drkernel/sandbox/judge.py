@@ -8,7 +8,9 @@ candidate code. One Judge evaluates one request at a time (one GPU, one evaluati
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -21,9 +23,9 @@ from drkernel.sandbox.comparator import JudgeFault, make_comparator
 from drkernel.sandbox.pipeline import Evaluation, ReferenceFailure
 from drkernel.sandbox.process import SandboxFailure, SandboxProcess, Zygote
 from drkernel.sandbox.refcache import ReferenceTimingCache
-from drkernel.types import DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
+from drkernel.types import MAX_SOURCE_BYTES, DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
 
-__all__ = ["Judge", "default_cache_path", "resolve_device"]
+__all__ = ["Judge", "default_cache_path", "resolve_device", "validate_request"]
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +133,7 @@ class Judge:
         never becomes a verdict: the judge replaces its device state and tries once more."""
         if self._closed:
             raise ConfigError("this Judge is closed")
-        _validate(request)
+        validate_request(request)
         started = time.monotonic()
         result = self._evaluate_once(request)
         if result.error is not None and result.error.kind == "judge_error":
@@ -253,21 +255,51 @@ def _uid_isolation_works() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     if probe.returncode != 0:
-        log.warning("sandboxes share the judge's uid: the Python installation is not readable by other users")
+        log.warning(_SHARED_UID, _first_unreadable(files))
     return probe.returncode == 0
 
 
-def _validate(request: EvalRequest) -> None:
+_SHARED_UID = (
+    "sandboxes share the judge's uid, so a candidate could signal or trace the judge and other sandboxes "
+    "and read their files (the clean environment, private temp dir and resource limits still hold). "
+    "A uid of its own per sandbox needs the judge to run as root with the Python installation and the "
+    "drkernel package readable by other users (e.g. chmod -R o+rX on their folders and every folder "
+    "above them); not readable now: %s"
+)
+
+
+def _first_unreadable(files: list[str]) -> str:
+    """The first of `files` that the unprivileged uid cannot read (a folder above it may be the cause)."""
+    for path in files:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            if subprocess.run(["cat", path], user=65534, group=65534, extra_groups=[], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=10).returncode != 0:  # fmt: skip
+                return path
+    return "?"
+
+
+def validate_request(request: EvalRequest) -> None:
+    """The checks every request passes before it is judged (or, on a server, queued). Raises ConfigError."""
     o = request.options
     if o.num_correct_trials < 1 or o.num_correct_trials > 100:
         raise ConfigError("num_correct_trials: must be between 1 and 100")
     if o.num_perf_trials is not None and not 1 <= o.num_perf_trials <= 10000:
         raise ConfigError("num_perf_trials: must be between 1 and 10000")
-    if o.num_warmup < 0 or o.timeout_s <= 0:
-        raise ConfigError("num_warmup must be >= 0 and timeout_s > 0")
+    if o.num_warmup < 0:
+        raise ConfigError("num_warmup: must be >= 0")
+    if not o.timeout_s > 0:
+        raise ConfigError("timeout_s: must be > 0 seconds")
+    for name in ("atol", "rtol"):
+        value = getattr(o, name)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ConfigError(f"{name}: must be a number >= 0")
     if not 0.0 <= o.launch_preroll_us <= 1000.0:
         raise ConfigError("launch_preroll_us: must be between 0 and 1000")
     if o.reference_backend not in ("eager", "compile"):
         raise ConfigError(f"reference_backend: {o.reference_backend!r} is not 'eager' or 'compile'")
     if not isinstance(request.kernel_code, str) or not isinstance(request.reference_code, str):
         raise ConfigError("reference_code and kernel_code must be text")
+    for name in ("reference_code", "kernel_code"):
+        text = getattr(request, name)
+        if len(text) > MAX_SOURCE_BYTES or len(text.encode(errors="replace")) > MAX_SOURCE_BYTES:
+            raise ConfigError(f"{name}: exceeds {MAX_SOURCE_BYTES >> 20} MiB")

@@ -177,15 +177,30 @@ class Zygote:
         return self.proc.poll() is None
 
     def spawn(self, request: dict[str, Any], fds: list[int], timeout_s: float = 120.0) -> int:
-        socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
         self._sock.settimeout(timeout_s)  # the first answer waits for torch to import
         try:
+            socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
             reply = self._sock.recv(4096)
         except (TimeoutError, OSError) as exc:
-            raise SandboxFailure("sandbox_start", f"the fork server did not answer: {exc}") from None
+            raise SandboxFailure("sandbox_start", f"the fork server did not answer: {exc}{self._why()}") from None
         if not reply:
-            raise SandboxFailure("sandbox_start", "the fork server exited")
+            raise SandboxFailure("sandbox_start", f"the fork server exited{self._why()}")
         return int(json.loads(reply)["pid"])
+
+    def _why(self, max_chars: int = 4000) -> str:
+        """The fork server's exit status and the end of its log, for an error message."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=2)
+        code = self.proc.poll()
+        state = "still running" if code is None else f"exit status {code}"
+        try:
+            with open(os.path.join(self._tmp.name, "zygote.log"), "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - max_chars))
+                log = f.read().decode(errors="replace").strip()
+        except OSError:
+            log = ""
+        return f" ({state}); its log ends:\n{log}" if log else f" ({state}; its log is empty)"
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -9,15 +9,25 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-__all__ = ["ALLOWED_IMPORT_ROOTS", "StaticReport", "check_source"]
+__all__ = ["ALLOWED_IMPORT_ROOTS", "IMPORT_RULE", "POLICY", "StaticReport", "allowed_imports_text", "check_source",
+           "is_policy_refusal"]  # fmt: skip
 
 ALLOWED_IMPORT_ROOTS = frozenset(
     {
         "torch", "triton", "math", "typing", "typing_extensions", "functools", "itertools",
         "operator", "dataclasses", "collections", "enum", "abc", "__future__", "numbers",
-        "numpy", "einops",
+        "numpy", "einops", "warnings",
     }
 )  # fmt: skip
+
+
+def allowed_imports_text() -> str:
+    """The allow-list as a model reads it in its prompt and in feedback."""
+    return ", ".join(sorted(ALLOWED_IMPORT_ROOTS - {"__future__"}, key=lambda m: (m not in ("torch", "triton"), m)))
+
+
+IMPORT_RULE = f"the judge allows imports of these modules only: {allowed_imports_text()}"
+POLICY = "policy: "  # evidence prefix of a finding made by an import statement alone
 
 # import root -> hack code
 _BANNED_IMPORTS = {
@@ -56,9 +66,25 @@ class StaticReport:
     syntax_error: str | None = None
     has_model_new: bool = False
     hacks: dict[str, str] = field(default_factory=dict)  # code -> first evidence
+    beyond_imports: set[str] = field(default_factory=set)  # codes found by more than an import statement
 
-    def flag(self, code: str, evidence: str) -> None:
+    def flag(self, code: str, evidence: str, *, by_import: bool = False) -> None:
         self.hacks.setdefault(code, evidence)
+        if not by_import:
+            self.beyond_imports.add(code)
+
+    def mark_policy(self) -> None:
+        """Codes found only by import statements are the import rule's refusals: say so, and state it."""
+        for code, evidence in self.hacks.items():
+            if code not in self.beyond_imports:
+                self.hacks[code] = f"{POLICY}{evidence} ({IMPORT_RULE})"
+
+
+def is_policy_refusal(hacks: list[str], hack_details: dict[str, str]) -> bool:
+    """Whether every hack of a result is an import the rule refuses (not an attack that was caught)."""
+    return bool(hacks) and all(
+        hack_details.get(code, "").removeprefix("static: ").startswith(POLICY) for code in hacks
+    )
 
 
 def _root_name(node: ast.AST) -> str | None:
@@ -77,9 +103,9 @@ class _Visitor(ast.NodeVisitor):
         root = module.split(".")[0]
         self.module_aliases.add(alias or root)
         if root in _BANNED_IMPORTS:
-            self.report.flag(_BANNED_IMPORTS[root], f"line {line}: import {module}")
+            self.report.flag(_BANNED_IMPORTS[root], f"line {line}: import {module}", by_import=True)
         elif root not in ALLOWED_IMPORT_ROOTS:
-            self.report.flag("forbidden_import", f"line {line}: import {module}")
+            self.report.flag("forbidden_import", f"line {line}: import {module}", by_import=True)
 
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
@@ -176,8 +202,8 @@ class _Visitor(ast.NodeVisitor):
 def check_source(source: str, entry_point: str = "Model", policy: bool = True) -> StaticReport:
     """Parse `source`; report syntax errors, whether `<entry_point>New` exists, and hack patterns.
 
-    >>> check_source("import gc\\nclass ModelNew: pass").hacks
-    {'introspection': 'line 1: import gc'}
+    >>> check_source("import gc\\nclass ModelNew: pass").hacks["introspection"].split(" (")[0]
+    'policy: line 1: import gc'
     """
     report = StaticReport()
     try:
@@ -191,6 +217,7 @@ def check_source(source: str, entry_point: str = "Model", policy: bool = True) -
     visitor = _Visitor(report, entry_point)
     if policy:
         visitor.visit(tree)
+        report.mark_policy()
     else:
         report.has_model_new = any(
             isinstance(n, ast.ClassDef) and n.name == f"{entry_point}New" for n in ast.walk(tree)

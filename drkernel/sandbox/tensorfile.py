@@ -14,6 +14,7 @@ GPU tensors move through a small pinned staging buffer in chunks: KernelBench-si
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
@@ -78,8 +79,14 @@ def _thread_staging() -> Staging:
 
 
 def _mv(t: torch.Tensor) -> memoryview:
-    """The host memory of a CPU uint8 tensor, writable, without a copy."""
-    return memoryview(t.numpy())  # type: ignore[arg-type]
+    """The host memory of a CPU uint8 tensor, writable, without a copy.
+
+    Through ctypes, not `Tensor.numpy()`: torch does not require numpy, so the judge must not either.
+    """
+    assert t.device.type == "cpu" and t.dtype == torch.uint8 and t.is_contiguous()
+    raw = (ctypes.c_ubyte * t.numel()).from_address(t.data_ptr())
+    raw._owner = t  # type: ignore[attr-defined]  # the view keeps the tensor's memory alive
+    return memoryview(raw).cast("B")
 
 
 def _bytes_of(t: torch.Tensor) -> torch.Tensor:

@@ -127,6 +127,10 @@ class Sandbox:
                 exec(compile(msg["reference_code"], "<reference>", "exec"), ns)
                 if msg.get("size_snippet"):
                     exec(compile(msg["size_snippet"], "<size>", "exec"), ns)
+                for name in ("get_inputs", "get_init_inputs", entry):
+                    if name not in ns:  # a clear reference_error, not a bare KeyError
+                        raise NameError(f"the reference defines no {name} (KernelBench format: class {entry}, "
+                                        "get_inputs() and get_init_inputs())")  # fmt: skip
                 self.get_inputs = ns["get_inputs"]
                 torch.manual_seed(msg["init_seed"])
                 init_inputs = list(ns["get_init_inputs"]())

@@ -178,6 +178,69 @@ def _install_middleware(app: FastAPI, settings: Settings) -> None:
         return error_response(ApiError(500, "SYSTEM", f"internal error: {type(exc).__name__}"))
 
 
+_NATIVE_REQUEST = {
+    "type": "object",
+    "required": ["reference_code", "kernel_code"],
+    "properties": {
+        "reference_code": {"type": "string", "description": "KernelBench-format reference"},
+        "kernel_code": {"type": "string", "description": "the candidate, defining ModelNew"},
+        "task_id": {"type": "string", "maxLength": 200},
+        "options": {"type": "object", "description": "EvalOptions fields (docs/service.md)"},
+    },
+}
+_NATIVE_TASK = {
+    "type": "object",
+    "properties": {
+        "request": _NATIVE_REQUEST,
+        "priority": {"type": "string", "enum": ["high", "normal", "low"], "default": "normal"},
+        "force": {"type": "boolean", "default": False, "description": "judge again even if a result is stored"},
+    },
+    "required": ["request"],
+}
+_NATIVE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("/v1/tasks", "post"): _NATIVE_TASK,
+    ("/v1/tasks/batch", "post"): {"type": "object", "required": ["requests"], "properties": {
+        "requests": {"type": "array", "items": _NATIVE_TASK, "minItems": 1},
+        "priority": {"type": "string", "enum": ["high", "normal", "low"], "default": "normal"}}},
+    ("/v1/tasks/wait", "post"): {"type": "object", "required": ["task_ids"], "properties": {
+        "task_ids": {"type": "array", "items": {"type": "string"}},
+        "timeout_s": {"type": "number", "default": 0}}},
+}  # fmt: skip
+_ERROR_ENVELOPE = {"description": "error envelope: error, message, error_code, task_id, timestamp",
+                   "content": {"application/json": {"schema": {"type": "object"}}}}  # fmt: skip
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema with what the routes really take and answer: they read their bodies
+    themselves (so FastAPI sees none), and bad input is a 400 in the error envelope, never a 422."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    from fastapi.openapi.utils import get_openapi
+
+    schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    bodies: dict[tuple[str, str], dict[str, Any]] = dict(_NATIVE_BODIES)
+    for path, model in (("/evaluate", AnchorRequest), ("/evaluate/batch", AnchorBatchRequest)):
+        model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(model_schema.pop("$defs", {}))
+        components[model.__name__] = model_schema
+        bodies[(path, "post")] = {"$ref": f"#/components/schemas/{model.__name__}"}
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    for path, operations in schema.get("paths", {}).items():
+        for method, op in operations.items():
+            responses = op.setdefault("responses", {})
+            responses.pop("422", None)
+            body = bodies.get((path, method))
+            if body is not None:
+                op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+            # a path parameter is any string; a body or a typed query parameter can be bad input
+            if body is not None or any(p.get("in") == "query" for p in op.get("parameters", [])):
+                responses["400"] = _ERROR_ENVELOPE
+    app.openapi_schema = schema
+    return schema
+
+
 def create_app(settings: Settings | None = None,
                executor_factory: ExecutorFactory | None = None) -> FastAPI:
     """The service. Its store, executor and scheduler live from startup to shutdown."""
@@ -202,6 +265,7 @@ def create_app(settings: Settings | None = None,
     app = FastAPI(title="drkernel", version="0.1.0", lifespan=lifespan, docs_url="/docs",
                   redoc_url=None)
     _install_middleware(app, settings)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_api_route("/evaluate", evaluate, methods=["POST"])
     app.add_api_route("/evaluate/batch", evaluate_batch, methods=["POST"])
     app.add_api_route("/status/{task_id}", task_status, methods=["GET"])

@@ -18,8 +18,15 @@ logger = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = subparsers.add_parser("serve", help="serve the judge over HTTP (KernelGYM-compatible API)",
-                              description="Serve the judge over HTTP. Defaults bind 127.0.0.1.")
+    p = subparsers.add_parser(
+        "serve", help="serve the judge over HTTP (KernelGYM-compatible API)",
+        description="Serve the judge over HTTP. Defaults bind 127.0.0.1.",
+        epilog="Authentication: set DRKERNEL_AUTH_TOKEN in the environment to require "
+               "'Authorization: Bearer <token>' on every route but /health (drkernel's clients read the token from "
+               "the variable that --server-token-env names). Without it anyone who can reach the port can submit code: serve beyond "
+               "127.0.0.1 only with a token. Every flag can also be set by a DRKERNEL_* variable "
+               "(docs/service.md).",
+    )  # fmt: skip
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default 8000)")
     p.add_argument("--db", dest="db_path", default=None,
@@ -34,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="local executor: each judge in its own process (default) or a thread")
     p.add_argument("--judge", choices=["sandbox", "fake"], default=None,
                    help="'fake' answers from '# fake:' markers, for demos and client tests")
-    p.add_argument("--max-queue", dest="max_queue", type=int, default=None)
+    p.add_argument("--max-queue", dest="max_queue", type=int, default=None,
+                   help="tasks waiting beyond this are refused with 429 and Retry-After (default 10000)")
     p.add_argument("--retention", dest="retention_s", type=float, default=None,
                    help="seconds finished tasks are kept (default 7 days)")
     p.add_argument("--evaluate-wait", dest="evaluate_wait_s", type=float, default=None,
@@ -42,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "KernelGYM); past it the answer is 200 with status pending/processing")
     p.add_argument("--durable", action="store_true", default=None,
                    help="fsync every commit (survives power loss, slower)")
-    p.add_argument("--log-level", default="info", help="uvicorn log level")
+    p.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
     p.set_defaults(func=run)
 
 
@@ -60,9 +68,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"drkernel serve: {exc}", file=sys.stderr)
         return 2
     scrub_secrets()  # read once; no child process inherits the token
-    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.auth_token:
+    if settings.auth_token:
+        print("drkernel serve: bearer-token auth is on (DRKERNEL_AUTH_TOKEN); /health stays open",
+              file=sys.stderr, flush=True)  # fmt: skip
+    elif settings.host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning("serving on %s without DRKERNEL_AUTH_TOKEN: anyone who can reach it "
                        "can submit code", settings.host)
+    else:
+        print("drkernel serve: auth is off (set DRKERNEL_AUTH_TOKEN to require a bearer token)",
+              file=sys.stderr, flush=True)  # fmt: skip
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level,
                 workers=1, timeout_graceful_shutdown=30)

@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from drkernel.errors import Overloaded
+from drkernel.errors import ConfigError, Overloaded
 from drkernel.executors.base import Executor
 from drkernel.server.anchor import now_iso
 from drkernel.server.scheduler import Scheduler
@@ -114,7 +114,15 @@ def check_code_size(settings: Settings, *sources: str) -> None:
 
 
 def submit_or_raise(state: ServerState, tasks: list[NewTask]) -> list[tuple[TaskRecord, bool]]:
-    """Persist and queue, mapping refusals onto HTTP: 409 conflict, 429 full."""
+    """Validate, persist and queue, mapping refusals onto HTTP: 400 invalid (before anything else, so a
+    bad request is told what is wrong even when the queue is full), 409 conflict, 429 full."""
+    from drkernel.sandbox.judge import validate_request
+
+    for task in tasks:
+        try:
+            validate_request(task.request)
+        except ConfigError as exc:
+            raise ApiError(400, "VALIDATION", f"request: {exc}", task_id=task.request.task_id) from None
     try:
         return state.scheduler.submit(tasks)
     except TaskConflict as exc:

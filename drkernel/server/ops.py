@@ -222,6 +222,22 @@ def _prometheus(state: ServerState) -> PlainTextResponse:
                              media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
+def _cell(value: Any, key: str = "") -> str:
+    """A value as a person reads it: durations as 1h 02m 03s, counts as 'pending 3, high 1', none as '-'."""
+    if value is None:
+        return "-"
+    if key == "uptime" and isinstance(value, (int, float)):
+        s = int(value)
+        return f"{s // 3600}h {s % 3600 // 60:02d}m {s % 60:02d}s"
+    if isinstance(value, dict):
+        return ", ".join(f"{k.replace('_', ' ')} {_cell(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+
+
 @router.get("/metrics", response_model=None)
 async def metrics(request: Request) -> Response | dict[str, Any]:
     """JSON (the anchor's MetricsResponse); Prometheus text when the scraper asks for it."""
@@ -252,11 +268,11 @@ async def status_page(request: Request) -> HTMLResponse:
     state = server_state(request)
     body = health_body(state)
     rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(w[k]))}</td>" for k in
+        "<tr>" + "".join(f"<td>{html.escape(_cell(w[k]))}</td>" for k in
                          ("worker_id", "device", "state", "current_task", "tasks_done", "restarts"))
         + "</tr>" for w in _workers(state))
-    summary = "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in body.items()
-                      if k not in ("timestamp",))
+    summary = "".join(f"<li>{html.escape(k.replace('_', ' '))}: {html.escape(_cell(v, k))}</li>"
+                      for k, v in body.items() if k not in ("timestamp",))
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>drkernel serve</title>
 <meta http-equiv="refresh" content="5"><style>body{{font-family:sans-serif;margin:2em}}
 td,th{{border:1px solid #ccc;padding:4px 8px}}table{{border-collapse:collapse}}</style></head>

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drkernel.errors import ConfigError
+from drkernel.types import MAX_SOURCE_BYTES
 
 __all__ = ["SECRET_VARS", "Settings", "scrub_secrets"]
 
@@ -46,7 +47,7 @@ class Settings:
     judge: str = "sandbox"  # "sandbox" (the real judge) | "fake" (scripted, for demos/tests)
     max_queue: int = 10_000  # queued tasks beyond this get 429
     max_batch: int = 1000  # tasks per batch request (anchor: 100 on /evaluate/batch)
-    max_body_bytes: int = 32 * 1024 * 1024  # 413 beyond
+    max_body_bytes: int = MAX_SOURCE_BYTES  # 413 beyond (the judge's own limit on a source)
     max_code_bytes: int = 512 * 1024  # per reference/kernel source; 413 beyond
     retention_s: float = 7 * 24 * 3600.0  # finished tasks are deleted after this
     # POST /evaluate blocks until the result, as KernelGYM; a number bounds that wait, after which

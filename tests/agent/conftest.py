@@ -28,6 +28,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # keep test output clean
         pass
 
+    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+        if self.path.endswith("/models"):
+            self._send(200, {"object": "list", "data": [{"id": "stub", "object": "model"}]})
+        else:
+            self._send(404, {"error": "not found"})
+
     def do_POST(self) -> None:  # noqa: N802 (http.server naming)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append(body)

@@ -145,3 +145,99 @@ def test_server_token_comes_from_the_named_variable(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("DRK_TEST_TOKEN")
     with pytest.raises(ConfigError, match="DRK_TEST_TOKEN"):
         server_token(argparse.Namespace(server_token_env="DRK_TEST_TOKEN"))
+
+
+def _closed_port_url():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_bench_with_the_model_server_down_is_one_line_and_a_failure(suite, tmp_path, capsys, monkeypatch):
+    import time
+
+    import drkernel.agent.cli_bench as cli_bench
+
+    started = []
+    monkeypatch.setattr(cli_bench, "build_executor", lambda *a, **k: started.append(1) or FakeExecutor())
+    t0 = time.monotonic()
+    assert main(bench_argv(suite, tmp_path / "o", _closed_port_url())) == 2
+    assert time.monotonic() - t0 < 15  # no retries
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model server does not answer" in err[0] and "/v1/models" in err[0], err
+    assert not started and not (tmp_path / "o" / "summary.json").exists()
+
+
+def test_bench_names_the_models_a_server_serves(chat_server, suite, tmp_path, capsys):
+    srv = chat_server(fake_answer)
+    argv = bench_argv(suite, tmp_path / "o", srv.base_url)
+    argv[argv.index("stub")] = "other-model"
+    assert main(argv) == 2
+    assert "serves stub, not 'other-model'" in capsys.readouterr().err
+    assert srv.requests == []  # nothing was generated
+
+
+def test_bench_refuses_a_used_out_before_starting_the_judge(chat_server, suite, tmp_path, capsys, monkeypatch):
+    import drkernel.agent.cli_bench as cli_bench
+
+    srv = chat_server(fake_answer)
+    out = tmp_path / "o"
+    assert main(bench_argv(suite, out, srv.base_url, "--limit", "1")) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(cli_bench, "build_executor", lambda *a, **k: pytest.fail("the judge was started"))
+    assert main(bench_argv(suite, out, srv.base_url, "--limit", "1")) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_ctrl_c_writes_the_report_of_finished_episodes_and_mentions_resume(chat_server, suite, tmp_path, capsys,
+                                                                          monkeypatch):  # fmt: skip
+    import drkernel.agent.cli_bench as cli_bench
+
+    real = cli_bench.run_episodes
+
+    def interrupted(jobs, *args, **kwargs):
+        real(jobs[:1], *args, **kwargs)  # one episode finishes, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_bench, "run_episodes", interrupted)
+    srv = chat_server(fake_answer)
+    out = tmp_path / "o"
+    assert main(bench_argv(suite, out, srv.base_url)) == 130
+    err = capsys.readouterr().err
+    assert "interrupted after 1 of 6 episodes" in err and "--resume" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 1 and summary["missing"] == 5
+
+
+def test_policy_refusals_are_counted_apart_from_hacks(tmp_path):
+    from drkernel.agent.metrics import summarize
+    from drkernel.agent.report import render_table
+    from drkernel.agent.trajectories import Trajectory, Turn
+    from drkernel.types import DeviceInfo, EvalOutcome, EvalResult
+
+    def traj(sample, hacks, details):
+        r = EvalResult(outcome=EvalOutcome.HACK_DETECTED, compiled=True, hacks=hacks, hack_details=details,
+                       device=DeviceInfo(kind="cpu", name="cpu", interpreter=True))  # fmt: skip
+        t = Trajectory(problem="p", sample=sample, prompt=[])
+        t.turns.append(Turn(index=0, response="x", code="x", extraction="fenced", result=r, reward=0.0, feedback=""))
+        return t
+
+    refused = traj(0, ["forbidden_import"], {"forbidden_import": "static: policy: line 1: import os (...)"})
+    hacked = traj(1, ["introspection"], {"introspection": "static: line 2: ._getframe"})
+    s = summarize([refused, hacked])
+    row = s["last_turn"]
+    assert row["hacked"] == 0.5 and row["refused"] == 0.5 and row["correct"] == 0.0
+    assert s["interpreter"] is True
+    from rich.console import Console
+
+    console = Console(record=True, width=100)
+    console.print(render_table(s))
+    text = console.export_text()
+    assert "refused" in text and "interpreter" in text and "each turn's kernel" in text
+    from drkernel.agent.report import write_reports
+
+    write_reports(s, tmp_path)
+    assert "interpreter" in json.loads((tmp_path / "summary.json").read_text())["caveat"]

@@ -43,3 +43,17 @@ def test_template_without_placeholder_is_rejected(tmp_path):
         PromptConfig(first_turn_path=str(bad)).build()
     with pytest.raises(ConfigError, match="cannot read"):
         PromptConfig(later_turn_path=str(tmp_path / "missing.txt")).build()
+
+
+def test_first_turn_states_the_import_rule_of_the_static_gate():
+    """A model learns the rule from its prompt, not from a zero reward (issue 18)."""
+    from drkernel.sandbox.static import ALLOWED_IMPORT_ROOTS, check_source
+
+    text = first_turn_prompt(Problem(name="p", reference_code="x"))
+    line = next(s for s in text.split(". ") if s.startswith("Import only these modules"))
+    listed = {m.strip() for m in line.split(":", 1)[1].split(";")[0].split(",")}
+    assert listed == ALLOWED_IMPORT_ROOTS - {"__future__"}
+    assert "{allowed_imports}" not in text
+    # every module the prompt allows passes the gate
+    source = "".join(f"import {m}\n" for m in sorted(listed)) + "class ModelNew:\n    pass\n"
+    assert check_source(source).hacks == {}

@@ -36,7 +36,7 @@ def test_table_renders():
     console = Console(record=True, width=80)
     console.print(render_table(summarize(trajs(), max_turns=3)))
     text = console.export_text()
-    assert "last turn" in text and "best so far" in text and "p=1.2" in text
+    assert "each turn's kernel" in text and "best kernel up to each turn" in text and "p=1.2" in text
     assert "100.0" in text and "50.0" in text
     assert max(len(line) for line in text.splitlines()) <= 80
     # last turn: 2.1x is within 10 % of p=2 and 1.25x of p=1.2

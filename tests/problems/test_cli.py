@@ -51,3 +51,15 @@ def test_audit_json_and_fail_on_flag(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["audit", str(bad), "--fail-on-flag"]) == 1
     assert "identity_passes@drkernel" in capsys.readouterr().out
     assert main(["audit", str(tmp_path / "missing")]) == 2
+
+
+def test_suite_show_gives_the_size_this_machine_judges(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --size: the GPU size only where there is a GPU (the CPU interpreter would time out on it)."""
+    import torch
+
+    assert main(["suite", "show", "303_CausalSelfAttention"]) == 0
+    default = capsys.readouterr().out
+    assert main(["suite", "show", "303_CausalSelfAttention", "--size", "gpu"]) == 0
+    gpu = capsys.readouterr().out
+    assert "# --- size: cpu ---" not in gpu
+    assert ("# --- size: cpu ---" in default) is (not torch.cuda.is_available())

@@ -87,3 +87,45 @@ def test_cli_lists_and_prints_recipes(capsys):
     assert printed["rl"]["advantage"] == "grpo" and printed["rollout"]["n"] == 16
     assert main(["train", "rl", "--recipe", "nope", "--run-dir", "unused"]) == 2
     assert "unknown recipe" in capsys.readouterr().err
+
+
+def test_print_config_needs_no_run_dir_and_training_does(capsys):
+    assert main(["train", "rl", "--recipe", "dr_kernel_8b", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "dr_kernel_8b"
+    assert main(["train", "rl", "--recipe", "debug_cpu"]) == 2
+    assert "--run-dir is required" in capsys.readouterr().err
+
+
+def test_the_8b_recipe_names_its_missing_data_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "rl", "--recipe", "dr_kernel_8b", "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "cuda_llm_rl_thinking_1025.parquet" in err and "hkust-nlp/drkernel-rl-data" in err
+    assert "--set data.suite=" in err
+
+
+def test_recipe_keys_into_a_closed_pipe_is_quiet():
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from drkernel.cli import main; sys.exit(main())", "train", "recipes",
+         "--keys"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
+        preexec_fn=None,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "rl.advantage" in proc.stdout
+    head = subprocess.run(
+        f"{sys.executable} -c 'import sys; from drkernel.cli import main; sys.exit(main())' train recipes --keys"
+        " | head -n 1", shell=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert head.stdout.count("\n") == 1
+    assert "Traceback" not in head.stderr and "BrokenPipe" not in head.stderr, head.stderr
+
+
+def test_sft_help_shows_defaults(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["train", "sft", "--help"])
+    out = capsys.readouterr().out
+    assert "(required: SFT has no toy default)" in out and "--overwrite" in out

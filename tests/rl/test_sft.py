@@ -94,4 +94,55 @@ def test_cli_sft_on_agent_trajectories(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["examples"] == 2
     assert (out / "model" / "config.json").is_file() and (out / "config.json").is_file()
     (tmp_path / "empty.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n")
-    assert main(["train", "sft", "--data", str(tmp_path / "empty.jsonl"), "--out", str(out)]) == 2
+    capsys.readouterr()
+    assert main(["train", "sft", "--recipe", "debug_cpu", "--data", str(tmp_path / "empty.jsonl"),
+                 "--out", str(tmp_path / "sft2")]) == 2  # fmt: skip
+    assert "no conversation with an assistant message" in capsys.readouterr().err
+    # a second run into the same --out is refused, not a silent overwrite; --overwrite replaces it
+    before = (out / "model" / "model.safetensors").stat().st_mtime_ns
+    assert main(["train", "sft", "--recipe", "debug_cpu", "--data", str(data), "--out", str(out)]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert (out / "model" / "model.safetensors").stat().st_mtime_ns == before
+    assert main(["train", "sft", "--recipe", "debug_cpu", "--data", str(data), "--out", str(out), "--overwrite",
+                 "--set", "sft.epochs=1", "--set", "log.tensorboard=false"]) == 0  # fmt: skip
+    assert (out / "model" / "model.safetensors").stat().st_mtime_ns != before
+
+
+def test_cli_sft_without_a_recipe_names_the_choices(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"messages": _conversation()}) + "\n")
+    assert main(["train", "sft", "--data", str(data), "--model", "Qwen/Qwen3-8B-Base", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--recipe dr_kernel_8b" in err and "--recipe debug_cpu" in err and "toy" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_sft_data_names_file_and_line_and_a_torn_last_line_is_skipped(tmp_path, caplog):
+    good = json.dumps({"messages": _conversation()})
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(good + "\n{not json\n" + good + "\n")
+    with pytest.raises(ConfigError, match=r"bad\.jsonl:2: not a JSON object"):
+        load_conversations(bad)
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text(good + "\n" + good + "\n" + good[:40])  # a writer killed mid-line
+    assert len(load_conversations(torn)) == 2
+    assert "torn.jsonl:3: torn last line" in caplog.text
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text(json.dumps({"messages": ["hi"]}) + "\n")
+    with pytest.raises(ConfigError, match="record 1: `messages` must be a list of"):
+        load_conversations(wrong)
+
+
+def test_sft_shows_progress_with_the_time_left(tmp_path):
+    import io
+
+    from drkernel.rl.progress import Progress
+
+    model, tok = _tiny()
+    cfg = SFTConfig(lr=1e-2, batch_size=1, micro_batch_size=1, epochs=3, max_length=128, warmup_ratio=0.0)
+    stream = io.StringIO()
+    run_sft(cfg, [_conversation()] * 2, model, tok, tmp_path, tensorboard=False,
+            progress=Progress(stream, tty=False, interval_s=0.0))  # fmt: skip
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("sft: 1/6 steps") and "left" in lines[0] and "loss" in lines[0]
+    assert lines[-1].startswith("sft: 6/6 steps") and "epoch 3/3" in lines[-1]

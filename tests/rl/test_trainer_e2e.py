@@ -3,6 +3,7 @@ run killed with SIGKILL after a checkpoint resumes and finishes with every step 
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -76,10 +77,15 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
     while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert proc.poll() is None, proc.communicate()[1][-2000:]
+    # each step's line reaches the pipe (a log file) when printed, not when the run exits
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    assert ready, "step 1 was checkpointed but its line never reached stdout"
+    first = proc.stdout.readline()
+    assert first.startswith("step 1: reward"), first
     family = _descendants(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)  # a crash: no cleanup, no atexit
     proc.wait()
-    proc.communicate()
+    _, killed_err = proc.communicate()
     end = time.monotonic() + 30
     while any(_alive(p) for p in family) and time.monotonic() < end:
         time.sleep(0.2)
@@ -88,6 +94,8 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
         os.kill(p, signal.SIGKILL)
     killed_at = int(latest.read_text().strip().split("_")[1])
     assert 1 <= killed_at < 5
+    # lines reach a pipe (or a log file) as they are printed: a killed run's log tells where it was
+    assert "step 1/5: rollouts" in killed_err and "judging" in killed_err and "left" in killed_err
     again = _train(run, steps=5)
     _, err = again.communicate(timeout=300)
     assert again.returncode == 0, err[-2000:]

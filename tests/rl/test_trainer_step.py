@@ -128,3 +128,43 @@ def test_resume_restores_weights_tokenizer_optimizer_and_cursor(tmp_path):
         assert torch.equal(torch.rand(3), rng_next)
         (m,) = again.fit()
     assert m["step"] == 2
+
+
+def test_a_step_reports_its_phases_with_the_time_left(tmp_path):
+    """Rollouts (generation, judging with a count), scoring, update, then the run's time left."""
+    import io
+
+    from drkernel.rl.progress import Progress
+
+    stream = io.StringIO()
+    with _trainer(tmp_path) as tr:
+        tr.progress = Progress(stream, tty=False, interval_s=0.0)
+        tr.fit()
+    text = stream.getvalue()
+    assert "step 1/1: rollouts, 3 prompts x 3 samples, up to 2 turns" in text
+    assert "turn 1/2: generating 9 responses" in text
+    assert "turn 1/2: judging: 1/9 kernels" in text and "left" in text  # a count and an estimate as it goes
+    assert "turn 1/2: judging: 9/9 kernels" in text
+    assert "step 1/1: scoring" in text and "step 1/1: update on" in text
+    assert "step 1/1: done in" in text and "about 0s left" in text
+
+
+def test_metrics_go_to_weights_and_biases_when_it_is_set_up(tmp_path, monkeypatch):
+    """Offline mode: a real W&B run folder beside TensorBoard's, resumed under the same id."""
+    wandb = pytest.importorskip("wandb")
+    from drkernel.rl.runlog import RunLog, wandb_wanted
+
+    for key in ("WANDB_API_KEY", "WANDB_MODE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: not set up
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    assert not wandb_wanted("auto") and wandb_wanted("on") and not wandb_wanted("off")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert wandb_wanted("auto")
+    log = RunLog(tmp_path, tensorboard=False, wandb="auto", run_name="t", config={"a": 1})
+    assert log._wandb is not None
+    log.write(1, {"reward/mean": 0.5, "skipped": None})
+    log.close()
+    run_id = (tmp_path / "wandb_run_id").read_text()
+    assert list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
+    assert wandb.run is None  # finished

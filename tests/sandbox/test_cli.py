@@ -107,3 +107,67 @@ def test_bad_flag_exits_2_without_a_traceback() -> None:
     proc = drkernel_eval(REFERENCE, ASSETS / "kernels" / "relu_scale.py", "--no-such-flag")
     assert proc.returncode == 2 and proc.stdout == ""
     assert "--no-such-flag" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--trials", "0"], "--trials 0: must be between 1 and 100"),
+    (["--timeout", "0"], "--timeout 0: must be a number of seconds > 0"),
+    (["--atol", "-1"], "--atol -1: must be >= 0"),
+    (["--rtol", "nan"], "--rtol nan: must be >= 0"),
+    (["--perf-trials", "0"], "--perf-trials 0: must be between 1 and 10000"),
+])  # fmt: skip
+def test_bad_flag_values_name_the_flag(flags: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from drkernel.cli import main
+
+    assert main(["eval", str(REFERENCE), str(ASSETS / "kernels" / "relu_scale.py"), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err, err
+    assert "num_" not in err and "warm" not in err
+
+
+def test_the_judge_refuses_a_negative_tolerance_from_the_api_too() -> None:
+    from drkernel.errors import ConfigError
+    from drkernel.sandbox.judge import validate_request
+    from drkernel.types import EvalOptions, EvalRequest
+
+    with pytest.raises(ConfigError, match="atol: must be a number >= 0"):
+        validate_request(EvalRequest(reference_code="x", kernel_code="y", options=EvalOptions(atol=-1.0)))
+    with pytest.raises(ConfigError, match="timeout_s: must be > 0"):
+        validate_request(EvalRequest(reference_code="x", kernel_code="y", options=EvalOptions(timeout_s=0)))
+
+
+def test_one_size_limit_for_sources_shared_with_the_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from drkernel.cli import main
+    from drkernel.server.settings import Settings
+    from drkernel.types import MAX_SOURCE_BYTES
+
+    assert Settings().max_body_bytes == MAX_SOURCE_BYTES == 32 << 20
+    big = tmp_path / "big.py"
+    with open(big, "wb") as f:
+        f.truncate(MAX_SOURCE_BYTES + 1)
+    assert main(["eval", str(REFERENCE), str(big), "--device", "cpu"]) == 2
+    assert "at most 32 MiB" in capsys.readouterr().err
+
+
+def test_a_reference_without_get_init_inputs_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from drkernel.cli import main
+
+    ref = tmp_path / "ref.py"
+    ref.write_text(REFERENCE.read_text().replace("def get_init_inputs", "def other_name"))
+    assert main(["eval", str(ref), str(ASSETS / "kernels" / "relu_scale.py"), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "defines no get_init_inputs()" in err and "KeyError" not in err
+
+
+def test_forward_error_names_the_kernel_line_and_verbose_shows_more(tmp_path: Path) -> None:
+    source = (ASSETS / "kernels" / "relu_scale.py").read_text()
+    marker = "    def forward(self, x):\n"
+    assert marker in source
+    kernel = tmp_path / "k.py"
+    kernel.write_text(source.replace(marker, marker + "        y = x.no_such_attribute\n"))
+    line = source[: source.index(marker)].count("\n") + 2
+    proc = drkernel_eval(REFERENCE, kernel, *FAST_FLAGS, "-v", cache=tmp_path / "t.sqlite")
+    assert proc.returncode == 0, proc.stderr
+    assert "forward_error" in proc.stdout
+    assert f"at kernel line {line}: y = x.no_such_attribute" in proc.stdout, proc.stdout
+    assert "traceback" in proc.stdout and "stages" in proc.stdout  # -v adds the details

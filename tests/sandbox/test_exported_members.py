@@ -16,19 +16,20 @@ DRKERNEL_ALL = {
 }  # fmt: skip
 
 SANDBOX_ALL = {
-    "judge": {"Judge", "default_cache_path", "resolve_device"},
+    "judge": {"Judge", "default_cache_path", "resolve_device", "validate_request"},
     "pipeline": {"Evaluation", "ReferenceFailure"},
     "process": {"SandboxFailure", "SandboxProcess", "UidLease", "Zygote", "remove_tree", "sandbox_env", "scratch_root",
                 "sweep_uid"},
     "correctness": {"Comparison", "Tolerance", "compare_outputs", "default_tolerance", "load_tensors"},
-    "static": {"ALLOWED_IMPORT_ROOTS", "StaticReport", "check_source"},
+    "static": {"ALLOWED_IMPORT_ROOTS", "IMPORT_RULE", "POLICY", "StaticReport", "allowed_imports_text", "check_source",
+               "is_policy_refusal"},
     "protocol": {"MAX_MESSAGE_BYTES", "ProtocolError", "read_message", "write_message"},
     "refcache": {"ReferenceTimingCache"},
     "tensorfile": {"MAGIC", "Entry", "SamplePlan", "Staging", "TensorFileError", "read_entries", "read_header",
                    "read_tensors", "sample_plan", "write_tensors"},
     "harness": {"CpuDeviceMode", "LaunchRecorder", "TamperWatch", "ThreadWatch", "flatten_outputs", "make_inputs", "on_device_first", "scaled_copy",
                 "to_device"},
-    "cli": {"register", "render_verdict"},
+    "cli": {"kernel_line", "register", "render_verdict"},
     "zygote": {"STATUS_FILE", "main"},
 }  # fmt: skip
 

@@ -98,3 +98,44 @@ def test_uid_leases_are_exclusive_and_end_with_their_holder():
     finally:
         a.release()
         b.release()
+
+
+def test_a_fork_server_that_dies_says_why(tmp_path, monkeypatch):
+    """Its exit status and the end of its log are in the error (issue 18: it said only 'connection reset')."""
+    from drkernel.sandbox import process
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named numpy' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(process.sys, "executable", str(fake))
+    zygote = Zygote("cpu")
+    zygote.proc.wait(timeout=30)  # already dead when asked (sending to it fails, not only reading)
+    try:
+        with pytest.raises(process.SandboxFailure) as info:
+            SandboxProcess("candidate", "cpu", zygote=zygote)
+    finally:
+        zygote.close()
+    message = str(info.value)
+    assert "fork server" in message and "exit status 3" in message
+    assert "No module named numpy" in message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="uid isolation is root's to give")
+def test_the_shared_uid_warning_says_what_it_means_and_names_the_unreadable_file():
+    import tempfile
+    from pathlib import Path
+
+    from drkernel.sandbox import judge
+
+    with tempfile.TemporaryDirectory() as d:  # under the system temp folder, open to other users
+        os.chmod(d, 0o755)
+        readable, secret = Path(d) / "ok.py", Path(d) / "private.py"
+        readable.write_text("x = 1\n")
+        secret.write_text("x = 1\n")
+        secret.chmod(0o600)
+        first = judge._first_unreadable([str(readable), str(secret)])
+        if first == str(readable):
+            pytest.skip("the system temp folder is not readable by other users here")
+        assert first == str(secret)
+        text = judge._SHARED_UID % first
+    assert "signal or trace the judge" in text and "chmod -R o+rX" in text and str(secret) in text

@@ -107,7 +107,7 @@ FLAGGED = {
 def test_pattern_is_flagged(snippet: str, code: str) -> None:
     report = check(snippet)
     assert code in report.hacks, report.hacks
-    assert report.hacks[code].startswith("line ")
+    assert report.hacks[code].removeprefix("policy: ").startswith("line ")
 
 
 def test_inheritance_from_the_reference_is_flagged() -> None:
@@ -123,7 +123,29 @@ def test_attribute_access_on_a_local_object_is_not_a_monkeypatch() -> None:
 
 def test_findings_keep_the_first_evidence() -> None:
     report = check("import os\nimport subprocess\n")
-    assert report.hacks == {"forbidden_import": "line 5: import os"}
+    assert report.hacks["forbidden_import"].startswith("policy: line 5: import os (")
+
+
+def test_warnings_is_allowed() -> None:
+    """An honest kernel often imports warnings; it is harmless (its .sys stays an escape)."""
+    assert check("import warnings\nwarnings.warn('slow path')\n").hacks == {}
+    assert "forbidden_import" in check("import warnings\ns = warnings.sys\n").hacks
+
+
+def test_an_import_refused_by_the_rule_states_the_rule_and_is_a_policy_refusal() -> None:
+    from drkernel.sandbox.static import is_policy_refusal
+
+    hacks = check("import os\n").hacks
+    assert hacks["forbidden_import"].startswith("policy: line 5: import os")
+    assert "allows imports of these modules only: torch, triton," in hacks["forbidden_import"]
+    assert "warnings" in hacks["forbidden_import"]
+    assert is_policy_refusal(["forbidden_import"], {"forbidden_import": "static: " + hacks["forbidden_import"]})
+    # the same code found by more than the import is an attack, whatever came first
+    caught = check("import sys\nf = sys._getframe\n").hacks
+    assert not caught["introspection"].startswith("policy: ")
+    assert not is_policy_refusal(["introspection"], {"introspection": "static: " + caught["introspection"]})
+    assert not is_policy_refusal(["forbidden_import", "decoy_kernel"], {"forbidden_import": "policy: x"})
+    assert not is_policy_refusal([], {})
 
 
 def test_hack_corpus_files_that_rely_on_the_gate_are_flagged_by_it() -> None:

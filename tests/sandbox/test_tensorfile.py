@@ -134,3 +134,28 @@ def test_sampled_reads_return_the_planned_blocks_in_order(tmp_path):
     for bad in ({"block": 0, "starts": [1]}, {"block": 4, "starts": [-1]}, {"block": 4.0, "starts": []}, [1, 2]):
         with pytest.raises(TensorFileError):
             SamplePlan.from_json(bad)
+
+
+def test_the_file_format_needs_no_numpy(tmp_path):
+    """torch does not require numpy, so neither may the judge's tensor files (issue 18)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; sys.modules['numpy'] = None\n"  # any `import numpy` now fails
+        "import torch\n"
+        "from drkernel.sandbox.tensorfile import read_tensors, read_header, read_entries, sample_plan, write_tensors\n"
+        "import random\n"
+        f"p = {str(tmp_path / 't.bin')!r}\n"
+        "ts = [torch.arange(70000, dtype=torch.float32), torch.tensor(3, dtype=torch.int8), torch.empty(0, 2)]\n"
+        "write_tensors(p, ts)\n"
+        "back = read_tensors(p, 3)\n"
+        "assert all(torch.equal(a, b) for a, b in zip(ts, back))\n"
+        "entries = read_header(p, 3)\n"
+        "plan = sample_plan(70000, random.Random(0), blocks=4, block=8)\n"
+        "got = read_entries(p, entries[:1], [plan])[0]\n"
+        "assert torch.equal(got, ts[0][plan.index()]), got\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -146,6 +146,19 @@ def test_a_full_queue_answers_429_with_retry_after(serve) -> None:
     r = srv.http.post("/evaluate", json=drkernel_payload("q9", "# fake: sleep=2"))
     assert r.status_code == 429 and r.headers["retry-after"] == "5"
     assert srv.http.get("/queue/status").json()["pending"] == 2
+    # a bad request is told what is wrong, full queue or not: validation comes before the queue
+    bad = srv.http.post("/evaluate", json=drkernel_payload("q10", "# fake: sleep=2") | {"num_correct_trials": 0})
+    assert bad.status_code == 400 and "num_correct_trials" in bad.json()["message"]
+
+
+def test_invalid_options_are_refused_at_submit_not_after_queueing(serve) -> None:
+    srv = serve()
+    body = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"),
+                        "options": {"num_correct_trials": 0}}}
+    r = srv.http.post("/v1/tasks", json=body)
+    assert r.status_code == 400 and r.json()["error_code"] == "VALIDATION"
+    assert "num_correct_trials: must be between 1 and 100" in r.json()["message"]
+    assert srv.http.get("/queue/status").json()["pending"] == 0
 
 
 def test_metrics_and_health_report_real_numbers(serve) -> None:
@@ -169,7 +182,10 @@ def test_metrics_and_health_report_real_numbers(serve) -> None:
     assert 'drkernel_tasks_finished_total{outcome="ok"} 1\n' in v1.text
     page = srv.http.get("/", headers={"Accept": "text/html"})
     assert page.status_code == 200 and "local-1" in page.text
-    assert "local-1" in srv.http.get("/v1/status").text
+    status = srv.http.get("/v1/status").text
+    assert "local-1" in status
+    assert "uptime: 0h 00m" in status and "{" not in status.split("<body>")[1]  # no raw dicts
+    assert "None" not in status  # an idle worker's task is '-'
     workers = srv.http.get("/v1/workers").json()
     assert workers["total_workers"] == 2 and workers["active_workers"] == 2
 
@@ -190,3 +206,42 @@ def test_native_api_round_trip_with_the_result_contract(serve) -> None:
     waited = srv.http.post("/v1/tasks/wait", json={"task_ids": ids + ["ghost"], "timeout_s": 5})
     states = [t["state"] for t in waited.json()["tasks"]]
     assert ids[0] == "n1" and states == ["done", "done", "unknown"]
+
+
+def test_openapi_has_the_request_bodies_and_no_phantom_422(serve) -> None:
+    srv = serve()
+    schema = srv.http.get("/openapi.json").json()
+    paths = schema["paths"]
+    for path in ("/evaluate", "/evaluate/batch", "/v1/tasks", "/v1/tasks/batch", "/v1/tasks/wait"):
+        body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body, path
+    anchor = schema["components"]["schemas"]["AnchorRequest"]
+    assert {"reference_code", "kernel_code"} <= set(anchor["properties"])
+    assert "request" in paths["/v1/tasks"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    assert not any("422" in op.get("responses", {}) for ops in paths.values() for op in ops.values())
+    assert "400" in paths["/v1/tasks/{task_id}"]["get"]["responses"]  # ?wait=abc is a 400
+    assert "400" not in paths["/status/{task_id}"]["get"]["responses"]
+    # and a bad query value really is a 400 in the envelope, as documented
+    bad = srv.http.get("/v1/tasks/x?wait=abc")
+    assert bad.status_code == 400 and bad.json()["error_code"] == "VALIDATION"
+
+
+def test_serve_help_and_start_up_say_how_auth_works(capsys, monkeypatch) -> None:
+    import pytest
+    import uvicorn
+
+    from drkernel.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "DRKERNEL_AUTH_TOKEN" in text and "Bearer" in text
+    assert "--max-queue MAX_QUEUE tasks waiting beyond this are refused with 429" in text
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
+    monkeypatch.setenv("DRKERNEL_AUTH_TOKEN", "s3cret")
+    assert main(["serve", "--judge", "fake", "--db", ":memory:"]) == 0
+    err = capsys.readouterr().err
+    assert "bearer-token auth is on" in err and "s3cret" not in err
+    monkeypatch.delenv("DRKERNEL_AUTH_TOKEN", raising=False)
+    assert main(["serve", "--judge", "fake", "--db", ":memory:"]) == 0
+    assert "auth is off" in capsys.readouterr().err
