@@ -156,7 +156,7 @@ def test_invalid_options_are_refused_at_submit_not_after_queueing(serve) -> None
     body = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"),
                         "options": {"num_correct_trials": 0}}}
     r = srv.http.post("/v1/tasks", json=body)
-    assert r.status_code == 400 and r.json()["error_code"] == "VALIDATION"
+    assert r.status_code == 400 and r.json()["error_code"] == "VALIDATION_ERROR"
     assert "num_correct_trials: must be between 1 and 100" in r.json()["message"]
     assert srv.http.get("/queue/status").json()["pending"] == 0
 
@@ -223,7 +223,7 @@ def test_openapi_has_the_request_bodies_and_no_phantom_422(serve) -> None:
     assert "400" not in paths["/status/{task_id}"]["get"]["responses"]
     # and a bad query value really is a 400 in the envelope, as documented
     bad = srv.http.get("/v1/tasks/x?wait=abc")
-    assert bad.status_code == 400 and bad.json()["error_code"] == "VALIDATION"
+    assert bad.status_code == 400 and bad.json()["error_code"] == "VALIDATION_ERROR"
 
 
 def test_serve_help_and_start_up_say_how_auth_works(capsys, monkeypatch) -> None:
