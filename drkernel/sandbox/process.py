@@ -18,6 +18,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from drkernel.sandbox import isolation
 from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
 
 log = logging.getLogger(__name__)
@@ -185,7 +187,10 @@ class Zygote:
             raise SandboxFailure("sandbox_start", f"the fork server did not answer: {exc}") from None
         if not reply:
             raise SandboxFailure("sandbox_start", "the fork server exited")
-        return int(json.loads(reply)["pid"])
+        answer = json.loads(reply)
+        if "error" in answer:
+            raise SandboxFailure("sandbox_start", str(answer["error"]))
+        return int(answer["pid"])
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -245,7 +250,13 @@ class SandboxProcess:
     def __init__(self, role: str, device: str, memory_limit_mb: int = 8192,
                  gpu_memory_fraction: float = 0.9, start_timeout_s: float = 120.0,
                  triton_cache: str | None = None, zygote: Zygote | None = None,
-                 isolate_uid: bool = False) -> None:  # fmt: skip
+                 isolate_uid: bool = False, namespaces: bool = False,
+                 hide: list[str] | None = None) -> None:  # fmt: skip
+        """`namespaces`: run in namespaces of its own under a leased uid (drkernel.sandbox.isolation;
+        needs the fork server), with the folders in `hide` covered; `isolate_uid` alone: a leased uid."""
+        if namespaces and zygote is None:
+            raise ValueError("sandbox namespaces need the fork server")
+        isolate_uid = isolate_uid or namespaces
         self.role = role
         self.device = device
         self.memory_limit_mb = memory_limit_mb
@@ -269,8 +280,12 @@ class SandboxProcess:
         env = sandbox_env(device, triton_cache or os.path.join(self.workdir, "triton"), home)
         self.proc: subprocess.Popen[bytes] | _ForkedChild
         if zygote is not None:
-            request = {"args": worker_args, "env": env, "cwd": home, "workdir": self.workdir,
-                       "output_path": self.output_path, "uid": uid}  # fmt: skip
+            request: dict[str, Any] = {"args": worker_args, "env": env, "cwd": home, "workdir": self.workdir,
+                                       "output_path": self.output_path, "uid": uid}  # fmt: skip
+            if namespaces:
+                keep = [self.workdir] + ([triton_cache] if triton_cache else [])
+                request["isolation"] = {"uid": uid, "keep": keep, "hide": list(hide or []),
+                                        "expose": list(isolation.needed_paths())}  # fmt: skip
             try:
                 pid = zygote.spawn(request, [cmd_r, resp_w])
             except BaseException:
@@ -327,8 +342,11 @@ class SandboxProcess:
             log.warning("could not remove the sandbox folder %s", self.workdir)
 
     def output_tail(self, limit: int = 4000) -> str:
-        try:
-            with open(self.output_path, "rb") as f:
+        try:  # the sandbox owns its folder: never follow a link it put in place of its log
+            fd = os.open(self.output_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with open(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return ""
                 f.seek(0, os.SEEK_END)
                 size = f.tell()
                 f.seek(max(0, size - limit))

@@ -7,6 +7,7 @@ A small SQLite table: a problem is timed once, not once per candidate. Safe acro
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -32,7 +33,10 @@ class ReferenceTimingCache:
         if path is None:
             self._db = sqlite3.connect(":memory:", check_same_thread=False)
         else:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # the judge's alone: sandboxes run under other uids (SQLite gives its -wal and -shm the same mode)
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            os.chmod(path, 0o600)
             self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)

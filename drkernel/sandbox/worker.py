@@ -451,6 +451,8 @@ def _limits(memory_limit_mb: int, cuda: bool) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (4096, 4096))
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 30, 8 << 30))
+    with contextlib.suppress(ValueError, OSError):  # open files (CUDA and Triton need a few hundred)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
     if not cuda and memory_limit_mb > 0:  # CUDA reserves address space; the judge polls RSS there
         with contextlib.suppress(ValueError, OSError):
             limit = (memory_limit_mb + 2048) << 20
@@ -470,7 +472,8 @@ def die_with_parent(parent_pid: int) -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    if parent_pid > 0 and os.getppid() != parent_pid:  # the parent was already gone
+    # the parent was already gone (0: PID 1 of its own namespace, whose parent lives outside it)
+    if parent_pid > 0 and os.getppid() not in (parent_pid, 0):
         os._exit(1)
 
 
