@@ -102,7 +102,7 @@ def enter(spec: dict[str, Any]) -> None:
 
     spec: uid (int); keep: folders bound back in, writable (the sandbox's own); expose: folders bound
     back in read-only (the Python installation, this package) where a folder above them is closed to
-    other users; hide: more folders to cover with an empty tmpfs. Raises OSError at the first step
+    other users; hide: more folders to cover with an empty tmpfs, files to cover with /dev/null. Raises OSError at the first step
     that fails.
     """
     uid = int(spec["uid"])
@@ -115,7 +115,9 @@ def enter(spec: dict[str, Any]) -> None:
     binds = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), p in keep) for p in keep + expose]
     covered = []
     for path in sorted(hide, key=len):
-        if os.path.isdir(path) and not os.path.islink(path):
+        if os.path.isfile(path) and not os.path.islink(path):  # a file: an empty one in its place
+            _mount("/dev/null", path, None, MS_BIND)
+        elif os.path.isdir(path) and not os.path.islink(path):
             data = "mode=1777," + _SHM_SIZE if path == "/dev/shm" else "mode=755,size=1m"
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, data)
             covered.append(path)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 from drkernel.errors import ConfigError
@@ -59,9 +60,13 @@ class Judge:
                  memory_limit_mb: int | None = None, candidate_gpu_fraction: float = 0.6,
                  reference_gpu_fraction: float = 0.3, shared_triton_cache: str | None = None,
                  fork_server: bool = True, isolate_uid: bool | None = None,
-                 insecure: bool = False) -> None:  # fmt: skip
+                 insecure: bool | None = None, hide: Sequence[str | Path] = ()) -> None:  # fmt: skip
         """`insecure`: run sandboxes without namespaces, for one's own code only (every result then
-        says "isolation": "none"); otherwise the judge refuses to start where it cannot isolate them."""
+        says "isolation": "none"); otherwise the judge refuses to start where it cannot isolate them.
+        None reads DRKERNEL_INSECURE=1. `hide`: more files or folders no sandbox may see (besides
+        DRKERNEL_SANDBOX_HIDE, a list like PATH); the timing cache and the scratch folders always are."""
+        if insecure is None:
+            insecure = os.environ.get("DRKERNEL_INSECURE", "").strip().lower() in ("1", "true", "yes")
         self.device = resolve_device(device)
         self.cuda = self.device.startswith("cuda")
         self.spares = max(1, spares if spares is not None else default_spares(self.cuda))
@@ -72,7 +77,8 @@ class Judge:
         # for the next one); a shared directory trades that isolation for no recompilation.
         self.shared_triton_cache = shared_triton_cache
         # hidden from every sandbox: the reference-timing cache's folder and the sandboxes' scratch root
-        self._hide = _folders_to_hide(cache_path, self.device)
+        extra = [*map(str, hide), *filter(None, os.environ.get("DRKERNEL_SANDBOX_HIDE", "").split(os.pathsep))]
+        self._hide = _to_hide(cache_path, self.device, extra)
         self.insecure = insecure
         if not insecure:
             _require_isolation(fork_server, shared_triton_cache, self._hide)
@@ -232,11 +238,11 @@ def default_spares(cuda: bool) -> int:
     return value
 
 
-def _folders_to_hide(cache_path: str | Path | None, device: str) -> list[str]:
-    """Folders covered in every sandbox's view besides /tmp, /var/tmp and /dev/shm.
+def _to_hide(cache_path: str | Path | None, device: str, extra: list[str]) -> list[str]:
+    """Files and folders covered in every sandbox's view besides /tmp, /var/tmp and /dev/shm.
 
-    The cache's folder unless the Python installation or this package lives under it (the cache
-    file itself is then only the judge's: mode 0600, and the sandbox runs as another uid).
+    The scratch root, the cache file and its folder, unless the Python installation or this
+    package lives under that folder; files are covered with an empty one.
     """
     import tempfile
 
@@ -246,12 +252,15 @@ def _folders_to_hide(cache_path: str | Path | None, device: str) -> list[str]:
     needed = [sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2]),
               os.path.dirname(torch.__file__), os.path.dirname(triton.__file__)]  # fmt: skip
     hide = []
-    candidates = [scratch_root(device) or tempfile.gettempdir()]
+    candidates = [scratch_root(device) or tempfile.gettempdir(), *extra]
     if cache_path is not None:
-        candidates.append(os.path.dirname(os.path.abspath(cache_path)))
+        cache = os.path.abspath(cache_path)
+        candidates += [cache, cache + "-wal", cache + "-shm", os.path.dirname(cache)]
     for folder in candidates:
         folder = os.path.abspath(folder)
-        if folder != "/" and not any(os.path.abspath(n) == folder or os.path.abspath(n).startswith(folder + os.sep)
+        if os.path.isfile(folder):
+            hide.append(folder)
+        elif folder != "/" and not any(os.path.abspath(n) == folder or os.path.abspath(n).startswith(folder + os.sep)
                                      for n in needed):  # fmt: skip
             hide.append(folder)
     return hide

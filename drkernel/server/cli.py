@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from drkernel.errors import ConfigError
@@ -41,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="longest wait of POST /evaluate before it answers 202 (default 300)")
     p.add_argument("--durable", action="store_true", default=None,
                    help="fsync every commit (survives power loss, slower)")
+    p.add_argument("--insecure", action="store_true",
+                   help="run candidates without sandbox isolation (trusted code only; every result then "
+                        "says \"isolation\": \"none\"); without it each judge refuses to start where it "
+                        "cannot isolate sandboxes (sets DRKERNEL_INSECURE=1 for the judges)")
     p.add_argument("--log-level", default="info", help="uvicorn log level")
     p.set_defaults(func=run)
 
@@ -59,6 +64,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"drkernel serve: {exc}", file=sys.stderr)
         return 2
     scrub_secrets()  # read once; no child process inherits the token
+    if getattr(args, "insecure", False):
+        os.environ["DRKERNEL_INSECURE"] = "1"  # the judges read it, in this process and in workers
+    # no sandbox sees the task store (other tasks' submissions and results)
+    db = os.path.abspath(settings.db_path)
+    hidden = [p for p in os.environ.get("DRKERNEL_SANDBOX_HIDE", "").split(os.pathsep) if p]
+    os.environ["DRKERNEL_SANDBOX_HIDE"] = os.pathsep.join([*hidden, db, db + "-wal", db + "-shm"])
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.auth_token:
         logger.warning("serving on %s without DRKERNEL_AUTH_TOKEN: anyone who can reach it "
                        "can submit code", settings.host)
