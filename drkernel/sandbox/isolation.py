@@ -2,8 +2,10 @@
 
 Standard library only (ctypes calls unshare(2), setns(2), mount(2) and prctl(2)); needs root, as the
 judge on the GPU host and in CI runs. The fork server calls `new_pid_namespace()` before each fork, so
-the child is PID 1 of a fresh namespace: it sees no other process, and when it dies the kernel kills
-everything it left behind (a double fork plus setsid included). The child then calls `enter()`:
+the child is PID 1 of a fresh namespace. The child then calls `enter()`, which forks the sandbox's
+own process (PID 2) and stays as the namespace's init: the sandbox sees no other process, and when it
+ends, the init ends, and the kernel kills everything left in the namespace (a double fork plus
+setsid included). `enter()` sets up:
 
 - a private mount view: empty read-only tmpfs over /tmp and /var/tmp, a small private tmpfs over
   /dev/shm, and over every folder the judge names (its reference-timing cache, the sandboxes' scratch
@@ -22,6 +24,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -38,6 +41,8 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_DUMPABLE = 4
+PR_SET_PDEATHSIG = 1
 
 # always hidden: where other sandboxes, the fork server and the uid leases keep their files
 HIDDEN = ("/tmp", "/var/tmp", "/dev/shm")
@@ -98,7 +103,8 @@ def _blocking_ancestor(path: str) -> str | None:
 
 
 def enter(spec: dict[str, Any]) -> None:
-    """Isolate the calling process (PID 1 of a fresh PID namespace, still root) and drop to spec["uid"].
+    """Isolate the calling process (PID 1 of a fresh PID namespace, still root), fork, and return in
+    the child (PID 2) under spec["uid"]; PID 1 stays as the namespace's init (spec["init"] False: no fork).
 
     spec: uid (int); keep: folders bound back in, writable (the sandbox's own); expose: folders bound
     back in read-only (the Python installation, this package) where a folder above them is closed to
@@ -138,9 +144,44 @@ def enter(spec: dict[str, Any]) -> None:
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
     _check(_c().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    if spec.get("init", True):
+        _become_init_and_fork(uid)
+    _drop_to(uid)
+
+
+def _drop_to(uid: int) -> None:
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
+
+
+def _become_init_and_fork(uid: int) -> None:
+    """Fork the sandbox's process (PID 2); this one stays PID 1 and returns only in the child.
+
+    PID 1 of a namespace ignores the signals its own namespace sends it, so the sandbox must not
+    be it (a candidate's kill(getpid(), SIGSEGV) must still end it). PID 1 reaps orphans and exits
+    when the sandbox's process does, with its status (a signal N as exit code 128 + N); its exit
+    takes every other process of the namespace with it.
+    """
+    pid = os.fork()
+    if pid == 0:
+        return
+    for name in os.listdir("/proc/self/fd"):  # it holds nothing of the judge's: no pipes, no stdio
+        with contextlib.suppress(OSError):
+            os.close(int(name))
+    _drop_to(uid)
+    _c().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # and the sandbox's uid cannot trace it
+    _c().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the fork server (after setuid)
+    while True:
+        try:
+            done, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        except InterruptedError:
+            continue
+        if done == pid:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(128 - code if code < 0 else min(code, 127))
 
 
 @functools.cache
@@ -164,10 +205,10 @@ def _probe_child(workdir: str, hide: list[str], needed: list[str], files: list[s
                 f.read(1)
         except OSError as exc:
             return f"a sandbox's uid cannot read {path}: {exc.strerror}"
-    if os.getpid() != 1:
-        return f"not PID 1 of its own namespace (pid {os.getpid()})"
-    pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    if pids != ["1"]:
+    if os.getppid() != 1:
+        return f"not the child of PID 1 of its own namespace (parent {os.getppid()})"
+    pids = sorted(p for p in os.listdir("/proc") if p.isdigit())
+    if pids != ["1", str(os.getpid())]:
         return f"other processes are visible: {pids[:5]}"
     if [n for _, n in socket.if_nameindex()] != ["lo"]:
         return "a network interface other than the loopback is visible"

@@ -206,8 +206,10 @@ class Zygote:
 class _ForkedChild:
     """Popen-like view of a process forked by the zygote (not our child: no waitpid)."""
 
-    def __init__(self, pid: int, workdir: str) -> None:
+    def __init__(self, pid: int, workdir: str, init: bool = False) -> None:
         self.pid = pid
+        # the init of a sandbox's namespaces reports its child's death by signal N as exit code 128 + N
+        self._init = init
         self._status = os.path.join(workdir, "exit_status")
         self.returncode: int | None = None
 
@@ -221,17 +223,23 @@ class _ForkedChild:
                 return None
             status = int(fields[-1])  # a zombie's wait status (/proc/PID/stat field 52)
             self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            return self.returncode
+            return self._decoded()
         except (OSError, IndexError, ValueError):
             pass
         for _ in range(100):  # already reaped: the zygote records the status as it reaps the child
             try:
                 with open(self._status) as f:
                     self.returncode = int(f.read().strip() or "-9")
-                return self.returncode
+                return self._decoded()
             except (OSError, ValueError):
                 time.sleep(0.01)
         self.returncode = -signal.SIGKILL
+        return self.returncode
+
+    def _decoded(self) -> int:
+        assert self.returncode is not None
+        if self._init and 128 < self.returncode < 128 + 65:
+            self.returncode = 128 - self.returncode
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -279,6 +287,7 @@ class SandboxProcess:
         worker_args = [role, device, self.workdir, memory_limit_mb, gpu_memory_fraction, parent]
         env = sandbox_env(device, triton_cache or os.path.join(self.workdir, "triton"), home)
         self.proc: subprocess.Popen[bytes] | _ForkedChild
+        self._rss_of_children = False
         if zygote is not None:
             request: dict[str, Any] = {"args": worker_args, "env": env, "cwd": home, "workdir": self.workdir,
                                        "output_path": self.output_path, "uid": uid}  # fmt: skip
@@ -293,7 +302,8 @@ class SandboxProcess:
                     os.close(fd)
                 self._cleanup()
                 raise
-            self.proc = _ForkedChild(pid, self.workdir)
+            self.proc = _ForkedChild(pid, self.workdir, init=namespaces)
+            self._rss_of_children = namespaces  # the sandbox's processes are its init's descendants
         else:
             args = [sys.executable, "-m", "drkernel.sandbox.worker", str(cmd_r), str(resp_w),
                     *map(str, worker_args)]  # fmt: skip
@@ -391,7 +401,7 @@ class SandboxProcess:
                 return reply
             if self.proc.poll() is not None:
                 raise self._death()
-            rss = _rss_mb(self.proc.pid)
+            rss = _tree_rss_mb(self.proc.pid) if self._rss_of_children else _rss_mb(self.proc.pid)
             if rss is not None and rss > self.memory_limit_mb:
                 self.kill()
                 raise SandboxFailure(
@@ -410,6 +420,25 @@ class SandboxProcess:
         if "MemoryError" in tail or "Cannot allocate memory" in tail:
             return SandboxFailure("memory_limit", f"the sandbox ran out of host memory and {how}")
         return SandboxFailure("crash", f"the sandbox process {how}" + (f"; last output:\n{tail}" if tail else ""))
+
+
+def _tree_rss_mb(root: int) -> int | None:
+    """Resident memory of every descendant of `root` (the sandbox's init, not counted: it is a copy
+    of the fork server that shares its pages); None if none could be read."""
+    total, seen, todo = 0, False, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except (OSError, ValueError):
+            kids = []
+        for kid in kids:
+            rss = _rss_mb(kid)
+            if rss is not None:
+                total, seen = total + rss, True
+            todo.append(kid)
+    return total if seen else None
 
 
 def _rss_mb(pid: int) -> int | None:

@@ -472,8 +472,7 @@ def die_with_parent(parent_pid: int) -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    # the parent was already gone (0: PID 1 of its own namespace, whose parent lives outside it)
-    if parent_pid > 0 and os.getppid() not in (parent_pid, 0):
+    if parent_pid > 0 and os.getppid() != parent_pid:  # the parent was already gone
         os._exit(1)
 
 

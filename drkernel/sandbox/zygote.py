@@ -80,7 +80,8 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
         if req.get("isolation") is not None:
             from drkernel.sandbox import isolation
 
-            isolation.enter(req["isolation"])
+            isolation.enter(req["isolation"])  # returns in PID 2, the child of the namespace's init
+            req["args"][5] = os.getppid()  # the worker dies with its init (and the init with the namespace)
         elif req.get("uid") is not None:
             isolate(int(req["uid"]))
         os.chdir(req["cwd"])

@@ -85,7 +85,7 @@ def test_arbitrary_python_sees_nothing_of_the_host(judge: Judge, tmp_path: Path,
         listener.close()
     assert r.outcome is EvalOutcome.OK, describe(r)
     report = next(line for line in r.sandbox_output.splitlines() if line.startswith("ISOLATION"))
-    assert "'pid': 1" in report and "'interfaces': ['lo']" in report, report
+    assert "'pid': 2" in report and "'procs': 2" in report and "'interfaces': ['lo']" in report, report
 
 
 def test_a_process_that_left_its_group_dies_with_the_sandbox(judge: Judge) -> None:

@@ -48,8 +48,8 @@ def _probe():
     procs = [p for p in os.listdir("/proc") if p.isdigit()]
     seen["procs"] = len(procs)
     for p in procs:
-        if p == str(os.getpid()):
-            continue  # itself: forked from the fork server, it has its command line
+        if p in (str(os.getpid()), "1"):
+            continue  # itself and its namespace's init: forked from the fork server, they have its command line
         try:
             with open(f"/proc/{p}/cmdline", "rb") as f:
                 cmd = f.read()
