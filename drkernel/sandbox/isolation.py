@@ -45,7 +45,8 @@ PR_SET_DUMPABLE = 4
 PR_SET_PDEATHSIG = 1
 
 # always hidden: where other sandboxes, the fork server and the uid leases keep their files
-HIDDEN = ("/tmp", "/var/tmp", "/dev/shm")
+# (/run: sockets of the host's services, world-writable lock folders)
+HIDDEN = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 _SHM_SIZE = "size=1g"
 
 _libc: Any = None
@@ -186,13 +187,16 @@ def _become_init_and_fork(uid: int) -> None:
 
 @functools.cache
 def needed_paths() -> tuple[str, ...]:
-    """Folders a sandbox must read: the Python installation, torch, triton and this package."""
+    """Folders a sandbox must read: the Python installation, torch, triton, this package, and the
+    NVIDIA daemons' folders under /run."""
     import torch
     import triton
 
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     found = [sys.prefix, sys.base_prefix, here, os.path.dirname(os.path.dirname(torch.__file__)),
              os.path.dirname(os.path.dirname(triton.__file__))]  # fmt: skip
+    with contextlib.suppress(OSError):  # the NVIDIA daemons' sockets stay (the driver may ask them)
+        found += [os.path.join("/run", n) for n in os.listdir("/run") if n.startswith("nvidia")]
     return tuple(sorted({os.path.realpath(p) for p in found}))
 
 

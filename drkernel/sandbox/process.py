@@ -228,8 +228,9 @@ class _ForkedChild:
             pass
         for _ in range(100):  # already reaped: the zygote records the status as it reaps the child
             try:
-                with open(self._status) as f:
-                    self.returncode = int(f.read().strip() or "-9")
+                fd = os.open(self._status, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                with open(fd, "rb") as f:  # never through a link the sandbox put there
+                    self.returncode = int(f.read(32).strip() or b"-9")
                 return self._decoded()
             except (OSError, ValueError):
                 time.sleep(0.01)

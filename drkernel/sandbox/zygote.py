@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import sys
 import traceback
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 __all__ = ["STATUS_FILE", "main"]
 
 STATUS_FILE = "exit_status"
-_workdirs: dict[int, str] = {}
+_workdirs: dict[int, int] = {}  # child pid -> its folder, held open
 
 
 def _reap(signum: int, frame: Any) -> None:
@@ -30,11 +31,28 @@ def _reap(signum: int, frame: Any) -> None:
             return
         if pid == 0:
             return
-        workdir = _workdirs.pop(pid, None)
-        if workdir:
+        folder = _workdirs.pop(pid, None)
+        if folder is not None:
             code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            with contextlib.suppress(OSError), open(os.path.join(workdir, STATUS_FILE), "w") as f:
-                f.write(str(code))
+            _record(folder, str(code))
+
+
+def _record(folder: int, text: str) -> None:
+    """Write the status into the sandbox's folder (held open since the fork): the sandbox owns that
+    folder, so neither a link in place of the file nor a folder moved away may redirect a root write."""
+    try:
+        fd = os.open(STATUS_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o644, dir_fd=folder)  # fmt: skip
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(folder)
 
 
 def isolate(uid: int) -> None:
@@ -125,12 +143,19 @@ def main() -> None:
                     os.close(fd)
                 sock.sendall(json.dumps({"error": f"no PID namespace for the sandbox: {exc}"}).encode())
                 continue
+        try:  # before the sandbox runs: the folder is still the one the judge made
+            folder = os.open(req["workdir"], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            sock.sendall(json.dumps({"error": f"no sandbox folder: {exc}"}).encode())
+            continue
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         pid = os.fork()
         if pid == 0:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
             _child(req, fds, sock)
-        _workdirs[pid] = req["workdir"]
+        _workdirs[pid] = folder
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         for fd in fds:
             os.close(fd)

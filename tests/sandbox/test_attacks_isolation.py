@@ -145,6 +145,16 @@ def test_the_timing_cache_is_out_of_reach(judge: Judge, cache_dir: Path) -> None
     assert again.reference_ms == first.reference_ms
 
 
+def test_a_link_in_place_of_the_status_file_is_not_followed(judge: Judge, tmp_path: Path) -> None:
+    """The fork server (root) records a dead sandbox's status in its folder: never through a link."""
+    victim = tmp_path / "judge-file"
+    victim.write_text("intact")
+    r = evaluate(judge, attack("status_file_link", victim=victim))
+    assert r.outcome is EvalOutcome.OK, describe(r)
+    time.sleep(0.5)  # the fork server reaps the killed sandbox and writes its status
+    assert victim.read_text() == "intact"
+
+
 def test_the_judge_refuses_to_start_without_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
     """Class 7: where the machine cannot isolate sandboxes, no judge starts (a clear error), unless
     told insecure; an insecure judge's every result says so."""

@@ -64,14 +64,14 @@ def _probe():
         except OSError:
             pass
     own = os.path.dirname(os.getcwd())
-    for root in ("/tmp", "/dev/shm", "/var/tmp"):
+    for root in ("/tmp", "/dev/shm", "/var/tmp", "/run"):
         try:
-            others = [n for n in os.listdir(root) if os.path.join(root, n) != own]
+            others = [n for n in os.listdir(root) if os.path.join(root, n) != own and not n.startswith("nvidia")]
         except OSError:
             continue
         if others:
             breaches.append(f"lists {root}: {others[:4]}")
-    for path in ("/tmp/x", "/var/tmp/x", "/x", "/usr/x", os.path.join(os.path.dirname(own), "x")):
+    for path in ("/tmp/x", "/var/tmp/x", "/x", "/usr/x", "/run/lock/x", os.path.join(os.path.dirname(own), "x")):
         try:
             with open(path, "w") as f:
                 f.write("x")
