@@ -55,7 +55,7 @@ class Comparison:
 
 
 def load_tensors(path: str, expected: int, device: str = "cpu",
-                 expect: list[tuple[torch.dtype, list[int]]] | None = None) -> list[torch.Tensor]:  # fmt: skip
+                 expect: list[tuple[torch.dtype | str, list[int]]] | None = None) -> list[torch.Tensor]:  # fmt: skip
     """Load a sandbox's tensor file safely: plain tensors of allowed dtypes only, bounded size.
 
     The file is parsed by `tensorfile.read_tensors` (a JSON header and raw bytes: nothing is

@@ -185,10 +185,11 @@ def open_output(path: str) -> Any:
 
 
 def read_header(path: str, expected: int, max_bytes: int = 4 << 30,
-                expect: list[tuple[torch.dtype, list[int]]] | None = None) -> list[Entry]:  # fmt: skip
+                expect: list[tuple[torch.dtype | str, list[int]]] | None = None) -> list[Entry]:  # fmt: skip
     """Parse and check a tensor file's header against the file's size. Raises TensorFileError.
 
-    `expect`: the (dtype, shape) of each tensor, when known (the reference's): a file that
+    `expect`: the (dtype, shape) of each tensor, when known (the reference's; a dtype may be given as
+    torch.float32 or "torch.float32" or "float32"): a file that
     announces anything else is refused before a byte of its data is read.
     """
     with open_output(path) as f:
@@ -210,8 +211,8 @@ def read_header(path: str, expected: int, max_bytes: int = 4 << 30,
         raise TensorFileError("output file does not hold the announced tensors")
     parsed = [_entry(e) for e in raw_entries]
     if expect is not None:
-        got = [(d, s) for d, s, _ in parsed]
-        if got != [(d, list(s)) for d, s in expect]:
+        got = [(_dtype_name(d), s) for d, s, _ in parsed]
+        if got != [(_dtype_name(d), list(s)) for d, s in expect]:
             raise TensorFileError(f"output dtypes and shapes {_describe(got)} differ from the expected "
                                   f"{_describe(expect)}")  # fmt: skip
     total = sum(n for _, _, n in parsed)
@@ -227,13 +228,17 @@ def read_header(path: str, expected: int, max_bytes: int = 4 << 30,
     return entries
 
 
+def _dtype_name(d: Any) -> str:
+    return str(d).removeprefix("torch.")
+
+
 def _describe(pairs: Any) -> str:
     return ", ".join(f"{str(d).removeprefix('torch.')}{list(s)}" for d, s in pairs) or "none"
 
 
 def read_tensors(path: str, expected: int, device: str = "cpu", max_bytes: int = 4 << 30,
                  staging: Staging | None = None,
-                 expect: list[tuple[torch.dtype, list[int]]] | None = None) -> list[torch.Tensor]:  # fmt: skip
+                 expect: list[tuple[torch.dtype | str, list[int]]] | None = None) -> list[torch.Tensor]:  # fmt: skip
     """Read `expected` tensors from a file a sandbox wrote, onto `device`. Raises TensorFileError."""
     entries = read_header(path, expected, max_bytes, expect)
     return read_entries(path, entries, [None] * len(entries), device, staging)

@@ -95,7 +95,14 @@ def test_unexpected_shapes_are_refused_before_the_data_is_read(tmp_path: Path) -
     t0 = time.monotonic()
     with pytest.raises(TensorFileError, match="differ from the expected"):
         load_tensors(str(f), 1, expect=[(torch.float32, [8, 256])])
+    with pytest.raises(TensorFileError, match="differ from the expected"):
+        load_tensors(str(f), 1, expect=[("torch.float32", [8, 256])])  # as the reference's reply spells it
     assert time.monotonic() - t0 < 1
+
+
+def test_expected_shapes_that_match_read(out: Path) -> None:
+    (t,) = load_tensors(str(out), 1, expect=[("torch.float32", [3, 4])])
+    assert t.shape == (3, 4)
 
 
 def test_read_entries_rechecks_the_file_it_opens(tmp_path: Path, out: Path) -> None:
