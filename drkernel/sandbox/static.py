@@ -168,7 +168,7 @@ class _Visitor(ast.NodeVisitor):
                 self.report.flag("dynamic_code", f"line {node.lineno}: attribute name computed at run time")
             for arg in node.args:
                 if isinstance(arg, ast.Constant) and set(str(arg.value).split(".")) & (_INTROSPECTION_ATTRS | _ESCAPE_MODULES):
-                    self.report.flag("introspection", f"line {node.lineno}: {node.func.attr}({arg.value!r})")
+                    self.report.flag("introspection", f"line {node.lineno}: {ast.unparse(node.func)}({arg.value!r})")
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
