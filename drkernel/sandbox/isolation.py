@@ -7,10 +7,10 @@ own process (PID 2) and stays as the namespace's init: the sandbox sees no other
 ends, the init ends, and the kernel kills everything left in the namespace (a double fork plus
 setsid included). `enter()` sets up:
 
-- a private mount view: empty read-only tmpfs over /tmp and /var/tmp, a small private tmpfs over
-  /dev/shm, and over every folder the judge names (its reference-timing cache, the sandboxes' scratch
-  root); only the sandbox's own folder is bound back in, writable. Everything else is read-only, and a
-  fresh /proc shows only the sandbox's own processes;
+- a private mount view: empty read-only tmpfs over /tmp, /var/tmp and /run, a small private tmpfs
+  over /dev/shm, and over every folder the judge names (its reference-timing cache, the sandboxes'
+  scratch root); only the sandbox's own folder is bound back in, writable. Every other mount is
+  read-only, and a fresh /proc shows only the sandbox's own processes;
 - an empty network namespace (a loopback that is down);
 - the leased uid, no supplementary groups, no new privileges (setuid binaries give nothing).
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import functools
 import os
 import signal
@@ -41,6 +42,8 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS = 38
+MOUNT_ATTR_RDONLY, AT_RECURSIVE, AT_FDCWD = 1, 0x8000, -100
+_SYS_MOUNT_SETATTR = 442  # the same number on x86_64 and aarch64
 PR_SET_DUMPABLE = 4
 PR_SET_PDEATHSIG = 1
 
@@ -142,8 +145,8 @@ def enter(spec: dict[str, Any]) -> None:
     for path in covered:  # the covers are read-only (the private /dev/shm stays writable, like a /tmp)
         if path != "/dev/shm":
             _mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+    _read_only_tree([*keep, *(p for p in covered if p == "/dev/shm")])
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # its own, after: writable as /proc is
     _check(_c().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
     if spec.get("init", True):
         _become_init_and_fork(uid)
@@ -183,6 +186,24 @@ def _become_init_and_fork(uid: int) -> None:
         if done == pid:
             code = os.waitstatus_to_exitcode(status)
             os._exit(128 - code if code < 0 else min(code, 127))
+
+
+def _read_only_tree(writable: list[str]) -> None:
+    """Every mount read-only, submounts included (a world-writable folder on any of them too); then
+    the `writable` mounts (the sandbox's folder, its /dev/shm) writable again. Device files stay usable.
+
+    mount_setattr(2) (Linux 5.12) does it for the whole tree; without it, only "/" becomes read-only.
+    """
+    attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    rc = _c().syscall(ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), b"/", ctypes.c_uint(AT_RECURSIVE),
+                      ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))  # fmt: skip
+    if rc != 0:
+        if ctypes.get_errno() != errno.ENOSYS:
+            _check(rc, "mount_setattr(/, read-only, recursive)")
+        _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+        return
+    for path in writable:
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
 
 
 @functools.cache
