@@ -290,6 +290,9 @@ class EvalResult:
     shape_variant_issues: list[str] = field(default_factory=list)  # why a variant failed or was not counted
     warnings: list[str] = field(default_factory=list)  # about the problem, not the candidate (weak_reference)
     sandbox_output: str = ""  # what the candidate printed (truncated), never on our stdout
+    # how the candidate's sandbox was isolated: "namespaces" (its own uid, PID, mount and network
+    # namespaces), "uid" (a uid of its own only) or "none" (an --insecure judge; not to be trusted)
+    isolation: str | None = None
     wall_s: float | None = None
     stage_s: dict[str, float] = field(default_factory=dict)  # wall seconds per pipeline stage
     task_id: str | None = None
@@ -332,6 +335,7 @@ class EvalResult:
             "shape_variant_issues": list(self.shape_variant_issues),
             "warnings": list(self.warnings),
             "sandbox_output": self.sandbox_output,
+            "isolation": self.isolation,
             "wall_s": self.wall_s,
             "stage_s": dict(self.stage_s),
             "task_id": self.task_id,
@@ -369,6 +373,7 @@ class EvalResult:
             shape_variant_issues=[str(x) for x in d.get("shape_variant_issues") or []],
             warnings=[str(x) for x in d.get("warnings") or []],
             sandbox_output=d.get("sandbox_output") or "",
+            isolation=d.get("isolation"),
             wall_s=d.get("wall_s"),
             stage_s=dict(d.get("stage_s") or {}),
             task_id=d.get("task_id"),

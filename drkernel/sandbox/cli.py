@@ -42,6 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--no-profile", action="store_true", help="skip the profiling window (coverage null)")
     p.add_argument("--memory-limit-mb", type=int, default=None, help="host memory limit of the sandbox")
     p.add_argument("--cache", type=Path, default=None, help="reference timing cache file")
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="run the candidate without sandbox isolation (your own code only; the result "
+                        "then says \"isolation\": \"none\"); without it the judge refuses to start where "
+                        "it cannot isolate sandboxes")
     p.add_argument("--launch-preroll-us", type=float, default=None,
                    help="GPU: keep the device busy this long before each timed call so that host launch "
                         "overhead is not timed (default 0: off)")  # fmt: skip
@@ -125,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
                           problem_name=args.reference.stem, shape_variants=tuple(args.shape))  # fmt: skip
     try:
         with Judge(device=options.device, spares=1, cache_path=args.cache or default_cache_path(),
-                   memory_limit_mb=options.memory_limit_mb) as judge:  # fmt: skip
+                   memory_limit_mb=options.memory_limit_mb, insecure=args.insecure) as judge:  # fmt: skip
             result = judge.evaluate(request)
     except SandboxFailure as exc:  # the judge's own machinery, never the candidate's doing
         print(f"drkernel eval: the judge could not start its sandboxes: {exc}", file=sys.stderr)

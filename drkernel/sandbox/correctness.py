@@ -62,13 +62,16 @@ class Comparison:
     rel_l2: float | None = None
 
 
-def load_tensors(path: str, expected: int, device: str = "cpu") -> list[torch.Tensor]:
+def load_tensors(path: str, expected: int, device: str = "cpu",
+                 expect: list[tuple[torch.dtype | str, list[int]]] | None = None) -> list[torch.Tensor]:  # fmt: skip
     """Load a sandbox's tensor file safely: plain tensors of allowed dtypes only, bounded size.
 
     The file is parsed by `tensorfile.read_tensors` (a JSON header and raw bytes: nothing is
     unpickled). With a CUDA `device` the bytes go straight to the GPU, where the comparison runs.
+    Links, hard links and files of another owner are refused unread (tensorfile.open_output); with
+    `expect` (the reference's dtypes and shapes), so is a file that announces anything else.
     """
-    return read_tensors(path, expected, device, MAX_OUTPUT_BYTES)
+    return read_tensors(path, expected, device, MAX_OUTPUT_BYTES, expect=expect)
 
 
 def _same_structure(a: Any, b: Any) -> bool:

@@ -16,12 +16,14 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 from drkernel.errors import ConfigError
+from drkernel.sandbox import isolation
 from drkernel.sandbox.comparator import JudgeFault, make_comparator
 from drkernel.sandbox.pipeline import Evaluation, ReferenceFailure
-from drkernel.sandbox.process import SandboxFailure, SandboxProcess, Zygote
+from drkernel.sandbox.process import SandboxFailure, SandboxProcess, Zygote, scratch_root
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.types import MAX_SOURCE_BYTES, DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
 
@@ -60,7 +62,14 @@ class Judge:
     def __init__(self, device: str | None = None, *, spares: int | None = None, cache_path: str | Path | None = None,
                  memory_limit_mb: int | None = None, candidate_gpu_fraction: float = 0.6,
                  reference_gpu_fraction: float = 0.3, shared_triton_cache: str | None = None,
-                 fork_server: bool = True, isolate_uid: bool | None = None) -> None:  # fmt: skip
+                 fork_server: bool = True, isolate_uid: bool | None = None,
+                 insecure: bool | None = None, hide: Sequence[str | Path] = ()) -> None:  # fmt: skip
+        """`insecure`: run sandboxes without namespaces, for one's own code only (every result then
+        says "isolation": "none"); otherwise the judge refuses to start where it cannot isolate them.
+        None reads DRKERNEL_INSECURE=1. `hide`: more files or folders no sandbox may see (besides
+        DRKERNEL_SANDBOX_HIDE, a list like PATH); the timing cache and the scratch folders always are."""
+        if insecure is None:
+            insecure = os.environ.get("DRKERNEL_INSECURE", "").strip().lower() in ("1", "true", "yes")
         self.device = resolve_device(device)
         self.cuda = self.device.startswith("cuda")
         self.spares = max(1, spares if spares is not None else default_spares(self.cuda))
@@ -70,10 +79,20 @@ class Judge:
         # None: every sandbox compiles into its own fresh cache (a candidate cannot plant binaries
         # for the next one); a shared directory trades that isolation for no recompilation.
         self.shared_triton_cache = shared_triton_cache
+        # hidden from every sandbox: the reference-timing cache's folder and the sandboxes' scratch root
+        extra = [*map(str, hide), *filter(None, os.environ.get("DRKERNEL_SANDBOX_HIDE", "").split(os.pathsep))]
+        self._hide = _to_hide(cache_path, self.device, extra)
+        self.insecure = insecure
+        if not insecure:
+            _require_isolation(fork_server, shared_triton_cache, self._hide)
+            self.isolation = "namespaces"
+            self.isolate_uid = True
+        else:
+            log.warning("insecure judge: candidate sandboxes run without namespaces (for your own code only)")
+            # shared with the judge, unless asked for a leased uid (root only)
+            self.isolate_uid = bool(isolate_uid)
+            self.isolation = "uid" if self.isolate_uid else "none"
         self.cache = ReferenceTimingCache(cache_path)
-        # None: give each sandbox a uid of its own when we can (running as root)
-        # (a Triton cache shared between sandboxes already crosses that boundary: no uid of their own then)
-        self.isolate_uid = (_uid_isolation_works() and shared_triton_cache is None) if isolate_uid is None else isolate_uid
         # A fork server imports torch and triton once; each sandbox is then a fork (fast to spawn).
         self._zygote: Zygote | None = Zygote(self.device) if fork_server else None
         self._pool: collections.deque[SandboxProcess] = collections.deque()
@@ -94,7 +113,8 @@ class Judge:
             self._zygote = Zygote(self.device)
         return SandboxProcess(role, self.device, self.memory_limit_mb, fraction,
                               triton_cache=self.shared_triton_cache, zygote=self._zygote,
-                              isolate_uid=self.isolate_uid)  # fmt: skip
+                              isolate_uid=self.isolate_uid, namespaces=not self.insecure,
+                              hide=self._hide)  # fmt: skip
 
     def _fill_pool(self) -> None:
         while len(self._pool) < self.spares:
@@ -173,6 +193,7 @@ class Judge:
             if cand is not None:
                 cand.kill()
         result.sandbox_output = output
+        result.isolation = self.isolation
         return result
 
     def _replace_device_state(self) -> None:
@@ -239,6 +260,46 @@ def default_spares(cuda: bool) -> int:
     if not 1 <= value <= 64:
         raise ConfigError(f"DRKERNEL_SPARES={raw!r}: expected a whole number of warm sandboxes from 1 to 64")
     return value
+
+
+def _to_hide(cache_path: str | Path | None, device: str, extra: list[str]) -> list[str]:
+    """Files and folders covered in every sandbox's view besides /tmp, /var/tmp and /dev/shm.
+
+    The scratch root, the cache file and its folder, unless the Python installation or this
+    package lives under that folder; files are covered with an empty one.
+    """
+    import tempfile
+
+    import torch
+    import triton
+
+    needed = [sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2]),
+              os.path.dirname(torch.__file__), os.path.dirname(triton.__file__)]  # fmt: skip
+    hide = []
+    candidates = [scratch_root(device) or tempfile.gettempdir(), *extra]
+    if cache_path is not None:
+        cache = os.path.abspath(cache_path)
+        candidates += [cache, cache + "-wal", cache + "-shm", os.path.dirname(cache)]
+    for folder in candidates:
+        folder = os.path.abspath(folder)
+        if os.path.isfile(folder):
+            hide.append(folder)
+        elif folder != "/" and not any(os.path.abspath(n) == folder or os.path.abspath(n).startswith(folder + os.sep)
+                                     for n in needed):  # fmt: skip
+            hide.append(folder)
+    return hide
+
+
+def _require_isolation(fork_server: bool, shared_triton_cache: str | None, hide: list[str]) -> None:
+    """Raise ConfigError unless sandboxes can get namespaces and a uid of their own here."""
+    advice = "; pass insecure=True (drkernel eval/serve --insecure) to run your own code without isolation"
+    if not fork_server:
+        raise ConfigError("sandbox isolation needs the fork server (fork_server=True)" + advice)
+    if shared_triton_cache is not None:
+        raise ConfigError("a Triton cache shared between sandboxes crosses the sandbox boundary" + advice)
+    problem = isolation.probe(hide)
+    if problem is not None:
+        raise ConfigError(f"cannot isolate candidate sandboxes on this machine: {problem}" + advice)
 
 
 def _uid_isolation_works() -> bool:

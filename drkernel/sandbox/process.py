@@ -18,6 +18,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from drkernel.sandbox import isolation
 from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
 
 log = logging.getLogger(__name__)
@@ -185,7 +187,10 @@ class Zygote:
             raise SandboxFailure("sandbox_start", f"the fork server did not answer: {exc}{self._why()}") from None
         if not reply:
             raise SandboxFailure("sandbox_start", f"the fork server exited{self._why()}")
-        return int(json.loads(reply)["pid"])
+        answer = json.loads(reply)
+        if "error" in answer:
+            raise SandboxFailure("sandbox_start", str(answer["error"]))
+        return int(answer["pid"])
 
     def _why(self, max_chars: int = 4000) -> str:
         """The fork server's exit status and the end of its log, for an error message."""
@@ -216,8 +221,10 @@ class Zygote:
 class _ForkedChild:
     """Popen-like view of a process forked by the zygote (not our child: no waitpid)."""
 
-    def __init__(self, pid: int, workdir: str) -> None:
+    def __init__(self, pid: int, workdir: str, init: bool = False) -> None:
         self.pid = pid
+        # the init of a sandbox's namespaces reports its child's death by signal N as exit code 128 + N
+        self._init = init
         self._status = os.path.join(workdir, "exit_status")
         self.returncode: int | None = None
 
@@ -231,17 +238,24 @@ class _ForkedChild:
                 return None
             status = int(fields[-1])  # a zombie's wait status (/proc/PID/stat field 52)
             self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            return self.returncode
+            return self._decoded()
         except (OSError, IndexError, ValueError):
             pass
         for _ in range(100):  # already reaped: the zygote records the status as it reaps the child
             try:
-                with open(self._status) as f:
-                    self.returncode = int(f.read().strip() or "-9")
-                return self.returncode
+                fd = os.open(self._status, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                with open(fd, "rb") as f:  # never through a link the sandbox put there
+                    self.returncode = int(f.read(32).strip() or b"-9")
+                return self._decoded()
             except (OSError, ValueError):
                 time.sleep(0.01)
         self.returncode = -signal.SIGKILL
+        return self.returncode
+
+    def _decoded(self) -> int:
+        assert self.returncode is not None
+        if self._init and 128 < self.returncode < 128 + 65:
+            self.returncode = 128 - self.returncode
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -260,7 +274,13 @@ class SandboxProcess:
     def __init__(self, role: str, device: str, memory_limit_mb: int = 8192,
                  gpu_memory_fraction: float = 0.9, start_timeout_s: float = 120.0,
                  triton_cache: str | None = None, zygote: Zygote | None = None,
-                 isolate_uid: bool = False) -> None:  # fmt: skip
+                 isolate_uid: bool = False, namespaces: bool = False,
+                 hide: list[str] | None = None) -> None:  # fmt: skip
+        """`namespaces`: run in namespaces of its own under a leased uid (drkernel.sandbox.isolation;
+        needs the fork server), with the folders in `hide` covered; `isolate_uid` alone: a leased uid."""
+        if namespaces and zygote is None:
+            raise ValueError("sandbox namespaces need the fork server")
+        isolate_uid = isolate_uid or namespaces
         self.role = role
         self.device = device
         self.memory_limit_mb = memory_limit_mb
@@ -283,9 +303,14 @@ class SandboxProcess:
         worker_args = [role, device, self.workdir, memory_limit_mb, gpu_memory_fraction, parent]
         env = sandbox_env(device, triton_cache or os.path.join(self.workdir, "triton"), home)
         self.proc: subprocess.Popen[bytes] | _ForkedChild
+        self._rss_of_children = False
         if zygote is not None:
-            request = {"args": worker_args, "env": env, "cwd": home, "workdir": self.workdir,
-                       "output_path": self.output_path, "uid": uid}  # fmt: skip
+            request: dict[str, Any] = {"args": worker_args, "env": env, "cwd": home, "workdir": self.workdir,
+                                       "output_path": self.output_path, "uid": uid}  # fmt: skip
+            if namespaces:
+                keep = [self.workdir] + ([triton_cache] if triton_cache else [])
+                request["isolation"] = {"uid": uid, "keep": keep, "hide": list(hide or []),
+                                        "expose": list(isolation.needed_paths())}  # fmt: skip
             try:
                 pid = zygote.spawn(request, [cmd_r, resp_w])
             except BaseException:
@@ -293,7 +318,8 @@ class SandboxProcess:
                     os.close(fd)
                 self._cleanup()
                 raise
-            self.proc = _ForkedChild(pid, self.workdir)
+            self.proc = _ForkedChild(pid, self.workdir, init=namespaces)
+            self._rss_of_children = namespaces  # the sandbox's processes are its init's descendants
         else:
             args = [sys.executable, "-m", "drkernel.sandbox.worker", str(cmd_r), str(resp_w),
                     *map(str, worker_args)]  # fmt: skip
@@ -342,8 +368,11 @@ class SandboxProcess:
             log.warning("could not remove the sandbox folder %s", self.workdir)
 
     def output_tail(self, limit: int = 4000) -> str:
-        try:
-            with open(self.output_path, "rb") as f:
+        try:  # the sandbox owns its folder: never follow a link it put in place of its log
+            fd = os.open(self.output_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with open(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return ""
                 f.seek(0, os.SEEK_END)
                 size = f.tell()
                 f.seek(max(0, size - limit))
@@ -388,7 +417,7 @@ class SandboxProcess:
                 return reply
             if self.proc.poll() is not None:
                 raise self._death()
-            rss = _rss_mb(self.proc.pid)
+            rss = _tree_rss_mb(self.proc.pid) if self._rss_of_children else _rss_mb(self.proc.pid)
             if rss is not None and rss > self.memory_limit_mb:
                 self.kill()
                 raise SandboxFailure(
@@ -407,6 +436,25 @@ class SandboxProcess:
         if "MemoryError" in tail or "Cannot allocate memory" in tail:
             return SandboxFailure("memory_limit", f"the sandbox ran out of host memory and {how}")
         return SandboxFailure("crash", f"the sandbox process {how}" + (f"; last output:\n{tail}" if tail else ""))
+
+
+def _tree_rss_mb(root: int) -> int | None:
+    """Resident memory of every descendant of `root` (the sandbox's init, not counted: it is a copy
+    of the fork server that shares its pages); None if none could be read."""
+    total, seen, todo = 0, False, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except (OSError, ValueError):
+            kids = []
+        for kid in kids:
+            rss = _rss_mb(kid)
+            if rss is not None:
+                total, seen = total + rss, True
+            todo.append(kid)
+    return total if seen else None
 
 
 def _rss_mb(pid: int) -> int | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -34,7 +35,12 @@ class ReferenceTimingCache:
         if path is None:
             self._db = sqlite3.connect(":memory:", check_same_thread=False)
         else:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # the judge's alone: sandboxes run under other uids (SQLite gives its -wal and -shm the same mode)
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            for own in (str(path), f"{path}-wal", f"{path}-shm"):  # files of an older judge may be 0644
+                if os.path.exists(own):
+                    os.chmod(own, 0o600)
             self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)

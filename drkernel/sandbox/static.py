@@ -56,6 +56,18 @@ _ESCAPE_MODULES = {
     "os", "sys", "inspect", "builtins", "importlib", "ctypes", "threading", "_thread", "subprocess", "gc",
     "socket", "shutil", "pickle", "marshal", "multiprocessing", "traceback", "posix", "pty", "mmap",
 }  # fmt: skip
+# calls that read or write files, or run code that is not in the source (dotted, after aliases)
+_FILE_CALLS = {
+    "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "numpy.load", "numpy.loadtxt",
+    "numpy.genfromtxt", "numpy.fromfile", "numpy.memmap", "numpy.lib.format.open_memmap", "numpy.fromregex",
+    "torch.save", "torch.load", "torch.from_file", "torch.Storage.from_file", "torch.UntypedStorage.from_file",
+    "torch.TypedStorage.from_file",
+}  # fmt: skip
+_FILE_METHODS = {"tofile", "from_file"}
+_CODE_MODULES = ("torch.utils.cpp_extension", "torch.hub", "torch.ops.load_library", "torch.package",
+                 "torch.utils.model_zoo", "torch.classes.load_library", "numpy.ctypeslib")  # fmt: skip
+_BUILTIN_VALUES = {"getattr", "setattr", "delattr", "__import__", "eval", "exec", "compile", "globals", "locals",
+                   "vars", "open", "breakpoint"}  # fmt: skip
 _STREAM_ATTRS = {"Stream", "stream", "wait_stream", "record_stream", "ExternalStream", "set_stream"}
 _GRAPH_ATTRS = {"CUDAGraph", "graph", "make_graphed_callables"}
 _SUBCLASS_DEFS = {"__torch_function__", "__torch_dispatch__"}
@@ -98,6 +110,8 @@ class _Visitor(ast.NodeVisitor):
         self.report = report
         self.entry_point = entry_point
         self.module_aliases: set[str] = set()
+        self.origins: dict[str, str] = {}  # local name -> dotted origin (np -> numpy, T -> torch)
+        self._called: set[int] = set()  # ids of Name nodes that are the function of a call
 
     def _import(self, module: str, alias: str | None, line: int) -> None:
         root = module.split(".")[0]
@@ -107,9 +121,32 @@ class _Visitor(ast.NodeVisitor):
         elif root not in ALLOWED_IMPORT_ROOTS:
             self.report.flag("forbidden_import", f"line {line}: import {module}", by_import=True)
 
+    def _dotted(self, node: ast.AST) -> str | None:
+        """`np.lib.format.open_memmap` -> "numpy.lib.format.open_memmap", through import and assignment aliases."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id not in self.origins:
+            return None
+        return ".".join([self.origins[node.id], *reversed(parts)])
+
+    def _check_dotted(self, dotted: str | None, line: int) -> None:
+        if dotted is None:
+            return
+        if dotted in _FILE_CALLS:
+            self.report.flag("file_access", f"line {line}: {dotted}")
+        if any(dotted == m or dotted.startswith(m + ".") for m in _CODE_MODULES):
+            self.report.flag("dynamic_code", f"line {line}: {dotted} (code that is not in the source)")
+
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
             self._import(a.name, a.asname.split(".")[0] if a.asname else None, node.lineno)
+            if a.asname:
+                self.origins[a.asname] = a.name
+            else:
+                self.origins[a.name.split(".")[0]] = a.name.split(".")[0]
+            self._check_dotted(a.name, node.lineno)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
@@ -119,13 +156,23 @@ class _Visitor(ast.NodeVisitor):
         self._import(module, None, node.lineno)
         for a in node.names:
             self.module_aliases.add(a.asname or a.name)
+            self.origins[a.asname or a.name] = f"{module}.{a.name}"
+            self._check_dotted(f"{module}.{a.name}", node.lineno)
             if a.name in _ESCAPE_MODULES:
                 self.report.flag("forbidden_import", f"line {node.lineno}: from {module} import {a.name}")
             if module.split(".")[0] == "torch" and a.name in _STREAM_ATTRS:
                 self.report.flag("stream_injection", f"line {node.lineno}: from {module} import {a.name}")
 
     def visit_Call(self, node: ast.Call) -> None:
+        func = self._dotted(node.func)
+        if func == "torch.load":
+            weights_only = next((k.value for k in node.keywords if k.arg == "weights_only"), None)
+            if not (isinstance(weights_only, ast.Constant) and weights_only.value is True):
+                self.report.flag("dynamic_code", f"line {node.lineno}: torch.load without weights_only=True (unpickles code)")
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _FILE_METHODS:
+            self.report.flag("file_access", f"line {node.lineno}: .{node.func.attr}(...)")
         if isinstance(node.func, ast.Name):
+            self._called.add(id(node.func))
             if node.func.id in _DYNAMIC_CALLS:
                 self.report.flag("dynamic_code", f"line {node.lineno}: {node.func.id}(...)")
             elif node.func.id in _MONKEYPATCH_CALLS:
@@ -139,15 +186,29 @@ class _Visitor(ast.NodeVisitor):
                     self.report.flag("introspection", f"line {node.lineno}: getattr(..., {node.args[1].value!r})")
             elif node.func.id == "open":
                 self.report.flag("file_access", f"line {node.lineno}: open(...)")
-        if isinstance(node.func, ast.Attribute) and node.func.attr in ("attrgetter", "methodcaller"):
+        if isinstance(node.func, (ast.Attribute, ast.Name)) and (
+            func in ("operator.attrgetter", "operator.methodcaller")
+            or (isinstance(node.func, ast.Attribute) and node.func.attr in ("attrgetter", "methodcaller"))
+        ):
+            if any(not isinstance(arg, ast.Constant) for arg in node.args):
+                self.report.flag("dynamic_code", f"line {node.lineno}: attribute name computed at run time")
             for arg in node.args:
                 if isinstance(arg, ast.Constant) and set(str(arg.value).split(".")) & (_INTROSPECTION_ATTRS | _ESCAPE_MODULES):
-                    self.report.flag("introspection", f"line {node.lineno}: {node.func.attr}({arg.value!r})")
+                    self.report.flag("introspection", f"line {node.lineno}: {ast.unparse(node.func)}({arg.value!r})")
         self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id == "__builtins__" and isinstance(node.ctx, ast.Load):
+            self.report.flag("introspection", f"line {node.lineno}: __builtins__")
+        elif node.id in _BUILTIN_VALUES and id(node) not in self._called and isinstance(node.ctx, ast.Load):
+            self.report.flag("dynamic_code", f"line {node.lineno}: {node.id} used as a value")
+        elif node.id in self.origins and isinstance(node.ctx, ast.Load):
+            self._check_dotted(self.origins[node.id], node.lineno)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
-        if attr in _ESCAPE_MODULES and _root_name(node) in self.module_aliases:
+        self._check_dotted(self._dotted(node), node.lineno)
+        if attr in _ESCAPE_MODULES:  # torch.os, T.os with T = torch, np.ctypes...: a module, not data
             self.report.flag("forbidden_import", f"line {node.lineno}: module {attr} reached as .{attr}")
         elif attr in _INTROSPECTION_ATTRS:
             self.report.flag("introspection", f"line {node.lineno}: .{attr}")
@@ -171,6 +232,12 @@ class _Visitor(ast.NodeVisitor):
     def visit_Assign(self, node: ast.Assign) -> None:
         for t in node.targets:
             self._check_target(t, node.lineno)
+        origin = self._dotted(node.value)
+        if origin is not None:  # T = torch; L = np.load: the alias keeps the origin's checks
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    self.origins[t.id] = origin
+                    self.module_aliases.add(t.id)
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:

@@ -15,9 +15,11 @@ GPU tensors move through a small pinned staging buffer in chunks: KernelBench-si
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import math
 import os
+import stat
 import struct
 import threading
 from dataclasses import dataclass
@@ -25,8 +27,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["MAGIC", "Entry", "SamplePlan", "Staging", "TensorFileError", "read_entries", "read_header", "read_tensors",
-           "sample_plan", "write_tensors"]
+__all__ = ["MAGIC", "Entry", "SamplePlan", "Staging", "TensorFileError", "open_output", "read_entries", "read_header",
+           "read_tensors", "sample_plan", "write_tensors"]
 
 MAGIC = b"DRKTENS1"
 _CHUNK = 64 << 20
@@ -161,12 +163,46 @@ class Entry:
         return math.prod(self.shape)
 
 
-def read_header(path: str, expected: int, max_bytes: int = 4 << 30) -> list[Entry]:
-    """Parse and check a tensor file's header against the file's size. Raises TensorFileError."""
-    size = os.path.getsize(path)
-    if size > max_bytes + _MAX_HEADER:
-        raise TensorFileError("output file exceeds the size limit")
-    with open(path, "rb", buffering=0) as f:
+def open_output(path: str) -> Any:
+    """Open a file a sandbox wrote, for reading; raises TensorFileError unless it is the sandbox's own.
+
+    The name must not be a symbolic link (O_NOFOLLOW), the file must be a regular file with no other
+    name (no hard link to someone else's file) and owned by whoever owns its folder: the sandbox's
+    uid where it has one. A link into the reference's folder is refused, never followed.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise TensorFileError("the output file is a symbolic link") from None
+        raise
+    f = open(fd, "rb", buffering=0)  # noqa: SIM115 - returned to the caller, who closes it
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TensorFileError("the output file is not a regular file")
+        if st.st_nlink != 1:
+            raise TensorFileError("the output file has another name (a hard link)")
+        if st.st_uid != os.lstat(os.path.dirname(os.path.abspath(path))).st_uid:
+            raise TensorFileError("the output file is not owned by the sandbox that wrote it")
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def read_header(path: str, expected: int, max_bytes: int = 4 << 30,
+                expect: list[tuple[torch.dtype | str, list[int]]] | None = None) -> list[Entry]:  # fmt: skip
+    """Parse and check a tensor file's header against the file's size. Raises TensorFileError.
+
+    `expect`: the (dtype, shape) of each tensor, when known (the reference's; a dtype may be given as
+    torch.float32 or "torch.float32" or "float32"): a file that
+    announces anything else is refused before a byte of its data is read.
+    """
+    with open_output(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > max_bytes + _MAX_HEADER:
+            raise TensorFileError("output file exceeds the size limit")
         head = f.read(len(MAGIC) + 8)
         if len(head) != len(MAGIC) + 8 or head[: len(MAGIC)] != MAGIC:
             raise TensorFileError("not a tensor file")
@@ -181,6 +217,11 @@ def read_header(path: str, expected: int, max_bytes: int = 4 << 30) -> list[Entr
     if not isinstance(raw_entries, list) or len(raw_entries) != expected:
         raise TensorFileError("output file does not hold the announced tensors")
     parsed = [_entry(e) for e in raw_entries]
+    if expect is not None:
+        got = [(_dtype_name(d), s) for d, s, _ in parsed]
+        if got != [(_dtype_name(d), list(s)) for d, s in expect]:
+            raise TensorFileError(f"output dtypes and shapes {_describe(got)} differ from the expected "
+                                  f"{_describe(expect)}")  # fmt: skip
     total = sum(n for _, _, n in parsed)
     if total > max_bytes:
         raise TensorFileError("output file exceeds the size limit")
@@ -194,10 +235,19 @@ def read_header(path: str, expected: int, max_bytes: int = 4 << 30) -> list[Entr
     return entries
 
 
+def _dtype_name(d: Any) -> str:
+    return str(d).removeprefix("torch.")
+
+
+def _describe(pairs: Any) -> str:
+    return ", ".join(f"{str(d).removeprefix('torch.')}{list(s)}" for d, s in pairs) or "none"
+
+
 def read_tensors(path: str, expected: int, device: str = "cpu", max_bytes: int = 4 << 30,
-                 staging: Staging | None = None) -> list[torch.Tensor]:  # fmt: skip
+                 staging: Staging | None = None,
+                 expect: list[tuple[torch.dtype | str, list[int]]] | None = None) -> list[torch.Tensor]:  # fmt: skip
     """Read `expected` tensors from a file a sandbox wrote, onto `device`. Raises TensorFileError."""
-    entries = read_header(path, expected, max_bytes)
+    entries = read_header(path, expected, max_bytes, expect)
     return read_entries(path, entries, [None] * len(entries), device, staging)
 
 
@@ -206,7 +256,10 @@ def read_entries(path: str, entries: list[Entry], plans: list[SamplePlan | None]
     """Read each entry whole (plan None) or only the elements of its sample plan (a flat tensor)."""
     target = torch.device(device)
     out = []
-    with open(path, "rb", buffering=0) as f:
+    with open_output(path) as f:
+        end = entries[-1].offset + entries[-1].nbytes if entries else None
+        if end is not None and os.fstat(f.fileno()).st_size != end:
+            raise TensorFileError("file size does not match its header")
         for e, plan in zip(entries, plans, strict=True):
             if plan is not None:
                 out.append(_read_sample(f, e, plan).to(target))

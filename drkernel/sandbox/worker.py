@@ -573,6 +573,8 @@ def _limits(memory_limit_mb: int, cuda: bool) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (4096, 4096))
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 30, 8 << 30))
+    with contextlib.suppress(ValueError, OSError):  # open files (CUDA and Triton need a few hundred)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
     if not cuda and memory_limit_mb > 0:  # CUDA reserves address space; the judge polls RSS there
         with contextlib.suppress(ValueError, OSError):
             limit = (memory_limit_mb + 2048) << 20

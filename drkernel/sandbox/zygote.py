@@ -12,13 +12,15 @@ import json
 import os
 import signal
 import socket
+import stat
 import sys
+import traceback
 from typing import Any
 
 __all__ = ["STATUS_FILE", "main"]
 
 STATUS_FILE = "exit_status"
-_workdirs: dict[int, str] = {}
+_workdirs: dict[int, int] = {}  # child pid -> its folder, held open
 
 
 def _reap(signum: int, frame: Any) -> None:
@@ -29,18 +31,35 @@ def _reap(signum: int, frame: Any) -> None:
             return
         if pid == 0:
             return
-        workdir = _workdirs.pop(pid, None)
-        if workdir:
+        folder = _workdirs.pop(pid, None)
+        if folder is not None:
             code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            with contextlib.suppress(OSError), open(os.path.join(workdir, STATUS_FILE), "w") as f:
-                f.write(str(code))
+            _record(folder, str(code))
+
+
+def _record(folder: int, text: str) -> None:
+    """Write the status into the sandbox's folder (held open since the fork): the sandbox owns that
+    folder, so neither a link in place of the file nor a folder moved away may redirect a root write."""
+    try:
+        fd = os.open(STATUS_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o644, dir_fd=folder)  # fmt: skip
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(folder)
 
 
 def isolate(uid: int) -> None:
     """Drop to an unprivileged uid of its own, in a network namespace of its own when possible.
 
-    A uid per sandbox means the candidate can signal, trace or read neither the judge (root) nor any
-    other sandbox; the empty network namespace leaves it no network at all.
+    The judge's --insecure mode with a root judge and no namespaces; the isolated mode is
+    drkernel.sandbox.isolation.enter (namespaces and a uid).
     """
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
@@ -50,6 +69,14 @@ def isolate(uid: int) -> None:
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
+
+
+def _close_all_but(keep: set[int]) -> None:
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
@@ -63,16 +90,25 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    os.chdir(req["cwd"])
+    # nothing of the fork server's reaches the sandbox but its pipes and stdio
+    _close_all_but({0, 1, 2, *fds})
     os.environ.update(req["env"])
-    if req.get("uid") is not None:
-        isolate(int(req["uid"]))
-    from drkernel.sandbox import worker
-
     code = 0
     try:
+        if req.get("isolation") is not None:
+            from drkernel.sandbox import isolation
+
+            isolation.enter(req["isolation"])  # returns in PID 2, the child of the namespace's init
+            req["args"][5] = os.getppid()  # the worker dies with its init (and the init with the namespace)
+        elif req.get("uid") is not None:
+            isolate(int(req["uid"]))
+        os.chdir(req["cwd"])
+        from drkernel.sandbox import worker
+
         worker.serve(fds[0], fds[1], *req["args"])
-    except BaseException:  # noqa: BLE001 - process edge
+    except BaseException:  # noqa: BLE001 - process edge: never back into the fork server's loop
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
         code = 1
     finally:
         with contextlib.suppress(Exception):
@@ -88,7 +124,7 @@ def main() -> None:
     import torch  # noqa: F401 - the point of the zygote: import once, fork many
     import triton  # noqa: F401
 
-    from drkernel.sandbox import worker  # noqa: F401
+    from drkernel.sandbox import isolation, worker  # noqa: F401
 
     signal.signal(signal.SIGCHLD, _reap)
     while True:
@@ -99,12 +135,27 @@ def main() -> None:
         if not msg:
             return
         req = json.loads(msg)
+        if req.get("isolation") is not None:
+            try:
+                isolation.new_pid_namespace()
+            except OSError as exc:  # fail closed: no namespace, no sandbox
+                for fd in fds:
+                    os.close(fd)
+                sock.sendall(json.dumps({"error": f"no PID namespace for the sandbox: {exc}"}).encode())
+                continue
+        try:  # before the sandbox runs: the folder is still the one the judge made
+            folder = os.open(req["workdir"], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            sock.sendall(json.dumps({"error": f"no sandbox folder: {exc}"}).encode())
+            continue
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         pid = os.fork()
         if pid == 0:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
             _child(req, fds, sock)
-        _workdirs[pid] = req["workdir"]
+        _workdirs[pid] = folder
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         for fd in fds:
             os.close(fd)

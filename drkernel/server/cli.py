@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from drkernel.errors import ConfigError
@@ -50,6 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "KernelGYM); past it the answer is 200 with status pending/processing")
     p.add_argument("--durable", action="store_true", default=None,
                    help="fsync every commit (survives power loss, slower)")
+    p.add_argument("--insecure", action="store_true",
+                   help="run candidates without sandbox isolation (trusted code only; every result then "
+                        "says \"isolation\": \"none\"); without it each judge refuses to start where it "
+                        "cannot isolate sandboxes (sets DRKERNEL_INSECURE=1 for the judges)")
     p.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
     p.set_defaults(func=run)
 
@@ -68,6 +73,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"drkernel serve: {exc}", file=sys.stderr)
         return 2
     scrub_secrets()  # read once; no child process inherits the token
+    if getattr(args, "insecure", False):
+        os.environ["DRKERNEL_INSECURE"] = "1"  # the judges read it, in this process and in workers
+    # no sandbox sees the task store (other tasks' submissions and results)
+    db = os.path.abspath(settings.db_path)
+    hidden = [p for p in os.environ.get("DRKERNEL_SANDBOX_HIDE", "").split(os.pathsep) if p]
+    os.environ["DRKERNEL_SANDBOX_HIDE"] = os.pathsep.join([*hidden, db, db + "-wal", db + "-shm"])
     if settings.auth_token:
         print("drkernel serve: bearer-token auth is on (DRKERNEL_AUTH_TOKEN); /health stays open",
               file=sys.stderr, flush=True)  # fmt: skip

@@ -25,12 +25,13 @@ SANDBOX_ALL = {
                "is_policy_refusal"},
     "protocol": {"MAX_MESSAGE_BYTES", "ProtocolError", "read_message", "write_message"},
     "refcache": {"ReferenceTimingCache"},
-    "tensorfile": {"MAGIC", "Entry", "SamplePlan", "Staging", "TensorFileError", "read_entries", "read_header",
-                   "read_tensors", "sample_plan", "write_tensors"},
+    "tensorfile": {"MAGIC", "Entry", "SamplePlan", "Staging", "TensorFileError", "open_output", "read_entries",
+                   "read_header", "read_tensors", "sample_plan", "write_tensors"},
     "harness": {"CpuDeviceMode", "LaunchRecorder", "TamperWatch", "ThreadWatch", "flatten_outputs", "make_inputs", "on_device_first", "scaled_copy",
                 "to_device"},
     "cli": {"kernel_line", "register", "render_verdict"},
     "zygote": {"STATUS_FILE", "main"},
+    "isolation": {"IsolationError", "enter", "needed_paths", "new_pid_namespace", "probe"},
 }  # fmt: skip
 
 

@@ -110,6 +110,58 @@ def test_pattern_is_flagged(snippet: str, code: str) -> None:
     assert report.hacks[code].removeprefix("policy: ").startswith("line ")
 
 
+# -- issue 13, class 1: escapes that got past the gate (a first filter; the barrier is isolation) ---
+ESCAPES = {
+    "b = __builtins__": "introspection",
+    "imp = __builtins__['__import__']": "introspection",
+    "T = torch\no = T.os": "forbidden_import",
+    "T = torch\nS = T\ns = S.sys": "forbidden_import",
+    "m = np.os": "forbidden_import",
+    "import operator\nf = operator.attrgetter('o' + 's')": "dynamic_code",
+    "from operator import attrgetter\nname = 'os'\nf = attrgetter(name)": "dynamic_code",
+    "import operator\nf = operator.methodcaller(''.join(['sys']))": "dynamic_code",
+    "g = getattr\nm = g(torch, 'os')": "dynamic_code",
+    "fns = [getattr]": "dynamic_code",
+    "np.save('/tmp/x.npy', np.zeros(3))": "file_access",
+    "a = np.fromfile('/proc/self/environ')": "file_access",
+    "a = numpy.load('x.npy', allow_pickle=True)": "file_access",
+    "L = np.load\na = L('x.npy')": "file_access",
+    "from numpy import fromfile\na = fromfile('x')": "file_access",
+    "t = torch.from_file('/etc/passwd', size=10)": "file_access",
+    "torch.zeros(3).numpy().tofile('/tmp/x')": "file_access",
+    "s = torch.UntypedStorage.from_file('x', False, 10)": "file_access",
+    "torch.save(torch.zeros(3), 'x.pt')": "file_access",
+    "m = torch.utils.cpp_extension.load_inline('m', '')": "dynamic_code",
+    "from torch.utils.cpp_extension import load_inline": "dynamic_code",
+    "import torch.utils.cpp_extension as ext": "dynamic_code",
+    "T = torch\nm = T.utils.cpp_extension.load('m', [])": "dynamic_code",
+    "m = torch.hub.load('someone/repo', 'model')": "dynamic_code",
+    "t = torch.load('x.pt', weights_only=False)": "dynamic_code",
+    "t = torch.load('x.pt')": "file_access",
+    "torch.ops.load_library('x.so')": "dynamic_code",
+}
+
+
+@pytest.mark.parametrize(("snippet", "code"), ESCAPES.items(), ids=list(ESCAPES))
+def test_escape_past_the_old_gate_is_flagged(snippet: str, code: str) -> None:
+    report = check_source("import numpy\nimport numpy as np\n" + HEADER + snippet + "\n" + MODEL)
+    assert code in report.hacks, report.hacks
+
+
+@pytest.mark.parametrize("snippet", [
+    "import math\nx = math.sqrt(2.0)",
+    "y = tl.load(ptr)",  # Triton's load is not a file
+    "x = torch.load('x.pt', weights_only=True)",  # still file access, but no code
+    "f = getattr(torch, 'float16')",
+    "n = np.asarray([1.0]).sum()",
+])  # fmt: skip
+def test_near_misses_are_not_escapes(snippet: str) -> None:
+    report = check_source("import numpy as np\n" + HEADER + snippet + "\n" + MODEL)
+    assert not {"introspection", "dynamic_code"} & set(report.hacks), report.hacks
+    if "load(" not in snippet:
+        assert report.hacks == {}, report.hacks
+
+
 def test_inheritance_from_the_reference_is_flagged() -> None:
     source = HEADER + "class Model(nn.Module):\n    pass\n\nclass ModelNew(Model):\n    pass\n"
     report = check_source(source)

@@ -1,0 +1,302 @@
+"""Linux namespaces for a sandbox: its own PID, mount, network, IPC and UTS namespaces, and its own uid.
+
+Standard library only (ctypes calls unshare(2), setns(2), mount(2) and prctl(2)); needs root, as the
+judge on the GPU host and in CI runs. The fork server calls `new_pid_namespace()` before each fork, so
+the child is PID 1 of a fresh namespace. The child then calls `enter()`, which forks the sandbox's
+own process (PID 2) and stays as the namespace's init: the sandbox sees no other process, and when it
+ends, the init ends, and the kernel kills everything left in the namespace (a double fork plus
+setsid included). `enter()` sets up:
+
+- a private mount view: empty read-only tmpfs over /tmp, /var/tmp and /run, a small private tmpfs
+  over /dev/shm, and over every folder the judge names (its reference-timing cache, the sandboxes'
+  scratch root); only the sandbox's own folder is bound back in, writable. Every other mount is
+  read-only, and a fresh /proc shows only the sandbox's own processes;
+- an empty network namespace (a loopback that is down);
+- the leased uid, no supplementary groups, no new privileges (setuid binaries give nothing).
+
+The GPU device files (/dev/nvidia*) and the driver libraries stay where they are, readable.
+`probe()` tries all of it once in a throwaway process: the judge refuses to start without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import functools
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from typing import Any
+
+__all__ = ["IsolationError", "enter", "needed_paths", "new_pid_namespace", "probe"]
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PR_SET_NO_NEW_PRIVS = 38
+MOUNT_ATTR_RDONLY, AT_RECURSIVE, AT_FDCWD = 1, 0x8000, -100
+_SYS_MOUNT_SETATTR = 442  # the same number on x86_64 and aarch64
+PR_SET_DUMPABLE = 4
+PR_SET_PDEATHSIG = 1
+
+# always hidden: where other sandboxes, the fork server and the uid leases keep their files
+# (/run: sockets of the host's services, world-writable lock folders)
+HIDDEN = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+_SHM_SIZE = "size=1g"
+
+_libc: Any = None
+_own_pid_ns: int | None = None
+
+
+class IsolationError(OSError):
+    """A step of the isolation failed: the sandbox must not run."""
+
+
+def _c() -> Any:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    return _libc
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise IsolationError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    args = [s.encode() if s is not None else None for s in (source, target, fstype)]
+    _check(_c().mount(*args, flags, data.encode() if data is not None else None), f"mount {target}")
+
+
+def new_pid_namespace() -> None:
+    """Make the caller's next child PID 1 of a new PID namespace (the caller itself stays where it is).
+
+    Called before every fork: a namespace is used once, so each child gets a fresh one.
+    """
+    global _own_pid_ns
+    if _own_pid_ns is None:
+        _own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    # back to our own namespace for children first: unshare() refuses while it points elsewhere
+    _check(_c().setns(_own_pid_ns, CLONE_NEWPID), "setns(own PID namespace)")
+    _check(_c().unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+
+
+def _blocking_ancestor(path: str) -> str | None:
+    """The outermost folder on `path` that other users cannot enter (/root, for a pyenv Python)."""
+    current = "/"
+    for part in path.strip("/").split("/"):
+        current = os.path.join(current, part)
+        try:
+            st = os.stat(current)
+        except OSError:
+            return None
+        if stat.S_ISDIR(st.st_mode) and not st.st_mode & stat.S_IXOTH:
+            return current
+    return None
+
+
+def enter(spec: dict[str, Any]) -> None:
+    """Isolate the calling process (PID 1 of a fresh PID namespace, still root), fork, and return in
+    the child (PID 2) under spec["uid"]; PID 1 stays as the namespace's init (spec["init"] False: no fork).
+
+    spec: uid (int); keep: folders bound back in, writable (the sandbox's own); expose: folders bound
+    back in read-only (the Python installation, this package) where a folder above them is closed to
+    other users; hide: more folders to cover with an empty tmpfs, files to cover with /dev/null. Raises OSError at the first step
+    that fails.
+    """
+    uid = int(spec["uid"])
+    keep = [os.path.abspath(p) for p in spec.get("keep", [])]
+    expose = [os.path.abspath(p) for p in spec.get("expose", []) if os.path.isdir(p)]
+    hide = {os.path.abspath(p) for p in (*HIDDEN, *spec.get("hide", []))}
+    hide |= {a for a in map(_blocking_ancestor, expose) if a is not None}
+    _check(_c().unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare(namespaces)")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount leaks back to the host
+    binds = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), p in keep) for p in keep + expose]
+    covered = []
+    for path in sorted(hide, key=len):
+        if os.path.isfile(path) and not os.path.islink(path):  # a file: an empty one in its place
+            _mount("/dev/null", path, None, MS_BIND)
+        elif os.path.isdir(path) and not os.path.islink(path):
+            data = "mode=1777," + _SHM_SIZE if path == "/dev/shm" else "mode=755,size=1m"
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, data)
+            covered.append(path)
+    for path, fd, writable in binds:
+        try:
+            same = os.path.samestat(os.stat(path), os.fstat(fd))
+        except OSError:
+            same = False
+        if not same:  # covered: bind it back in at the same place
+            os.makedirs(path, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+            if not writable:
+                _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(fd)
+    for path in covered:  # the covers are read-only (the private /dev/shm stays writable, like a /tmp)
+        if path != "/dev/shm":
+            _mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    _read_only_tree([*keep, *(p for p in covered if p == "/dev/shm")])
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # its own, after: writable as /proc is
+    _check(_c().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    if spec.get("init", True):
+        _become_init_and_fork(uid)
+    _drop_to(uid)
+
+
+def _drop_to(uid: int) -> None:
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+def _become_init_and_fork(uid: int) -> None:
+    """Fork the sandbox's process (PID 2); this one stays PID 1 and returns only in the child.
+
+    PID 1 of a namespace ignores the signals its own namespace sends it, so the sandbox must not
+    be it (a candidate's kill(getpid(), SIGSEGV) must still end it). PID 1 reaps orphans and exits
+    when the sandbox's process does, with its status (a signal N as exit code 128 + N); its exit
+    takes every other process of the namespace with it.
+    """
+    pid = os.fork()
+    if pid == 0:
+        return
+    for name in os.listdir("/proc/self/fd"):  # it holds nothing of the judge's: no pipes, no stdio
+        with contextlib.suppress(OSError):
+            os.close(int(name))
+    _drop_to(uid)
+    _c().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # and the sandbox's uid cannot trace it
+    _c().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the fork server (after setuid)
+    while True:
+        try:
+            done, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        except InterruptedError:
+            continue
+        if done == pid:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(128 - code if code < 0 else min(code, 127))
+
+
+def _read_only_tree(writable: list[str]) -> None:
+    """Every mount read-only, submounts included (a world-writable folder on any of them too); then
+    the `writable` mounts (the sandbox's folder, its /dev/shm) writable again. Device files stay usable.
+
+    mount_setattr(2) (Linux 5.12) does it for the whole tree; without it, only "/" becomes read-only.
+    """
+    attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    rc = _c().syscall(ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), b"/", ctypes.c_uint(AT_RECURSIVE),
+                      ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))  # fmt: skip
+    if rc != 0:
+        if ctypes.get_errno() != errno.ENOSYS:
+            _check(rc, "mount_setattr(/, read-only, recursive)")
+        _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+        return
+    for path in writable:
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+
+
+@functools.cache
+def needed_paths() -> tuple[str, ...]:
+    """Folders a sandbox must read: the Python installation, torch, triton, this package, and the
+    NVIDIA daemons' folders under /run."""
+    import torch
+    import triton
+
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found = [sys.prefix, sys.base_prefix, here, os.path.dirname(os.path.dirname(torch.__file__)),
+             os.path.dirname(os.path.dirname(triton.__file__))]  # fmt: skip
+    with contextlib.suppress(OSError):  # the NVIDIA daemons' sockets stay (the driver may ask them)
+        found += [os.path.join("/run", n) for n in os.listdir("/run") if n.startswith("nvidia")]
+    return tuple(sorted({os.path.realpath(p) for p in found}))
+
+
+def _probe_child(workdir: str, hide: list[str], needed: list[str], files: list[str]) -> str | None:
+    """In the probe's PID-1 child: isolate, then check what the sandbox would see. None: all good."""
+    enter({"uid": 65534, "keep": [workdir], "hide": hide, "expose": needed})
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+        except OSError as exc:
+            return f"a sandbox's uid cannot read {path}: {exc.strerror}"
+    if os.getppid() != 1:
+        return f"not the child of PID 1 of its own namespace (parent {os.getppid()})"
+    pids = sorted(p for p in os.listdir("/proc") if p.isdigit())
+    if pids != ["1", str(os.getpid())]:
+        return f"other processes are visible: {pids[:5]}"
+    if [n for _, n in socket.if_nameindex()] != ["lo"]:
+        return "a network interface other than the loopback is visible"
+    if os.listdir("/tmp") and not workdir.startswith("/tmp/"):
+        return "/tmp is not empty"
+    try:
+        with open(os.path.join(workdir, "w"), "w") as f:
+            f.write("x")
+    except OSError as exc:
+        return f"the sandbox cannot write its own folder: {exc}"
+    for path in ("/var/tmp/w", "/w"):
+        with contextlib.suppress(OSError):
+            open(path, "w").close()
+            return f"{path} is writable"
+    return None
+
+
+def _probe_main(workdir: str, spec: dict[str, list[str]]) -> int:
+    new_pid_namespace()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            problem = _probe_child(workdir, spec["hide"], spec["expose"], spec["files"])
+        except BaseException as exc:  # noqa: BLE001 - process edge: report, then exit
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem:
+            sys.stderr.write(problem + "\n")
+            code = 1
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def probe(hide: list[str] | None = None) -> str | None:
+    """Whether this machine gives sandboxes their namespaces and a uid: None if so, else why not."""
+    import json
+    import tempfile
+
+    import torch
+    import triton
+
+    if sys.platform != "linux":
+        return "sandbox isolation needs Linux namespaces"
+    if os.geteuid() != 0:
+        return "sandbox isolation needs root (to create namespaces and run sandboxes under uids of their own)"
+    with tempfile.TemporaryDirectory(prefix="drkernel-probe-") as tmp:
+        os.chown(tmp, 65534, 65534)
+        try:
+            files = [sys.executable, os.__file__, torch.__file__, triton.__file__, __file__]
+            spec = json.dumps({"hide": hide or [], "expose": list(needed_paths()), "files": files})
+            res = subprocess.run([sys.executable, "-m", "drkernel.sandbox.isolation", tmp, spec],
+                                 capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin",
+                                 "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})  # fmt: skip
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"the isolation probe did not run: {exc}"
+    if res.returncode != 0:
+        return (res.stderr.strip().splitlines() or [f"the isolation probe exited with {res.returncode}"])[-1]
+    return None
+
+
+if __name__ == "__main__":
+    import json
+
+    sys.exit(_probe_main(sys.argv[1], json.loads(sys.argv[2])))

@@ -1,0 +1,171 @@
+"""Attacks on the sandbox's isolation (issue 13, classes 1, 3, 5, 6, 7), through one real CPU judge.
+
+Each attack runs arbitrary Python in its sandbox with the static gate off: the barrier under test is
+the isolation (namespaces, a uid of its own, the judge's checks of the files it reads), not the
+gate. These run wherever the judge can isolate sandboxes (as root on Linux: CI and the GPU host).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from drkernel.errors import ConfigError
+from drkernel.sandbox import isolation
+from drkernel.sandbox.judge import Judge
+from drkernel.types import EvalOutcome, EvalRequest, EvalResult
+from tests.sandbox.corpus import ASSETS, FAST, asset, reference_code
+
+_WHY_NOT = isolation.probe()
+pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"this machine cannot isolate sandboxes: {_WHY_NOT}")
+
+OPTIONS = FAST.replace(static_policy=False)
+
+
+def attack(name: str, **params: object) -> str:
+    code = (ASSETS / "attacks" / f"{name}.py").read_text()
+    for key, value in params.items():
+        code = code.replace(f"__{key.upper()}__", str(value))
+    return code
+
+
+def evaluate(judge: Judge, code: str) -> EvalResult:
+    return judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code, options=OPTIONS))
+
+
+def describe(r: EvalResult) -> str:
+    return f"{r.outcome.value} error={r.error} trials={[t.issue for t in r.trials]} output={r.sandbox_output[-800:]}"
+
+
+@pytest.fixture(scope="module")
+def cache_dir() -> Iterator[Path]:
+    """A cache folder outside /tmp (which every sandbox has covered anyway), as a judge's would be."""
+    folder = Path.home() / ".cache" / f"drkernel-attack-test-{uuid.uuid4().hex[:8]}"
+    yield folder
+    for p in sorted(folder.glob("*")):
+        p.unlink()
+    if folder.exists():
+        folder.rmdir()
+
+
+@pytest.fixture(scope="module")
+def judge(cache_dir: Path) -> Iterator[Judge]:
+    with Judge(device="cpu", cache_path=cache_dir / "timings.sqlite", spares=1) as j:
+        yield j
+
+
+def test_the_judge_isolates_by_default(judge: Judge) -> None:
+    honest = asset("kernels", "relu_scale")
+    r = evaluate(judge, honest.code)
+    assert r.outcome is EvalOutcome.OK, describe(r)
+    assert r.isolation == "namespaces" and r.to_dict()["isolation"] == "namespaces"
+
+
+def test_arbitrary_python_sees_nothing_of_the_host(judge: Judge, tmp_path: Path, cache_dir: Path) -> None:
+    """Class 1/7: past the gate, the candidate sees no process, file, folder or network of the host."""
+    secret = tmp_path / "judge-secret.txt"
+    secret.write_text("the judge's")
+    secret.chmod(0o644)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    try:
+        secrets = [str(secret), str(cache_dir / "timings.sqlite"), f"{cache_dir}/timings.sqlite-wal"]
+        code = attack("escape_probe", secrets=json.dumps(secrets), port=listener.getsockname()[1])
+        r = evaluate(judge, code)
+    finally:
+        listener.close()
+    assert r.outcome is EvalOutcome.OK, describe(r)
+    report = next(line for line in r.sandbox_output.splitlines() if line.startswith("ISOLATION"))
+    assert "'pid': 2" in report and "'procs': 2" in report and "'interfaces': ['lo']" in report, report
+
+
+def test_a_process_that_left_its_group_dies_with_the_sandbox(judge: Judge) -> None:
+    """Class 6: double fork + setsid; nothing of it runs once the verdict is in."""
+    marker = str(uuid.uuid4().int)[:12]
+    r = evaluate(judge, attack("double_fork_escape", marker=marker))
+    assert r.outcome is EvalOutcome.OK, describe(r)
+    deadline = time.monotonic() + 3
+    while (alive := _with_marker(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive, f"escaped processes still run: {alive}"
+
+
+def _with_marker(marker: str) -> list[int]:
+    found = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    with open(f"/proc/{p}/stat") as s:
+                        if s.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                            found.append(int(p))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("how", ["symlink", "hardlink"])
+def test_linked_output_files_are_refused(judge: Judge, how: str) -> None:
+    """Class 3: a link where an output file should be is never followed; the verdict is incorrect."""
+    r = evaluate(judge, attack("symlink_outputs", how=how))
+    assert not r.correct and r.reward == 0.0, describe(r)
+    issues = " ".join(str(t.issue) for t in r.trials)
+    assert ("symbolic link" if how == "symlink" else "hard link") in issues, describe(r)
+    assert "drkernel-reference-" not in r.sandbox_output  # it never found the reference's folder
+
+
+def test_the_timing_cache_is_out_of_reach(judge: Judge, cache_dir: Path) -> None:
+    """Class 5: the sandbox finds no cache to poison; what the judge stored stays as it was."""
+    honest = asset("kernels", "relu_scale")
+    first = evaluate(judge, honest.code)
+    assert first.outcome is EvalOutcome.OK, describe(first)
+    db = cache_dir / "timings.sqlite"
+    assert db.stat().st_mode & 0o777 == 0o600
+
+    def rows() -> list[tuple[str, str]]:
+        with sqlite3.connect(db) as c:
+            return sorted(c.execute("SELECT key, stats FROM reference_timing").fetchall())
+
+    before = rows()
+    assert before
+    r = evaluate(judge, attack("cache_poison", cache=db))
+    assert "POISONED" not in r.sandbox_output, describe(r)
+    assert "not reached" in r.sandbox_output, describe(r)  # it did try
+    assert rows() == before
+    again = evaluate(judge, honest.code)
+    assert again.reference_ms == first.reference_ms
+
+
+def test_a_link_in_place_of_the_status_file_is_not_followed(judge: Judge, tmp_path: Path) -> None:
+    """The fork server (root) records a dead sandbox's status in its folder: never through a link."""
+    victim = tmp_path / "judge-file"
+    victim.write_text("intact")
+    r = evaluate(judge, attack("status_file_link", victim=victim))
+    assert r.outcome is EvalOutcome.OK, describe(r)
+    time.sleep(0.5)  # the fork server reaps the killed sandbox and writes its status
+    assert victim.read_text() == "intact"
+
+
+def test_the_judge_refuses_to_start_without_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Class 7: where the machine cannot isolate sandboxes, no judge starts (a clear error), unless
+    told insecure; an insecure judge's every result says so."""
+    monkeypatch.setattr(isolation, "probe", lambda hide=None: "no namespaces here (test)")
+    with pytest.raises(ConfigError, match="no namespaces here.*insecure"):
+        Judge(device="cpu", cache_path=None, spares=1)
+    with pytest.raises(ConfigError, match="fork server"):
+        Judge(device="cpu", cache_path=None, spares=1, fork_server=False)
+    monkeypatch.setenv("DRKERNEL_INSECURE", "1")
+    with Judge(device="cpu", cache_path=None, spares=1) as j:
+        honest = asset("kernels", "relu_scale")
+        r = evaluate(j, honest.code)
+    assert r.outcome is EvalOutcome.OK, describe(r)
+    assert r.isolation == "none" and EvalResult.from_dict(r.to_dict()).isolation == "none"
