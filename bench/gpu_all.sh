@@ -9,6 +9,9 @@
 #   suite    bench/suite_gpu.py over the built-in suite (issue 6)                      (~3 min)
 #   agent    bench/agent_gpu_demo.py (issue 5)                                         (~8 min)
 #   baselines `drkernel suite baselines builtin:gpu --backend both` (issue 6)          (~2 min)
+#   speed    bench/judge_speed.py: speedup spread vs graph replay, throughput (issue 14) (~5 min)
+#   extra    KernelGYM coverage fields on the GPU, isolation attacks on the GPU host,
+#            and two single `drkernel eval` runs from the shell, timed (issues 13-15)     (~2 min)
 # Logs and tables go to $OUT (or ./gpu-out). Parts may run side by side on different GPUs:
 #   CUDA_VISIBLE_DEVICES=0 bash bench/gpu_all.sh judge & CUDA_VISIBLE_DEVICES=1 bash bench/gpu_all.sh rl service suite; wait
 # FastAPI/uvicorn are not on the device image: carry their wheels in .whl/ (see docs/benchmarks.md).
@@ -50,6 +53,17 @@ for part in "$@"; do
   baselines)
     timeout "${BASELINES_TIMEOUT:-200}" python3 -m drkernel.cli suite baselines builtin:gpu --device cuda \
       --backend both --store "$OUT/baselines.json" > "$OUT/baselines.log" 2>&1 ;;
+  speed)
+    timeout "${SPEED_TIMEOUT:-420}" python3 bench/judge_speed.py --json "$OUT/judge_speed.json" > "$OUT/speed.log" 2>&1 ;;
+  extra)
+    timeout 200 python3 -m pytest -m gpu tests/server/test_kernelgym_gpu.py -v -s -p no:cacheprovider \
+      -o timeout=150 > "$OUT/extra.log" 2>&1
+    timeout 200 python3 -m pytest tests/sandbox/test_attacks_isolation.py -v -p no:cacheprovider \
+      -o timeout=150 >> "$OUT/extra.log" 2>&1
+    for k in 1 2; do
+      { TIMEFORMAT="eval $k wall %R s"; time timeout 120 python3 -m drkernel.cli eval \
+        drkernel/examples/relu_scale/reference.py drkernel/examples/relu_scale/kernel.py; } >> "$OUT/extra.log" 2>&1
+    done ;;
   *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines)" >&2; exit 2 ;;
   esac
 done
