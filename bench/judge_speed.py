@@ -105,39 +105,58 @@ def precision(evals: int, shapes: list[tuple[int, int]]) -> list[dict]:
     return table
 
 
-def throughput(n: int) -> dict:
+def throughput(n: int, judges: int) -> dict:
+    """`n` distinct kernels (fresh compiles) through `judges` warm judges sharing one GPU; their timing
+    windows take turns on the device (sandbox/devicelock.py), everything else overlaps."""
+    from concurrent.futures import ThreadPoolExecutor
+
     ref = REF.format(rows=2048, cols=2048)
-    with Judge(device="cuda", cache_path=None) as judge:
-        judge.warm()
-        judge.evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=0)))
+    pool = [Judge(device="cuda", cache_path=None, spares=max(2, 6 // judges)) for _ in range(judges)]
+    try:
+        for j in pool:
+            j.warm()
+            j.evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=0)))
+        work = [[k for k in range(n) if k % judges == i] for i in range(judges)]
+
+        def run(i: int) -> list[str]:
+            return [pool[i].evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=k + 1)))
+                    .outcome.value for k in work[i]]  # fmt: skip
+
         t0 = time.monotonic()
-        outcomes = [judge.evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=k + 1)))
-                    .outcome.value for k in range(n)]  # fmt: skip
+        with ThreadPoolExecutor(judges) as ex:
+            outcomes = [o for part in ex.map(run, range(judges)) for o in part]
         wall = time.monotonic() - t0
-    return {"evaluations": n, "wall_s": wall, "per_minute": 60 * n / wall, "outcomes": outcomes}
+    finally:
+        for j in pool:
+            j.close()
+    return {"evaluations": n, "judges": judges, "wall_s": wall, "per_minute": 60 * n / wall,
+            "ok": sum(o == "ok" for o in outcomes), "outcomes": sorted(set(outcomes))}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--evals", type=int, default=10)
     ap.add_argument("--shapes", default="8192x8192,4096x4096,1024x1024")
-    ap.add_argument("--throughput", type=int, default=20)
+    ap.add_argument("--throughput", type=int, default=24, help="distinct kernels per throughput run (0: none)")
+    ap.add_argument("--judges", default="1,4", help="judges sharing the GPU, one throughput run each")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     result = {"precision": precision(args.evals, shapes)}  # type: ignore[arg-type]
-    if args.throughput:
-        result["throughput"] = throughput(args.throughput)
-        print(json.dumps(result["throughput"]), flush=True)
+    runs = []
+    for k in (int(v) for v in args.judges.split(",") if v) if args.throughput else ():
+        runs.append(throughput(args.throughput, k))
+        print(json.dumps(runs[-1]), flush=True)
+    result["throughput"] = runs
     print(f"\n{'shape':>10} {'kernel_us':>9} {'spread':>7} {'median':>7} {'graph':>7} {'med/graph':>9} {'BW frac':>7}")
     for r in result["precision"]:
         def f(v: float | None, spec: str) -> str:
             return format(v, spec) if v is not None else "-"
         print(f"{r['shape']:>10} {f(r['kernel_us'], '9.2f')} {f(r['spread'], '7.3f')} {f(r['median'], '7.3f')} "
               f"{f(r['graph_ratio'], '7.3f')} {f(r['median_vs_graph'], '9.3f')} {f(r['kernel_bandwidth_fraction'], '7.2f')}")
-    if "throughput" in result:
-        t = result["throughput"]
-        print(f"throughput: {t['per_minute']:.1f} evaluations/min ({t['evaluations']} fresh compiles, one judge)")
+    for t in runs:
+        print(f"throughput: {t['per_minute']:.1f} evaluations/min ({t['evaluations']} fresh compiles, {t['judges']} "
+              f"judge(s) on one GPU, {t['ok']} ok)")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
 
