@@ -411,7 +411,7 @@ class Evaluation:
         a few-microsecond kernel, the bound is loose: docs/errors.md, threat model.)"""
         overhead = float(ref.overhead_ms or 0.0)
         if self.cuda:
-            floor = 0.9 * (external_ms - 1.25 * overhead - 2.0)
+            floor = 0.9 * (external_ms - 1.5 * overhead - 5.0)
         else:  # the interpreter and a shared CPU: only gross forgeries
             floor = 0.5 * (external_ms - 1.5 * overhead - 100.0)
         if sum(window_ms) < floor:
@@ -431,7 +431,11 @@ class Evaluation:
                                   "warmup": self.opts.num_warmup, "warmup_s": self._warmup_s, "graph": self.cuda,
                                   "compile": backend == "compile", "window_ms": 1.0})  # fmt: skip
                 calls = int(prep["calls"])
-                windows = max(5 if self.cuda else 1, math.ceil(total / calls))
+                # enough windows for the number of timed calls asked, and on a GPU for ~20 ms of
+                # device time (small kernels: a steadier median); 5 to 30 windows
+                est = float(prep.get("est_ms") or 0.0)
+                budget = math.ceil(20.0 / max(calls * est, 1e-3)) if self.cuda else 1
+                windows = min(max(5 if self.cuda else 1, math.ceil(total / calls), budget), 30 if self.cuda else 100)
                 seeds, wseeds = self._fresh(windows, calls), self._fresh(windows, calls)
                 t0 = time.perf_counter()
                 reply = self._ref({"op": "bench_run", "seeds": seeds, "wseeds": wseeds})

@@ -346,6 +346,12 @@ class Sandbox:
                 graph_error = None
                 if self.cuda and msg.get("graph", True):
                     graph_error = self._capture(inputs)
+                    # L2 flushed before each window: every window starts from the same cold cache
+                    self._bench["flush"] = torch.empty(256 << 20, dtype=torch.int8, device=self.device)
+                self._sync()
+                # one untimed round of the timed op (refill, run, checksum) so that first-use costs
+                # (library handles, generators) stay out of the op the judge's clock brackets
+                self._bench_round([seed + c for c in range(len(inputs))], [0] * len(inputs))
                 self._sync()
         except BaseException as exc:  # noqa: BLE001
             return _error(_classify_forward_error(exc), exc)
@@ -406,46 +412,57 @@ class Sandbox:
         bench = getattr(self, "_bench", None)
         if bench is None:
             return _error("harness_error", message="bench_run before bench_prepare")
-        inputs, graph = bench["inputs"], bench["graph"]
         window_ms, host_ms, launches, sums = [], [], [], []
         eager, self.model = self.model, bench["model"]
         try:
             with torch.no_grad():
                 for seeds, wseeds in zip(msg["seeds"], msg["wseeds"], strict=True):
-                    for dst, seed in zip(inputs, seeds, strict=True):
-                        if not harness.refill(dst, self._fresh_inputs(seed)):
-                            return _error("forward_error", message="get_inputs changed its structure between seeds")
-                    self._sync()
-                    self.recorder.take()
-                    start, end = self._clock()
-                    t0 = _perf()
-                    if self.cuda:
-                        self._record(start)
-                        if graph is not None:
-                            graph.replay()
-                            outs = bench["outs"]
-                        else:
-                            outs = [self._forward(x) for x in inputs]
-                        self._record(end)
-                        self._sync()  # device-wide: the host clock also covers work on any other stream
-                        host_ms.append((_perf() - t0) * 1e3)
-                        window_ms.append(self._elapsed(start, end))
-                    else:
-                        outs = [self._forward(x) for x in inputs]
-                        window_ms.append((_perf() - t0) * 1e3)
-                        host_ms.append(window_ms[-1])
-                    taken = len(self.recorder.take())
-                    launches.append(bench["captured_launches"] if graph is not None else taken)
-                    sums.append([harness.checksum(o, int(w)) for o, w in zip(outs, wseeds, strict=True)])
-                    if graph is None:
-                        del outs
+                    w, h, n, row = self._bench_round(seeds, wseeds)
+                    window_ms.append(w)
+                    host_ms.append(h)
+                    launches.append(n)
+                    sums.append(row)
+        except _InputsChanged:
+            return _error("forward_error", message="get_inputs changed its structure between seeds")
         except BaseException as exc:  # noqa: BLE001
             return _error(_classify_forward_error(exc), exc)
         finally:
             self.model = eager
         return {"ok": True, "window_ms": window_ms, "host_ms": host_ms, "launches": launches,
-                "graph": graph is not None, "checksums": sums, "tampered": self.watch.changed(),
+                "graph": bench["graph"] is not None, "checksums": sums, "tampered": self.watch.changed(),
                 "threads": self.threads.extra()}  # fmt: skip
+
+    def _bench_round(self, seeds: list[int], wseeds: list[int]) -> tuple[float, float, int, list[Any]]:
+        """Refill the window's inputs from `seeds`, run the window timed, checksum every output."""
+        bench = self._bench
+        inputs, graph = bench["inputs"], bench["graph"]
+        for dst, seed in zip(inputs, seeds, strict=True):
+            if not harness.refill(dst, self._fresh_inputs(seed)):
+                raise _InputsChanged
+        flush = bench.get("flush")
+        if flush is not None:
+            flush.zero_()
+        self._sync()
+        self.recorder.take()
+        start, end = self._clock()
+        t0 = _perf()
+        if self.cuda:
+            self._record(start)
+            if graph is not None:
+                graph.replay()
+                outs = bench["outs"]
+            else:
+                outs = [self._forward(x) for x in inputs]
+            self._record(end)
+            self._sync()  # device-wide: the host clock also covers work on any other stream
+            host = (_perf() - t0) * 1e3
+            window = self._elapsed(start, end)
+        else:
+            outs = [self._forward(x) for x in inputs]
+            window = host = (_perf() - t0) * 1e3
+        taken = len(self.recorder.take())
+        row = [harness.checksum(o, int(w)) for o, w in zip(outs, wseeds, strict=True)]
+        return window, host, bench["captured_launches"] if graph is not None else taken, row
 
     def peak(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The device's own ceilings, measured once (reference role): copy bandwidth, matmul rates."""
@@ -534,6 +551,10 @@ class Sandbox:
             slot[0] += us
             slot[1] += 1
         return kernels, launches, outs
+
+
+class _InputsChanged(Exception):
+    """get_inputs returned another structure for another seed: a window cannot be refilled."""
 
 
 def _nbytes(obj: Any) -> int:

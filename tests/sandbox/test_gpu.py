@@ -327,4 +327,5 @@ def test_a_harness_takeover_that_forges_window_times_is_caught_on_gpu(judge: Jud
     code = (ASSETS / "attacks" / "harness_takeover.py").read_text()
     result = judge.evaluate(EvalRequest(reference_code=big_relu_scale(), kernel_code=code,
                                         options=GPU.replace(static_policy=False)))
-    assert result.outcome is EvalOutcome.HACK_DETECTED and "timer_mismatch" in result.hacks, describe(result)
+    assert result.outcome is EvalOutcome.HACK_DETECTED, describe(result)
+    assert {"timer_mismatch", "faster_than_light"} & set(result.hacks), describe(result)  # either clock sees it
