@@ -185,6 +185,12 @@ class DeviceInfo:
     interpreter: bool  # True: Triton interpreter, timings are interpreter timings
     torch_version: str = ""
     triton_version: str = ""
+    # where it ran, filled in by the worker pool: host name, Ray node id ("" when local), worker
+    # id and the device the worker was given ("cuda:0", "cpu")
+    host: str = ""
+    node_id: str = ""
+    worker_id: str = ""
+    device_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

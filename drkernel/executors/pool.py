@@ -1,8 +1,15 @@
 """The worker-pool core shared by the local and Ray executors: slots, dispatch, retry, cancel.
 
 Input: EvalRequests from any number of caller threads; output: EvalResults in request order.
-One evaluation per slot at a time; a slot whose worker dies is restarted in the background and the
-task retried on the next free slot (bounded); after that the task gets an INFRA_ERROR result.
+One evaluation per slot at a time. Retries live here, and only here:
+- a worker that dies under a task is restarted in the background and the task retried on the next
+  free slot (up to `max_attempts` tries), after which the task gets an INFRA_ERROR result;
+- a judge that stops answering (the watchdog: no heartbeat, or silent past its deadline) or that
+  reports a fault of its own (INFRA_ERROR with error kind "judge_error") is at fault, never the
+  candidate: the worker is replaced and the task retried once (`judge_retries`) on a fresh one.
+A candidate's timeout is only ever decided by a live judge.
+Every try is announced through `on_attempt` (the server records it in the task's attempts and
+worker columns); every result carries where it ran (host, Ray node, worker, device).
 """
 
 from __future__ import annotations
@@ -10,23 +17,30 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from drkernel.errors import EvalTimeout, ExecutorError, WorkerLost
-from drkernel.types import EvalOutcome, EvalRequest, EvalResult
+from drkernel.types import DeviceInfo, EvalOutcome, EvalRequest, EvalResult
 
-__all__ = ["Slot", "SlotPool", "WorkerState", "infra_result"]
+__all__ = ["AttemptHook", "Slot", "SlotPool", "WorkerState", "infra_result"]
 
 logger = logging.getLogger(__name__)
+
+HOSTNAME = socket.gethostname()
+
+# (task_id, where it runs now, attempt number from 1, why the previous try failed or None)
+AttemptHook = Callable[[str, dict[str, Any], int, str | None], None]
 
 
 @dataclass(slots=True)
 class WorkerState:
-    """What /workers/status and /metrics report for one worker."""
+    """What /workers/status and /metrics report for one worker, including where it runs."""
 
     worker_id: str
     device: str
@@ -35,19 +49,50 @@ class WorkerState:
     tasks_done: int = 0
     restarts: int = 0
     pid: int | None = None
+    host: str = HOSTNAME
+    node_id: str | None = None  # the Ray node id; None for a local worker
+    last_error: str | None = None  # why it was last replaced
     last_change: float = field(default_factory=time.time)
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ("idle", "busy")
+
+    def placement(self) -> dict[str, Any]:
+        """Where this worker runs: recorded with every task it takes."""
+        return {"worker_id": self.worker_id, "host": self.host, "node_id": self.node_id,
+                "device": self.device, "pid": self.pid}
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "worker_id": self.worker_id, "device": self.device, "state": self.state,
             "current_task": self.current_task, "tasks_done": self.tasks_done,
-            "restarts": self.restarts, "pid": self.pid, "last_change": self.last_change,
+            "restarts": self.restarts, "pid": self.pid, "host": self.host,
+            "node_id": self.node_id, "last_error": self.last_error,
+            "last_change": self.last_change,
         }
 
 
 def infra_result(request: EvalRequest, kind: str, message: str) -> EvalResult:
     """The result of a task the machinery could not judge: not the candidate's fault."""
     return EvalResult.failure(EvalOutcome.INFRA_ERROR, kind, message, task_id=request.task_id)
+
+
+def _is_judge_fault(result: EvalResult) -> bool:
+    return result.outcome is EvalOutcome.INFRA_ERROR and result.error is not None \
+        and result.error.kind == "judge_error"
+
+
+def stamp_placement(result: EvalResult, where: WorkerState) -> None:
+    """Write where the evaluation ran into `result.device` (made if the judge left none)."""
+    if result.device is None:
+        cuda = where.device.startswith("cuda")
+        result.device = DeviceInfo(kind="cuda" if cuda else "cpu", name=where.device,
+                                   interpreter=not cuda)
+    result.device.host = where.host
+    result.device.node_id = where.node_id or ""
+    result.device.worker_id = where.worker_id
+    result.device.device_id = where.device
 
 
 class Slot:
@@ -66,10 +111,12 @@ class Slot:
 class SlotPool:
     """Dispatch over slots. Subclasses provide `_spawn`, `_call`, `_kill` and `_dispose`."""
 
-    max_attempts: int = 3
+    max_attempts: int = 3  # tries of a task whose worker dies under it
+    judge_retries: int = 1  # extra tries of a task whose judge froze or reported its own fault
     acquire_timeout_s: float = 6 * 3600.0
     deadline_factor: float = 3.0
     deadline_grace_s: float = 60.0
+    on_attempt: AttemptHook | None = None
 
     def _init_pool(self, slots: list[Slot]) -> None:
         self._slots = slots
@@ -85,12 +132,15 @@ class SlotPool:
             raise WorkerLost("no judge worker could be started")
 
     # -- what a subclass provides ------------------------------------------------------------
-    def _spawn(self, slot: Slot) -> tuple[Any, str, int | None]:
-        """Start a worker; return (handle, device, pid). Raise to signal failure."""
+    def _spawn(self, slot: Slot) -> Any:
+        """Start a worker, fill in slot.state (device, pid, host, node_id); return its handle.
+
+        Raise to signal failure."""
         raise NotImplementedError
 
     def _call(self, slot: Slot, request: EvalRequest, deadline_s: float) -> EvalResult:
-        """Run one request; raise WorkerLost if the worker died, EvalTimeout past the deadline."""
+        """Run one request; raise WorkerLost if the worker died, EvalTimeout if it stopped
+        answering (frozen, or silent past the deadline: the watchdog)."""
         raise NotImplementedError
 
     def _kill(self, handle: Any) -> bool:
@@ -108,14 +158,19 @@ class SlotPool:
     def worker_states(self) -> list[WorkerState]:
         return [s.state for s in self._slots]
 
+    def alive_workers(self) -> int:
+        """Workers able to take a task now (idle or busy), out of `capacity` configured."""
+        return sum(1 for s in self._slots if s.state.alive)
+
     def _start(self, slot: Slot) -> None:
         for attempt in range(3):
             if self._closed:
                 return
             try:
-                slot.handle, slot.state.device, slot.state.pid = self._spawn(slot)
+                slot.handle = self._spawn(slot)
             except Exception as exc:  # a worker that cannot start: log, back off, retry
-                logger.warning("starting %s failed (%d/3): %r", slot.state.worker_id, attempt + 1, exc)
+                logger.warning("starting %s failed (%d/3): %s", slot.state.worker_id, attempt + 1, exc)
+                slot.state.last_error = f"start failed: {exc}"
                 time.sleep(0.5 * 2**attempt)
                 continue
             slot.set("idle")
@@ -124,10 +179,11 @@ class SlotPool:
         slot.handle = None
         slot.set("dead")
 
-    def _restart(self, slot: Slot) -> None:
+    def _restart(self, slot: Slot, reason: str) -> None:
         """Replace a broken worker in the background; the slot rejoins the idle queue when ready."""
         slot.set("restarting")
         slot.state.restarts += 1
+        slot.state.last_error = reason
         old, slot.handle = slot.handle, None
         if old is not None:
             self._kill(old)
@@ -147,10 +203,26 @@ class SlotPool:
                 raise EvalTimeout(f"no free worker in {self.acquire_timeout_s:.0f} s")
 
     # -- evaluation ------------------------------------------------------------------------------
+    def _announce(self, request: EvalRequest, slot: Slot, attempt: int, why: str | None) -> None:
+        hook = self.on_attempt
+        if hook is None or request.task_id is None:
+            return
+        try:
+            hook(request.task_id, slot.state.placement(), attempt, why)
+        except Exception:  # a recording hook must never cost a task its evaluation
+            logger.exception("recording attempt %d of %s failed", attempt, request.task_id)
+
     def _evaluate_one(self, request: EvalRequest) -> EvalResult:
-        for attempt in range(1, self.max_attempts + 1):
+        lost = judge_faults = 0
+        why: str | None = None
+        attempt = 0
+        while True:
+            attempt += 1
             slot = self._acquire()
             slot.set("busy", request.task_id)
+            where = WorkerState(**{k: getattr(slot.state, k) for k in
+                                   ("worker_id", "device", "pid", "host", "node_id")})
+            self._announce(request, slot, attempt, why)
             opts = request.options.replace(device=slot.state.device)
             local = EvalRequest(
                 reference_code=request.reference_code, kernel_code=request.kernel_code,
@@ -163,21 +235,51 @@ class SlotPool:
             except WorkerLost as exc:
                 logger.warning("%s lost task %s (attempt %d): %s",
                                slot.state.worker_id, request.task_id, attempt, exc)
-                self._restart(slot)
+                self._restart(slot, f"worker lost: {exc}")
                 if self._take_cancel(request.task_id):
-                    return infra_result(request, "cancelled", "task cancelled while running")
+                    return self._placed(infra_result(request, "cancelled",
+                                                     "task cancelled while running"), where)
+                lost += 1
+                why = f"worker_lost on {where.worker_id}: {exc}"
+                if lost >= self.max_attempts:
+                    return self._placed(infra_result(
+                        request, "worker_lost",
+                        f"workers died under this task {lost} times; last: {exc}"), where)
                 continue
-            except EvalTimeout as exc:
-                self._restart(slot)
-                return EvalResult.failure(EvalOutcome.TIMEOUT, "deadline", str(exc),
-                                          task_id=request.task_id)
+            except EvalTimeout as exc:  # the watchdog: the judge, not the candidate, is at fault
+                logger.warning("%s is unresponsive on task %s (attempt %d): %s",
+                               slot.state.worker_id, request.task_id, attempt, exc)
+                self._restart(slot, f"unresponsive: {exc}")
+                if self._take_cancel(request.task_id):
+                    return self._placed(infra_result(request, "cancelled",
+                                                     "task cancelled while running"), where)
+                judge_faults += 1
+                why = f"judge_unresponsive on {where.worker_id}: {exc}"
+                if judge_faults > self.judge_retries:
+                    return self._placed(infra_result(request, "judge_unresponsive", str(exc)),
+                                        where)
+                continue
+            if _is_judge_fault(result):
+                message = result.error.message if result.error else ""
+                logger.warning("%s reported a judge fault on task %s (attempt %d): %s",
+                               slot.state.worker_id, request.task_id, attempt, message)
+                self._restart(slot, f"judge_error: {message}")
+                judge_faults += 1
+                why = f"judge_error on {where.worker_id}: {message}"
+                if judge_faults > self.judge_retries:
+                    result.task_id = result.task_id or request.task_id
+                    return self._placed(result, where)
+                continue
             slot.state.tasks_done += 1
             slot.set("idle")
             self._idle.put(slot)
             result.task_id = result.task_id or request.task_id
-            return result
-        return infra_result(request, "worker_lost",
-                            f"workers died under this task {self.max_attempts} times")
+            return self._placed(result, where)
+
+    @staticmethod
+    def _placed(result: EvalResult, where: WorkerState) -> EvalResult:
+        stamp_placement(result, where)
+        return result
 
     def evaluate(self, requests: list[EvalRequest]) -> list[EvalResult]:
         """Judge every request, in parallel across workers; results in request order."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, WorkerLost
 from drkernel.executors.judge_host import (
     JudgeFactory,
+    gpu_lock,
     judge_call,
     mark_host_process,
     sandbox_judge,
@@ -51,9 +54,13 @@ def ray_errors(what: str) -> Iterator[None]:
 
 
 class _JudgeActor:
-    """Body of a Ray actor owning one judge. On a GPU actor the device is the physical index."""
+    """Body of a Ray actor owning one judge. On a GPU actor the device is the physical index.
 
-    def __init__(self, factory: JudgeFactory, device: str | None) -> None:
+    Two threads (max_concurrency=2): `evaluate` runs one task at a time (the pool sends one), and
+    `ping` answers meanwhile, so a frozen actor or node is told apart from a long evaluation.
+    """
+
+    def __init__(self, factory: JudgeFactory, device: str | None, lock_timeout_s: float) -> None:
         import ray
 
         mark_host_process()
@@ -62,10 +69,17 @@ class _JudgeActor:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
             device = f"cuda:{gpu}"
         self.device = device
+        self._gpu = gpu_lock(device, lock_timeout_s)
         self._judge = factory(device)
+        context = ray.get_runtime_context()
+        self._where = {"device": device, "pid": os.getpid(), "host": socket.gethostname(),
+                       "node_id": context.get_node_id()}
 
-    def info(self) -> tuple[str, int]:
-        return self.device, os.getpid()
+    def info(self) -> dict[str, Any]:
+        return dict(self._where)
+
+    def ping(self) -> bool:
+        return True
 
     def evaluate(self, request: dict[str, Any]) -> dict[str, Any]:
         return judge_call(self._judge, EvalRequest.from_dict(request)).to_dict()
@@ -85,6 +99,11 @@ class RayExecutor(SlotPool):
         acquire_timeout_s: float = 6 * 3600.0
         deadline_factor: float = 3.0
         deadline_grace_s: float = 60.0
+        heartbeat_s: float = 5.0  # while a task runs, its actor is pinged this often ...
+        heartbeat_timeout_s: float = 15.0  # ... and is frozen when a ping takes longer than this
+        judge_retries: int = 1  # extra tries after a frozen actor or a judge_error result
+        gpu_lock_timeout_s: float = 30.0
+        connect_timeout_s: float = 10.0  # probe of a cluster address before ray.init
         namespace: str = "drkernel"
 
         def __post_init__(self) -> None:
@@ -104,6 +123,7 @@ class RayExecutor(SlotPool):
         self.config = config or RayExecutor.Config()
         self._factory = judge_factory or sandbox_judge
         self.max_attempts = self.config.max_attempts
+        self.judge_retries = self.config.judge_retries
         self.acquire_timeout_s = self.config.acquire_timeout_s
         self.deadline_factor = self.config.deadline_factor
         self.deadline_grace_s = self.config.deadline_grace_s
@@ -113,7 +133,7 @@ class RayExecutor(SlotPool):
                 self._init_ray()
             use_gpus, count = self._plan(ray.cluster_resources())
         options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 0} if use_gpus else {"num_cpus": 1}
-        self._actor_cls = ray.remote(max_restarts=0, max_concurrency=1, **options)(_JudgeActor)
+        self._actor_cls = ray.remote(max_restarts=0, max_concurrency=2, **options)(_JudgeActor)
         self._use_gpus = use_gpus
         self._init_pool([Slot(f"ray-{i}", "?") for i in range(count)])
 
@@ -137,24 +157,44 @@ class RayExecutor(SlotPool):
         default = gpus if use_gpus else max(1, int(resources.get("CPU", 2)) // 2)
         return use_gpus, self.config.num_workers or default
 
-    def _spawn(self, slot: Slot) -> tuple[Any, str, int | None]:
+    def _spawn(self, slot: Slot) -> Any:
         import ray
 
-        actor = self._actor_cls.remote(self._factory, None if self._use_gpus else "cpu")
+        actor = self._actor_cls.remote(self._factory, None if self._use_gpus else "cpu",
+                                       self.config.gpu_lock_timeout_s)
         try:
             with ray_errors(f"starting {slot.state.worker_id}"):
-                device, pid = ray.get(actor.info.remote(), timeout=self.config.start_timeout_s)
+                where = ray.get(actor.info.remote(), timeout=self.config.start_timeout_s)
         except ExecutorError:
             self._kill(actor)
             raise
-        return actor, device, pid
+        slot.state.device, slot.state.pid = where["device"], where["pid"]
+        slot.state.host, slot.state.node_id = where["host"], where["node_id"]
+        return actor
 
     def _call(self, slot: Slot, request: EvalRequest, deadline_s: float) -> EvalResult:
+        """Run on the actor; ping it every heartbeat_s meanwhile (a frozen one raises EvalTimeout)."""
         import ray
 
+        cfg = self.config
+        end = time.monotonic() + deadline_s
         with ray_errors(f"actor {slot.state.worker_id}"):
             ref = slot.handle.evaluate.remote(request.to_dict())
-            return EvalResult.from_dict(ray.get(ref, timeout=deadline_s))
+            while True:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise EvalTimeout(f"actor {slot.state.worker_id} gave no answer in "
+                                      f"{deadline_s:.0f} s")
+                ready, _ = ray.wait([ref], timeout=min(cfg.heartbeat_s, left))
+                if ready:
+                    return EvalResult.from_dict(ray.get(ref))
+                try:
+                    ray.get(slot.handle.ping.remote(), timeout=cfg.heartbeat_timeout_s)
+                except ray.exceptions.GetTimeoutError:
+                    raise EvalTimeout(
+                        f"actor {slot.state.worker_id} (pid {slot.state.pid}, node "
+                        f"{slot.state.node_id}) is frozen: no answer to a ping in "
+                        f"{cfg.heartbeat_timeout_s:g} s") from None
 
     def _kill(self, handle: Any) -> bool:
         import ray
