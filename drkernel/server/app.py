@@ -34,6 +34,8 @@ from drkernel.server.envelope import (
     ApiError,
     ServerState,
     check_code_size,
+    client_identity,
+    dedupe_key,
     error_response,
     read_json,
     server_state,
@@ -61,14 +63,18 @@ def default_executor(settings: Settings) -> Executor:
     if settings.executor == "ray":
         from drkernel.executors.ray import RayExecutor
 
-        return RayExecutor.Config(address=settings.ray_address,
-                                  num_workers=settings.num_workers).build(factory)
+        return RayExecutor.Config(address=settings.ray_address, num_workers=settings.num_workers,
+                                  heartbeat_timeout_s=settings.heartbeat_timeout_s,
+                                  heartbeat_s=max(0.5, settings.heartbeat_timeout_s / 3),
+                                  deadline_grace_s=settings.deadline_grace_s).build(factory)
     from drkernel.executors.local import LocalExecutor, detect_devices
 
-    devices = detect_devices(settings.num_workers)
+    devices = settings.devices or detect_devices(settings.num_workers)
     if settings.num_workers and devices[0] != "cpu":
         devices = devices[: settings.num_workers]
     return LocalExecutor.Config(devices=devices, isolation=settings.isolation,
+                                heartbeat_timeout_s=settings.heartbeat_timeout_s,
+                                deadline_grace_s=settings.deadline_grace_s,
                                 scrub_env=SECRET_VARS).build(factory)
 
 
@@ -82,20 +88,25 @@ def _parse(model: type[Any], data: Any) -> Any:
         raise ApiError(400, "VALIDATION", f"{where}: {first['msg']}", detail=errors) from None
 
 
-def _anchor_tasks(state: ServerState, requests: list[AnchorRequest]) -> list[NewTask]:
+def _anchor_tasks(state: ServerState, requests: list[AnchorRequest],
+                  client: str) -> list[NewTask]:
     for req in requests:
         if req.backend != "triton":
             raise ApiError(400, "VALIDATION", f"backend {req.backend!r} is not supported: "
                            "drkernel judges Triton kernels", task_id=req.task_id)
         check_code_size(state.settings, req.reference_code, req.kernel_code)
-    return [anchor_task(r) for r in requests]
+    tasks = [anchor_task(r) for r in requests]
+    for req, task in zip(requests, tasks, strict=True):
+        if not req.task_id:  # a retry after a disconnect must not run the kernel twice
+            task.dedupe = dedupe_key(state, client, task.request)
+    return tasks
 
 
 async def evaluate(request: Request) -> JSONResponse:
     """Anchor POST /evaluate: submit, wait (bounded), answer the result or 202 + task id."""
     state = server_state(request)
     req = _parse(AnchorRequest, await read_json(request, state.settings))
-    (task,) = _anchor_tasks(state, [req])
+    (task,) = _anchor_tasks(state, [req], client_identity(request))
     ((record, _),) = await run_in_threadpool(submit_or_raise, state, [task])
     wait = min(state.settings.evaluate_wait_s, 3 * req.timeout + 60)
     records = await state.scheduler.wait([record.task_id], wait)
@@ -110,7 +121,7 @@ async def evaluate_batch(request: Request) -> JSONResponse:
     if len(batch.tasks) > state.settings.max_batch:
         raise ApiError(413, "PAYLOAD_TOO_LARGE",
                        f"{len(batch.tasks)} tasks exceed the batch limit {state.settings.max_batch}")
-    tasks = _anchor_tasks(state, batch.tasks)
+    tasks = _anchor_tasks(state, batch.tasks, client_identity(request))
     for task in tasks:
         task.meta["batch_id"] = batch.batch_id
     submitted = await run_in_threadpool(submit_or_raise, state, tasks)
@@ -140,12 +151,15 @@ def _known(state: ServerState, task_id: str) -> TaskRecord:
 
 
 def _device_of(state: ServerState, task_id: str, record: TaskRecord) -> str | None:
-    for worker in getattr(state.executor, "worker_states", lambda: [])():
-        if worker.current_task == task_id:
-            return str(worker.device)
-    if record.result is not None and record.result.device is not None:
-        return record.result.device.name
-    return None
+    """Where the task runs or ran, as "host/device (worker)", from the store's worker column."""
+    where = record.placement
+    if where is None and record.result is not None and record.result.device is not None:
+        dev = record.result.device
+        where = {"host": dev.host, "device": dev.device_id or dev.name, "worker_id": dev.worker_id}
+    if where is None:
+        return None
+    text = f"{where.get('host') or '?'}/{where.get('device') or '?'}"
+    return f"{text} ({where['worker_id']})" if where.get("worker_id") else text
 
 
 async def task_status(request: Request, task_id: str) -> dict[str, Any]:
