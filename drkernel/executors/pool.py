@@ -167,12 +167,20 @@ class SlotPool:
             if self._closed:
                 return
             try:
-                slot.handle = self._spawn(slot)
-            except Exception as exc:  # a worker that cannot start: log, back off, retry
+                handle = self._spawn(slot)
+            except BaseException as exc:  # a worker that cannot start: log, back off, retry
+                if self._closed:  # the pool closed meanwhile (Ray may even raise SystemExit)
+                    return
+                if not isinstance(exc, Exception):
+                    raise
                 logger.warning("starting %s failed (%d/3): %s", slot.state.worker_id, attempt + 1, exc)
                 slot.state.last_error = f"start failed: {exc}"
                 time.sleep(0.5 * 2**attempt)
                 continue
+            if self._closed:  # started after close(): do not leak it
+                self._dispose(handle)
+                return
+            slot.handle = handle
             slot.set("idle")
             self._idle.put(slot)
             return

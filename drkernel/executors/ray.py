@@ -1,8 +1,10 @@
 """The Ray executor: one judge actor per GPU of a Ray cluster (or CPU actors), same seam as local.
 
 Input: a batch of EvalRequests; output: their EvalResults in request order. `ray.init(address)`
-joins a cluster (`ray start` on each node is the whole multi-node setup); without an address a
-private local cluster bound to 127.0.0.1 is started. A dead actor's task is retried on another.
+joins a cluster (`ray start` on each node is the whole multi-node setup; a cluster with token
+authentication is detected before ray.init, with what to set); without an address a private local
+cluster bound to 127.0.0.1 is started. A dead actor's task is retried on another; an actor that
+stops answering pings (frozen process or node) is replaced and its task retried (pool.py).
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ import contextlib
 import logging
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, WorkerLost
@@ -27,7 +32,7 @@ from drkernel.executors.judge_host import (
 from drkernel.executors.pool import Slot, SlotPool
 from drkernel.types import EvalRequest, EvalResult
 
-__all__ = ["RayExecutor", "ray_errors"]
+__all__ = ["RayExecutor", "check_ray_auth", "ray_errors"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +56,48 @@ def ray_errors(what: str) -> Iterator[None]:
         raise WorkerLost(f"{what}: judge raised: {exc}") from exc
     except (rex.RayError, ConnectionError) as exc:
         raise ExecutorError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+_AUTH_HELP = (
+    "the Ray cluster at {address} requires token authentication (Ray's RAY_AUTH_MODE=token) "
+    "and this process has no valid token: set RAY_AUTH_MODE=token and give it the cluster's "
+    "token, in RAY_AUTH_TOKEN, in a file named by RAY_AUTH_TOKEN_PATH, or in ~/.ray/auth_token "
+    "(copy it from the head node: `ray get-auth-token`); see docs/service.md, 'Ray'. Ray said: "
+    "{detail}"
+)
+
+_PROBE = """
+import sys
+from ray._raylet import GcsClient
+try:
+    GcsClient(address=sys.argv[1]).internal_kv_get(b"drkernel-probe", None, timeout=5)
+except Exception as exc:
+    print(type(exc).__name__ + ": " + str(exc).splitlines()[0][:400])
+    sys.exit(3)
+"""
+
+
+def _token_available(env: dict[str, str]) -> bool:
+    if env.get("RAY_AUTH_TOKEN") or env.get("RAY_AUTH_TOKEN_PATH"):
+        return True
+    return (Path.home() / ".ray" / "auth_token").is_file()
+
+
+def check_ray_auth(address: str, timeout_s: float = 10.0) -> None:
+    """Ask the cluster's GCS once, in a child process with the environment ray.init would use,
+    whether we may connect: a missing or wrong token raises ExecutorError at once (ray.init
+    itself retries InvalidAuthToken for 20 s, then says only "Failed to connect")."""
+    env = dict(os.environ)
+    if "RAY_AUTH_MODE" not in env and _token_available(env):
+        env["RAY_AUTH_MODE"] = "token"  # what ray.init does when a token is at hand
+    try:
+        probe = subprocess.run([sys.executable, "-c", _PROBE, address], env=env, text=True,
+                               capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return  # no answer in time: ray.init reports the address problem itself
+    detail = probe.stdout.strip()
+    if probe.returncode == 3 and ("AuthenticationError" in detail or "InvalidAuthToken" in detail):
+        raise ExecutorError(_AUTH_HELP.format(address=address, detail=detail))
 
 
 class _JudgeActor:
@@ -140,6 +187,8 @@ class RayExecutor(SlotPool):
     def _init_ray(self) -> None:
         import ray
 
+        if self.config.address:
+            check_ray_auth(self.config.address, self.config.connect_timeout_s)
         kwargs: dict[str, Any] = dict(
             namespace=self.config.namespace, include_dashboard=False, log_to_driver=False,
             configure_logging=False,
