@@ -61,6 +61,7 @@ class LocalExecutor(SlotPool):
         deadline_grace_s: float = 60.0
         heartbeat_timeout_s: float = 15.0  # a judge process silent this long is frozen
         judge_retries: int = 1  # extra tries after a frozen judge or a judge_error result
+        revive_s: float = 30.0  # a worker that failed 3 starts is tried again this often
         gpu_lock_timeout_s: float = 30.0  # longest wait for another judge to free our GPU
         scrub_env: tuple[str, ...] = ()  # env vars removed in judge processes (secrets)
 
@@ -84,6 +85,7 @@ class LocalExecutor(SlotPool):
         self._factory = judge_factory or sandbox_judge
         self.max_attempts = self.config.max_attempts
         self.judge_retries = self.config.judge_retries
+        self.revive_s = self.config.revive_s
         self.acquire_timeout_s = self.config.acquire_timeout_s
         self.deadline_factor = self.config.deadline_factor
         self.deadline_grace_s = self.config.deadline_grace_s

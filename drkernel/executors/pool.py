@@ -116,6 +116,7 @@ class SlotPool:
     acquire_timeout_s: float = 6 * 3600.0
     deadline_factor: float = 3.0
     deadline_grace_s: float = 60.0
+    revive_s: float = 30.0  # a dead worker (3 failed starts) is tried again this often
     on_attempt: AttemptHook | None = None
 
     def _init_pool(self, slots: list[Slot]) -> None:
@@ -124,6 +125,7 @@ class SlotPool:
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
         self._closed = False
+        self._closing = threading.Event()
         self._fanout = ThreadPoolExecutor(len(slots), thread_name_prefix="pool")
         with ThreadPoolExecutor(len(slots)) as starter:
             list(starter.map(self._start, slots))
@@ -162,30 +164,48 @@ class SlotPool:
         """Workers able to take a task now (idle or busy), out of `capacity` configured."""
         return sum(1 for s in self._slots if s.state.alive)
 
+    def _try_start(self, slot: Slot) -> bool:
+        """One try at starting the slot's worker; True when it is idle and queued."""
+        try:
+            handle = self._spawn(slot)
+        except BaseException as exc:  # a worker that cannot start: the caller backs off
+            if self._closed:  # the pool closed meanwhile (Ray may even raise SystemExit)
+                return False
+            if not isinstance(exc, Exception):
+                raise
+            logger.warning("starting %s failed: %s", slot.state.worker_id, exc)
+            slot.state.last_error = f"start failed: {exc}"
+            return False
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                slot.handle = handle
+        if closed:  # started after close(): do not leak it
+            self._dispose(handle)
+            return False
+        slot.set("idle")
+        self._idle.put(slot)
+        return True
+
     def _start(self, slot: Slot) -> None:
+        """Start with 3 quick tries; then the slot is dead, and is tried again every revive_s
+        in the background (a lost Ray node that rejoins, a GPU freed later)."""
         for attempt in range(3):
-            if self._closed:
+            if self._closed or self._try_start(slot):
                 return
-            try:
-                handle = self._spawn(slot)
-            except BaseException as exc:  # a worker that cannot start: log, back off, retry
-                if self._closed:  # the pool closed meanwhile (Ray may even raise SystemExit)
-                    return
-                if not isinstance(exc, Exception):
-                    raise
-                logger.warning("starting %s failed (%d/3): %s", slot.state.worker_id, attempt + 1, exc)
-                slot.state.last_error = f"start failed: {exc}"
-                time.sleep(0.5 * 2**attempt)
-                continue
-            if self._closed:  # started after close(): do not leak it
-                self._dispose(handle)
+            if self._closing.wait(0.5 * 2**attempt):
                 return
-            slot.handle = handle
-            slot.set("idle")
-            self._idle.put(slot)
-            return
         slot.handle = None
         slot.set("dead")
+        if self.revive_s > 0:
+            threading.Thread(target=self._revive, args=(slot,), daemon=True,
+                             name=f"revive-{slot.state.worker_id}").start()
+
+    def _revive(self, slot: Slot) -> None:
+        while not self._closing.wait(self.revive_s):
+            if self._try_start(slot):
+                logger.info("%s is back", slot.state.worker_id)
+                return
 
     def _restart(self, slot: Slot, reason: str) -> None:
         """Replace a broken worker in the background; the slot rejoins the idle queue when ready."""
@@ -324,9 +344,11 @@ class SlotPool:
 
     def close(self) -> None:
         """Stop every worker. Idempotent; `evaluate` raises ExecutorError afterwards."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._closing.set()
         self._fanout.shutdown(wait=False, cancel_futures=True)
         handles = [s.handle for s in self._slots if s.handle is not None]
         for slot in self._slots:

@@ -149,6 +149,7 @@ class RayExecutor(SlotPool):
         heartbeat_s: float = 5.0  # while a task runs, its actor is pinged this often ...
         heartbeat_timeout_s: float = 15.0  # ... and is frozen when a ping takes longer than this
         judge_retries: int = 1  # extra tries after a frozen actor or a judge_error result
+        revive_s: float = 30.0  # a worker that failed 3 starts is tried again this often
         gpu_lock_timeout_s: float = 30.0
         connect_timeout_s: float = 10.0  # probe of a cluster address before ray.init
         namespace: str = "drkernel"
@@ -171,6 +172,7 @@ class RayExecutor(SlotPool):
         self._factory = judge_factory or sandbox_judge
         self.max_attempts = self.config.max_attempts
         self.judge_retries = self.config.judge_retries
+        self.revive_s = self.config.revive_s
         self.acquire_timeout_s = self.config.acquire_timeout_s
         self.deadline_factor = self.config.deadline_factor
         self.deadline_grace_s = self.config.deadline_grace_s

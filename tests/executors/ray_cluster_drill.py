@@ -6,8 +6,10 @@ Prints one JSON object of observations. Every step has a bound; the cluster is a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,6 +36,7 @@ def req(code: str, task_id: str) -> EvalRequest:
 def main() -> dict[str, object]:
     out: dict[str, object] = {}
     tmp = Path(tempfile.mkdtemp(prefix="drk-ray-drill-"))
+    frozen_pids: list[int] = []
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False})
     try:
@@ -56,7 +59,8 @@ def main() -> dict[str, object]:
             out["auth_ok_with_token"] = str(exc)
 
         config = RayExecutor.Config(address=cluster.address, num_workers=2, heartbeat_s=0.5,
-                                    heartbeat_timeout_s=3.0, start_timeout_s=8.0)
+                                    heartbeat_timeout_s=3.0, start_timeout_s=8.0,
+                                    revive_s=2.0)
         with RayExecutor(config, fake_judge) as ex:
             out["nodes_of_workers"] = sorted({w.node_id or "" for w in ex.worker_states()})
             results = ex.evaluate([req("# fake: sleep=0.3\n# fake: speedup=2", f"n{i}")
@@ -89,9 +93,35 @@ def main() -> dict[str, object]:
                 w.state != "busy" for w in ex.worker_states()), 30)
             out["alive_after_node_loss"] = ex.alive_workers()
             out["configured"] = ex.capacity
+
+            # a node joins: the dead worker comes back on it (revive_s)
+            third = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+            started = time.monotonic()
+            _wait(lambda: ex.alive_workers() == 2, 60)
+            out["revived"] = {"alive": ex.alive_workers(), "seconds": time.monotonic() - started}
+
+            # the whole node freezes (SIGSTOP of its raylet and its actor): its task is retried
+            node_id = third.node_id
+            actor_pids = [w.pid for w in ex.worker_states() if w.node_id == node_id and w.pid]
+            frozen_pids = actor_pids + [info.process.pid for infos in third.all_processes.values()
+                                        for info in infos]
+            for pid in frozen_pids:
+                os.kill(pid, signal.SIGSTOP)
+            started = time.monotonic()
+            results = ex.evaluate([req("# fake: sleep=1\n# fake: speedup=2", f"z{i}")
+                                   for i in range(2)])
+            out["node_freeze"] = {"outcomes": [r.outcome.value for r in results],
+                                  "seconds": time.monotonic() - started,
+                                  "actor_on_node": bool(actor_pids),
+                                  "ran_on": sorted({r.device.node_id for r in results
+                                                    if r.device})}
+            out["frozen_node_id"] = node_id
     finally:
         import ray
 
+        for pid in frozen_pids:  # SIGKILL ends stopped processes too
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         ray.shutdown()
         cluster.shutdown()
     return out

@@ -1,5 +1,6 @@
 """A two-node Ray cluster on loopback with token authentication: where tasks ran, a frozen actor,
-kill -9 of a node, and a client without the token told at once what to set.
+kill -9 of a node, a node that joins, a frozen node, and a client without the token told at once
+what to set.
 
 The cluster lives in a child process (ray_cluster_drill.py), so this module neither shares nor
 disturbs the session's private cluster; the child always shuts its cluster down."""
@@ -54,3 +55,14 @@ def test_a_client_without_the_clusters_token_is_told_at_once_what_to_set(drill: 
     assert "RAY_AUTH_MODE=token" in probe["message"] and "RAY_AUTH_TOKEN" in probe["message"]
     assert "InvalidAuthToken" in probe["message"]
     assert drill["auth_ok_with_token"] is True
+
+
+def test_a_dead_worker_comes_back_when_a_node_joins(drill: dict) -> None:
+    assert drill["revived"]["alive"] == 2
+
+
+def test_a_frozen_node_costs_its_task_seconds_not_its_verdict(drill: dict) -> None:
+    freeze = drill["node_freeze"]
+    assert freeze["actor_on_node"] and freeze["outcomes"] == ["ok", "ok"]
+    assert freeze["seconds"] < 30  # the issue saw 63 s of "busy" until Ray declared the node dead
+    assert drill["frozen_node_id"] not in freeze["ran_on"]
