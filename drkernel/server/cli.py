@@ -71,6 +71,15 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, TypeError) as exc:
         print(f"drkernel serve: {exc}", file=sys.stderr)
         return 2
+    if settings.executor == "ray" and settings.ray_address:
+        from drkernel.errors import ExecutorError
+        from drkernel.executors.ray import check_ray_auth
+
+        try:  # a cluster that wants a token we lack: say what to set, before 20 s of retries
+            check_ray_auth(settings.ray_address)
+        except ExecutorError as exc:
+            print(f"drkernel serve: {exc}", file=sys.stderr)
+            return 2
     scrub_secrets()  # read once; no child process inherits the token
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.auth_token:
         logger.warning("serving on %s without DRKERNEL_AUTH_TOKEN: anyone who can reach it "

@@ -130,7 +130,6 @@ def test_a_gpu_held_by_an_orphaned_frozen_judge_is_freed(tmp_path: Path,
     monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
     orphan = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, signal, sys
-        sys.argv[0] = "drkernel.executors.judge_host"
         from drkernel.executors.judge_host import gpu_lock
         lock = gpu_lock("cuda:3", server_pid=2**22 + 12345)  # a server that is gone
         open({str(tmp_path / "ready")!r}, "w").close()

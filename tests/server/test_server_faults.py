@@ -133,3 +133,25 @@ def _eventually(get, ok, timeout_s: float = 10.0):  # type: ignore[no-untyped-de
         if ok(value) or time.monotonic() > deadline:
             return value
         time.sleep(0.1)
+
+
+def test_serve_names_what_to_set_when_the_ray_cluster_wants_a_token(
+        monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    import argparse
+
+    import drkernel.executors.ray as ray_executor
+    from drkernel.server import cli
+
+    def refuse(address: str, timeout_s: float = 10.0) -> None:
+        from drkernel.errors import ExecutorError
+
+        raise ExecutorError(ray_executor._AUTH_HELP.format(address=address, detail="InvalidAuthToken"))
+
+    monkeypatch.setattr(ray_executor, "check_ray_auth", refuse)
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--executor", "ray", "--address", "127.0.0.1:1"])
+    assert cli.run(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("drkernel serve: the Ray cluster at 127.0.0.1:1 requires token")
+    assert "RAY_AUTH_MODE=token" in err and "Traceback" not in err
