@@ -35,7 +35,8 @@ logger = logging.getLogger(__name__)
 HOSTNAME = socket.gethostname()
 
 # (task_id, where it runs now, attempt number from 1, why the previous try failed or None)
-AttemptHook = Callable[[str, dict[str, Any], int, str | None], None]
+# -> False when the task is gone (cancelled meanwhile): the pool then does not run it
+AttemptHook = Callable[[str, dict[str, Any], int, str | None], bool]
 
 
 @dataclass(slots=True)
@@ -231,14 +232,16 @@ class SlotPool:
                 raise EvalTimeout(f"no free worker in {self.acquire_timeout_s:.0f} s")
 
     # -- evaluation ------------------------------------------------------------------------------
-    def _announce(self, request: EvalRequest, slot: Slot, attempt: int, why: str | None) -> None:
+    def _announce(self, request: EvalRequest, slot: Slot, attempt: int, why: str | None) -> bool:
+        """Tell the owner (the server) where this try runs; False: the task is gone, skip it."""
         hook = self.on_attempt
         if hook is None or request.task_id is None:
-            return
+            return True
         try:
-            hook(request.task_id, slot.state.placement(), attempt, why)
+            return hook(request.task_id, slot.state.placement(), attempt, why) is not False
         except Exception:  # a recording hook must never cost a task its evaluation
             logger.exception("recording attempt %d of %s failed", attempt, request.task_id)
+            return True
 
     def _evaluate_one(self, request: EvalRequest) -> EvalResult:
         lost = judge_faults = 0
@@ -250,7 +253,11 @@ class SlotPool:
             slot.set("busy", request.task_id)
             where = WorkerState(**{k: getattr(slot.state, k) for k in
                                    ("worker_id", "device", "pid", "host", "node_id")})
-            self._announce(request, slot, attempt, why)
+            if not self._announce(request, slot, attempt, why):
+                slot.set("idle")
+                self._idle.put(slot)
+                return self._placed(infra_result(request, "cancelled",
+                                                 "task cancelled before this try"), where)
             opts = request.options.replace(device=slot.state.device)
             local = EvalRequest(
                 reference_code=request.reference_code, kernel_code=request.kernel_code,

@@ -167,11 +167,12 @@ class Scheduler:
             return len(self._running)
 
     def _on_attempt(self, task_id: str, placement: dict[str, Any], attempt: int,
-                    why: str | None) -> None:
-        """The executor gave the task to a worker (attempt 1) or retried it (2, 3, ...)."""
-        self.store.record_attempt(task_id, placement, retry=attempt > 1, why=why)
+                    why: str | None) -> bool:
+        """The executor gave the task to a worker (attempt 1) or retried it (2, 3, ...).
+        False (do not run it) when the task was cancelled meanwhile."""
         if attempt > 1:
             self.counters["executor_retries"] += 1
+        return self.store.record_attempt(task_id, placement, retry=attempt > 1, why=why)
 
     # -- dispatch ---------------------------------------------------------------------------------
     def _next(self) -> str | None:

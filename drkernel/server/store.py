@@ -199,14 +199,15 @@ class TaskStore:
             db.execute("UPDATE tasks SET worker=? WHERE task_id=?", (worker, task_id))
 
     def record_attempt(self, task_id: str, placement: dict[str, Any], retry: bool,
-                       why: str | None = None) -> None:
+                       why: str | None = None) -> bool:
         """A worker took the running task: record where; a retry inside the executor counts as
-        one more attempt, and why the previous try failed goes to meta["retries"]."""
+        one more attempt, and why the previous try failed goes to meta["retries"].
+        False when the task is no longer running (cancelled): it should not be run."""
         with self._tx() as db:
             row = db.execute("SELECT meta FROM tasks WHERE task_id=? AND state='running'",
                              (task_id,)).fetchone()
             if row is None:
-                return
+                return False
             meta = json.loads(row[0])
             if retry:
                 meta.setdefault("retries", []).append(
@@ -214,6 +215,7 @@ class TaskStore:
             db.execute("UPDATE tasks SET worker=?, attempts=attempts+?, meta=? WHERE task_id=?",
                        (json.dumps(placement, sort_keys=True), 1 if retry else 0,
                         json.dumps(meta), task_id))
+        return True
 
     def finish(self, task_id: str, result: EvalResult) -> bool:
         """running|queued -> done with its result; False if it was cancelled meanwhile."""

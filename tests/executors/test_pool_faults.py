@@ -36,11 +36,13 @@ def pool(isolation: str = "process", n: int = 1, **kw: Any) -> LocalExecutor:
 class Attempts:
     """An on_attempt hook that records every try."""
 
-    def __init__(self) -> None:
+    def __init__(self, gone_at: int | None = None) -> None:
         self.seen: list[tuple[str, dict[str, Any], int, str | None]] = []
+        self.gone_at = gone_at
 
-    def __call__(self, task_id: str, where: dict[str, Any], attempt: int, why: str | None) -> None:
+    def __call__(self, task_id: str, where: dict[str, Any], attempt: int, why: str | None) -> bool:
         self.seen.append((task_id, where, attempt, why))
+        return attempt != self.gone_at
 
 
 def test_a_frozen_judge_process_is_replaced_and_the_task_retried_not_timed_out(
@@ -92,6 +94,17 @@ def test_a_judge_error_on_the_retry_too_is_returned_as_infra_error() -> None:
         after = ex.evaluate([req("# fake: speedup=1.5", "after")])[0]
     assert res.outcome is EvalOutcome.INFRA_ERROR and res.error and res.error.kind == "judge_error"
     assert restarts == 2 and after.outcome is EvalOutcome.OK
+
+
+def test_a_task_cancelled_between_tries_is_not_run_again(tmp_path: Path) -> None:
+    marker = tmp_path / "cuda-error"
+    with pool("thread", n=2) as ex:
+        hook = ex.on_attempt = Attempts(gone_at=2)  # the owner says: gone before the retry
+        (res,) = ex.evaluate([req(f"# fake: judge_error_once={marker}", "gone")])
+        states = [(w.tasks_done, w.state) for w in ex.worker_states()]
+    assert res.outcome is EvalOutcome.INFRA_ERROR and res.error and res.error.kind == "cancelled"
+    assert [a[2] for a in hook.seen] == [1, 2]
+    assert sum(done for done, _ in states) == 0 and ("idle" in {s for _, s in states})
 
 
 def test_every_result_says_where_it_ran() -> None:
