@@ -392,7 +392,8 @@ class ProcessJudgeHost:
         self._conn = Connection(parent_sock.detach())
         self._lock = threading.Lock()
         self._conn.send((factory, device, lock_timeout_s))
-        kind, payload = self._receive(time.monotonic() + start_timeout_s)
+        # no heartbeat check while the judge starts: a CUDA init may hold the GIL for long
+        kind, payload = self._receive(time.monotonic() + start_timeout_s, heartbeat=False)
         if kind != "ready":
             self.kill()
             raise WorkerLost(str(payload))
@@ -411,7 +412,7 @@ class ProcessJudgeHost:
                 self._last_beat = time.monotonic()
         return time.monotonic() - self._last_beat < self.heartbeat_timeout_s
 
-    def _receive(self, deadline: float) -> tuple[str, Any]:
+    def _receive(self, deadline: float, heartbeat: bool = True) -> tuple[str, Any]:
         self._last_beat = max(self._last_beat, time.monotonic() - self._POLL_S)
         while True:
             if self._conn.poll(self._POLL_S):
@@ -425,7 +426,7 @@ class ProcessJudgeHost:
                     with contextlib.suppress(EOFError, OSError):
                         return self._conn.recv()  # type: ignore[no-any-return]
                 break
-            if not self._beating():
+            if not self._beating() and heartbeat:
                 raise EvalTimeout(f"judge process {self._proc.pid} on {self.device} is frozen: "
                                   f"no heartbeat for {self.heartbeat_timeout_s:g} s")
             if time.monotonic() > deadline:
