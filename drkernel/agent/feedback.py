@@ -175,6 +175,9 @@ def _render_json(r: EvalResult, cfg: FeedbackConfig) -> str:
     for key in ("sandbox_output", "launched_kernels", "task_id", "wall_s", "shape_variants_passed",
                 "shape_variants_total", "shape_variant_issues", "warnings"):  # fmt: skip
         d.pop(key, None)
+    if d.get("device"):  # where it ran (host, Ray node, worker) is ours, not the model's
+        for key in ("host", "node_id", "worker_id", "device_id"):
+            d["device"].pop(key, None)
     if d.get("error") and d["error"].get("traceback"):
         d["error"]["traceback"] = "\n".join(
             _relevant_traceback(d["error"]["traceback"], cfg.traceback_lines)
