@@ -1,11 +1,13 @@
 """kill -9 of `drkernel serve`: its judges die with it, and a restarted server frees its GPUs of
-old judges (even frozen ones) before timing anything. GPUs are simulated: the fake judge on
+old judges (even frozen ones) before timing anything. SIGSTOP of a busy judge: retried, the kernel
+keeps its verdict. GPUs are simulated: the fake judge on
 "cuda:N" devices, with the per-GPU lock files in a private folder."""
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -70,3 +72,34 @@ def test_judges_die_with_a_killed_server_and_a_restart_frees_the_gpus(tmp_path: 
         if stopped is not None and _running(stopped):
             os.kill(stopped, signal.SIGKILL)
         server.stop()
+
+
+def test_sigstop_of_a_busy_judge_is_retried_not_charged_to_the_kernel(tmp_path: Path) -> None:
+    extra = ["--judge", "fake", "--workers", "2", "--isolation", "process",
+             "--heartbeat-timeout", "1"]
+    with ServerProcess(tmp_path / "stop.db", extra=extra) as server:
+        body = {"task_id": "honest", "reference_code": REF, "timeout": 30,
+                "kernel_code": "# fake: sleep=2\n# fake: speedup=2\nclass ModelNew:\n    pass\n"}
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            answer: dict = {}
+            t = threading.Thread(target=lambda: answer.update(http.post("/evaluate", json=body).json()))
+            t.start()
+
+            def busy() -> list[dict]:
+                return [w for w in http.get("/workers/status").json()["workers"]
+                        if w["state"] == "busy"]
+
+            _until(lambda: bool(busy()), 10, "no worker got the task")
+            pid = busy()[0]["pid"]
+            os.kill(pid, signal.SIGSTOP)  # the judge's host process freezes mid-evaluation
+            try:
+                t.join(timeout=30)
+            finally:
+                if _running(pid):
+                    os.kill(pid, signal.SIGKILL)
+            view = http.get("/v1/tasks/honest").json()
+            workers = http.get("/workers/status").json()["workers"]
+    assert answer["status"] == "completed" and answer["correctness"] is True
+    assert answer["error_code"] is None and answer["speedup"] == 2.0
+    assert view["attempts"] == 2 and "judge_unresponsive" in view["retries"][0]["reason"]
+    assert view["worker"]["pid"] != pid and sum(w["restarts"] for w in workers) == 1
