@@ -198,7 +198,10 @@ class RayExecutor(SlotPool):
         if self.config.address:
             ray.init(address=self.config.address, **kwargs)
         else:
-            ray.init(num_cpus=self.config.num_cpus, _node_ip_address="127.0.0.1", **kwargs)
+            # address="local": always a new private cluster, never one that `ray start` left
+            # running on this machine (ray.init() alone would join it)
+            ray.init(address="local", num_cpus=self.config.num_cpus,
+                     _node_ip_address="127.0.0.1", **kwargs)
 
     def _plan(self, resources: dict[str, float]) -> tuple[bool, int]:
         gpus = int(resources.get("GPU", 0))
@@ -208,9 +211,18 @@ class RayExecutor(SlotPool):
         default = gpus if use_gpus else max(1, int(resources.get("CPU", 2)) // 2)
         return use_gpus, self.config.num_workers or default
 
+    def _require_live(self) -> None:
+        """Refuse Ray calls after close() or ray.shutdown(): a background restart would make Ray
+        auto-initialise (join or even start a cluster) from a dying executor."""
+        import ray
+
+        if self._closed or not ray.is_initialized():
+            raise ExecutorError("the Ray executor is closed")
+
     def _spawn(self, slot: Slot) -> Any:
         import ray
 
+        self._require_live()
         actor = self._actor_cls.remote(self._factory, None if self._use_gpus else "cpu",
                                        self.config.gpu_lock_timeout_s)
         try:
@@ -229,6 +241,7 @@ class RayExecutor(SlotPool):
 
         cfg = self.config
         end = time.monotonic() + deadline_s
+        self._require_live()
         with ray_errors(f"actor {slot.state.worker_id}"):
             ref = slot.handle.evaluate.remote(request.to_dict())
             while True:
@@ -250,6 +263,8 @@ class RayExecutor(SlotPool):
     def _kill(self, handle: Any) -> bool:
         import ray
 
+        if not ray.is_initialized():  # Ray is gone, and its actors with it
+            return False
         try:
             ray.kill(handle, no_restart=True)
         except Exception:  # already gone, or Ray is shutting down: nothing left to kill
