@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -125,6 +126,7 @@ def main() -> dict[str, object]:
                 os.kill(pid, signal.SIGKILL)
         ray.shutdown()
         cluster.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
