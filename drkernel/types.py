@@ -195,6 +195,12 @@ class DeviceInfo:
     peak_bandwidth_gbs: float | None = None
     peak_tflops_fp32: float | None = None
     peak_tflops_bf16: float | None = None
+    # where it ran, filled in by the worker pool: host name, Ray node id ("" when local), worker
+    # id and the device the worker was given ("cuda:0", "cpu")
+    host: str = ""
+    node_id: str = ""
+    worker_id: str = ""
+    device_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -251,6 +251,8 @@ def policy_view(r: EvalResult) -> dict[str, Any]:
     if r.error is not None and r.error.kind in _JUDGE_ERRORS:
         d["error"] = {"kind": r.error.kind, "message": _JUDGE_ERRORS[r.error.kind], "traceback": None}
     d["trials"] = [{k: v for k, v in t.items() if k != "seed"} for t in d["trials"]]
+    if d.get("device"):  # where it ran (host, Ray node, worker) is ours, not the model's
+        d["device"] = {k: v for k, v in d["device"].items() if k not in ("host", "node_id", "worker_id", "device_id")}
     for key in ("kernel_timing", "reference_timing"):
         if d[key]:
             d[key] = {k: d[key][k] for k in _TIMING_FIELDS}

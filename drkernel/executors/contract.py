@@ -144,7 +144,10 @@ def _children() -> set[int]:
     task_dir = Path(f"/proc/{os.getpid()}/task")
     if task_dir.is_dir():
         for task in task_dir.iterdir():
-            text = (task / "children").read_text() if (task / "children").exists() else ""
+            try:
+                text = (task / "children").read_text()
+            except OSError:  # the thread ended meanwhile, or no children file
+                continue
             pids.update(int(p) for p in text.split())
         return pids
     return {p.pid for p in multiprocessing.active_children() if p.pid}

@@ -6,12 +6,17 @@ the scripted EvalResult. Extra markers model the judge's own failures and the wa
   `# fake: infra_error`          the judge raises (an infrastructure fault: the pool must rebuild it)
   `# fake: die`                  the judge process dies (os._exit) mid-task; raises outside one
   `# fake: die_once=<path>`      dies unless <path> exists, creating it first (a retry then passes)
+  `# fake: judge_error`          answers INFRA_ERROR/"judge_error", as the Judge does for a fault
+                                 of its own (a CUDA error in the judge process)
+  `# fake: judge_error_once=<path>`  the same, unless <path> exists (created first)
+  `# fake: freeze_once=<path>`   the judge process stops itself (SIGSTOP) unless <path> exists
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -46,6 +51,14 @@ class FakeJudge:
             raise RuntimeError("FakeJudge used after close()")
         marks = {m.group(1): m.group(2) for m in _MARK.finditer(request.kernel_code)}
         self._fail_on_purpose(marks)
+        if "judge_error" in marks or _first_time(marks.get("judge_error_once")):
+            return EvalResult.failure(EvalOutcome.INFRA_ERROR, "judge_error",
+                                      "fake judge fault (a CUDA error in the judge process)",
+                                      task_id=request.task_id)
+        if _first_time(marks.get("freeze_once")):
+            if not in_host_process():
+                raise RuntimeError("fake judge asked to freeze outside a judge process")
+            os.kill(os.getpid(), signal.SIGSTOP)
         started = time.monotonic()
         sleep = float(marks.pop("sleep", None) or 0.0)
         budget = request.options.timeout_s
@@ -82,6 +95,14 @@ class FakeJudge:
             if not in_host_process():
                 raise RuntimeError("fake judge asked to die outside a judge process")
             os._exit(137)
+
+
+def _first_time(path: str | None) -> bool:
+    """True (and `path` created) when `path` is given and did not exist yet."""
+    if not path or Path(path).exists():
+        return False
+    Path(path).write_text("done")
+    return True
 
 
 def fake_judge(device: str) -> FakeJudge:

@@ -1,24 +1,35 @@
 """Hosts for one Judge, the unit of a worker pool: in a dedicated thread or a dedicated process.
 
 Input: an EvalRequest and a deadline; output: its EvalResult. A host whose judge breaks raises
-WorkerLost (the pool rebuilds it and retries elsewhere); `kill()` stops a running evaluation.
+WorkerLost (the pool rebuilds it and retries elsewhere); a host that stops answering (frozen, or
+silent past the deadline) raises EvalTimeout; `kill()` stops a running evaluation.
+
+A judge on a GPU holds a host-wide lock on that GPU for its whole life (`gpu_lock`), so two judges
+never time on one GPU, not even across a server restart. A judge process also holds a lifeline to
+the server that started it: it exits when the server dies, kill -9 included, and sends a heartbeat
+through the same socket, so a frozen judge (SIGSTOP, a hung driver) is found in seconds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import queue
+import re
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, Protocol
 
 from drkernel.errors import DrKernelError, EvalTimeout, ExecutorError, WorkerLost
@@ -30,6 +41,8 @@ __all__ = [
     "JudgeLike",
     "ProcessJudgeHost",
     "ThreadJudgeHost",
+    "gpu_lock",
+    "gpu_lock_key",
     "in_host_process",
     "judge_call",
     "mark_host_process",
@@ -89,6 +102,108 @@ def judge_call(judge: JudgeLike, request: EvalRequest) -> EvalResult:
         return EvalResult.failure(EvalOutcome.INFRA_ERROR, "invalid_request", str(exc),
                                   task_id=request.task_id)
 
+# -- one judge per GPU, host-wide -----------------------------------------------------------------
+_HOST_MODULE = "drkernel.executors.judge_host"
+
+
+def gpu_lock_key(device: str, visible: str | None = None) -> str | None:
+    """The host-wide name of the GPU behind `device` ("cuda:N"); None for a CPU device.
+
+    `cuda:N` is resolved through CUDA_VISIBLE_DEVICES to the physical index or UUID, so two
+    processes with different visibility still agree on the name of one GPU.
+    """
+    if not device.startswith("cuda"):
+        return None
+    index = device.partition(":")[2] or "0"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    entries = [e.strip() for e in (visible or "").split(",") if e.strip()]
+    physical = entries[int(index)] if entries and index.isdigit() and int(index) < len(entries) \
+        else index
+    return "gpu-" + re.sub(r"[^A-Za-z0-9_.-]", "_", physical)
+
+
+def _lock_dir() -> Path:
+    return Path(os.environ.get("DRKERNEL_LOCK_DIR") or Path(tempfile.gettempdir()) / "drkernel-locks")
+
+
+def _holder(path: Path) -> tuple[int, int] | None:
+    """(judge pid, server pid) written by the judge that holds `path`, if readable."""
+    with contextlib.suppress(OSError, ValueError):
+        judge, server = path.read_text().split()[:2]
+        return int(judge), int(server)
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_orphan_judge(judge_pid: int, server_pid: int) -> bool:
+    """A drkernel judge process whose server is gone (e.g. stopped with SIGSTOP when it died)."""
+    if judge_pid == os.getpid() or _alive(server_pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{judge_pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return _HOST_MODULE.encode() in cmdline
+
+
+class GpuLock:
+    """An exclusive flock on `<lock dir>/<gpu key>.lock`, held while a judge owns the GPU."""
+
+    def __init__(self, key: str, fd: int, path: Path) -> None:
+        self.key, self._fd, self.path = key, fd, path
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = -1
+
+
+def gpu_lock(device: str, timeout_s: float = 30.0, server_pid: int | None = None) -> GpuLock | None:
+    """Take the host-wide lock of the GPU behind `device`; None for a CPU device.
+
+    Waits up to `timeout_s` for another judge to let go. A holder that is an orphaned judge process
+    (its server died and it could not follow, e.g. it was frozen) is killed. Raises WorkerLost if
+    the GPU stays held: we never time next to another judge.
+    """
+    key = gpu_lock_key(device)
+    if key is None:
+        return None
+    folder = _lock_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{key}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            holder = _holder(path)
+            if holder and _is_orphan_judge(*holder):
+                logger.warning("killing orphaned judge %d on %s (its server %d is gone)",
+                               holder[0], key, holder[1])
+                with contextlib.suppress(OSError):
+                    os.kill(holder[0], signal.SIGKILL)
+            if time.monotonic() > deadline:
+                os.close(fd)
+                who = f"process {holder[0]}" if holder else "another process"
+                raise WorkerLost(f"{device} ({key}) is held by {who}: another judge times on this "
+                                 f"GPU (lock {path}); stop it or pick other GPUs") from None
+            time.sleep(0.1)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {server_pid or os.getppid()}\n".encode(), 0)
+    return GpuLock(key, fd, path)
+
 
 class JudgeHost(Protocol):
     device: str
@@ -106,10 +221,12 @@ class JudgeHost(Protocol):
 class ThreadJudgeHost:
     """A judge owned by one thread (the Judge is not thread-safe); callers hand work over."""
 
-    def __init__(self, factory: JudgeFactory, device: str, name: str = "judge") -> None:
+    def __init__(self, factory: JudgeFactory, device: str, name: str = "judge",
+                 lock_timeout_s: float = 30.0) -> None:
         self.device = device
         self._inbox: queue.Queue[tuple[EvalRequest, Future[EvalResult]] | None] = queue.Queue()
         self._judge: JudgeLike | None = None
+        self._lock_timeout_s = lock_timeout_s
         ready: Future[None] = Future()
         self._thread = threading.Thread(
             target=self._main, args=(factory, ready), name=name, daemon=True
@@ -122,9 +239,13 @@ class ThreadJudgeHost:
         return None
 
     def _main(self, factory: JudgeFactory, ready: Future[None]) -> None:
+        lock = None
         try:
+            lock = gpu_lock(self.device, self._lock_timeout_s, server_pid=os.getpid())
             self._judge = factory(self.device)
         except BaseException as exc:  # process edge of this thread: report to the builder
+            if lock is not None:
+                lock.release()
             ready.set_exception(exc)
             return
         ready.set_result(None)
@@ -138,6 +259,8 @@ class ThreadJudgeHost:
                 break
         with contextlib.suppress(Exception):
             self._judge.close()
+        if lock is not None:
+            lock.release()
 
     def evaluate(self, request: EvalRequest, deadline_s: float) -> EvalResult:
         if not self._thread.is_alive():
@@ -171,14 +294,39 @@ def in_host_process() -> bool:
     return _HOST_PROCESS
 
 
-def _host_main(conn: Connection) -> None:
-    """Entry of a judge process: build the judge, then answer requests until told to stop."""
+def _watch_lifeline(sock: socket.socket, period_s: float) -> None:
+    """Judge-process thread: beat every `period_s`; exit the process when the server is gone.
+
+    The server holds the other end of `sock`; its death (kill -9 included) closes it, and
+    recv() returns b"". The judge then exits at once; its sandboxes follow (PR_SET_PDEATHSIG).
+    """
+    sock.settimeout(period_s)
+    while True:
+        try:
+            if sock.recv(64) == b"":
+                break
+        except TimeoutError:
+            try:
+                sock.send(b".")
+            except OSError:
+                break
+        except OSError:
+            break
+    logger.warning("the server that started this judge is gone: exiting")
+    os._exit(70)
+
+
+def _host_main(conn: Connection, lifeline: socket.socket, beat_s: float) -> None:
+    """Entry of a judge process: lock the GPU, build the judge, answer requests until told to stop."""
     mark_host_process()
-    factory, device = conn.recv()
+    threading.Thread(target=_watch_lifeline, args=(lifeline, beat_s), name="lifeline",
+                     daemon=True).start()
+    factory, device, lock_timeout_s = conn.recv()
     try:
+        lock = gpu_lock(device, lock_timeout_s)
         judge = factory(device)
     except BaseException as exc:  # process edge: report the failure to the parent
-        conn.send(("error", f"judge factory failed: {exc!r}"))
+        conn.send(("error", f"judge factory failed: {exc}"))
         return
     conn.send(("ready", os.getpid()))
     try:
@@ -199,10 +347,16 @@ def _host_main(conn: Connection) -> None:
     finally:
         with contextlib.suppress(Exception):
             judge.close()
+        if lock is not None:
+            lock.release()
 
 
 class ProcessJudgeHost:
-    """A judge in its own spawned process: a kill -9 of it, or `kill()`, costs one task, retried."""
+    """A judge in its own spawned process: a kill -9 of it, or `kill()`, costs one task, retried.
+
+    The process dies with the server (lifeline) and beats every `beat_s`; a judge silent for
+    `heartbeat_timeout_s` (frozen) raises EvalTimeout, as one silent past the deadline does.
+    """
 
     _POLL_S = 0.05
 
@@ -213,20 +367,33 @@ class ProcessJudgeHost:
         name: str = "judge",
         start_timeout_s: float = 600.0,
         scrub_env: tuple[str, ...] = (),
+        heartbeat_timeout_s: float = 15.0,
+        lock_timeout_s: float = 30.0,
     ) -> None:
         self.device = device
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        beat_s = max(0.05, min(1.0, heartbeat_timeout_s / 5))
         parent_sock, child_sock = socket.socketpair()
+        life_parent, life_child = socket.socketpair()
         env = {k: v for k, v in os.environ.items() if k not in scrub_env}
-        # a fresh interpreter (not multiprocessing's spawn): the caller's __main__ is not re-run
+        # a fresh interpreter (not multiprocessing's spawn): the caller's __main__ is not re-run;
+        # pass_fds hands it only its two sockets (no sibling's lifeline keeps it alive)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "drkernel.executors.judge_host", str(child_sock.fileno()), name],
-            pass_fds=(child_sock.fileno(),), env=env, stdin=subprocess.DEVNULL,
+            [sys.executable, "-m", _HOST_MODULE, str(child_sock.fileno()),
+             str(life_child.fileno()), str(beat_s), name],
+            pass_fds=(child_sock.fileno(), life_child.fileno()), env=env,
+            stdin=subprocess.DEVNULL,
         )
         child_sock.close()
+        life_child.close()
+        self._life = life_parent
+        self._life.setblocking(False)
+        self._last_beat = time.monotonic()
         self._conn = Connection(parent_sock.detach())
         self._lock = threading.Lock()
-        self._conn.send((factory, device))
-        kind, payload = self._receive(time.monotonic() + start_timeout_s)
+        self._conn.send((factory, device, lock_timeout_s))
+        # no heartbeat check while the judge starts: a CUDA init may hold the GIL for long
+        kind, payload = self._receive(time.monotonic() + start_timeout_s, heartbeat=False)
         if kind != "ready":
             self.kill()
             raise WorkerLost(str(payload))
@@ -238,7 +405,15 @@ class ProcessJudgeHost:
     def _alive(self) -> bool:
         return self._proc.poll() is None
 
-    def _receive(self, deadline: float) -> tuple[str, Any]:
+    def _beating(self) -> bool:
+        """Drain heartbeats; False when none came for heartbeat_timeout_s (a frozen judge)."""
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while self._life.recv(4096):
+                self._last_beat = time.monotonic()
+        return time.monotonic() - self._last_beat < self.heartbeat_timeout_s
+
+    def _receive(self, deadline: float, heartbeat: bool = True) -> tuple[str, Any]:
+        self._last_beat = max(self._last_beat, time.monotonic() - self._POLL_S)
         while True:
             if self._conn.poll(self._POLL_S):
                 try:
@@ -251,8 +426,12 @@ class ProcessJudgeHost:
                     with contextlib.suppress(EOFError, OSError):
                         return self._conn.recv()  # type: ignore[no-any-return]
                 break
+            if not self._beating() and heartbeat:
+                raise EvalTimeout(f"judge process {self._proc.pid} on {self.device} is frozen: "
+                                  f"no heartbeat for {self.heartbeat_timeout_s:g} s")
             if time.monotonic() > deadline:
-                raise EvalTimeout(f"judge process on {self.device} gave no answer in time")
+                raise EvalTimeout(f"judge process {self._proc.pid} on {self.device} gave no "
+                                  "answer in time")
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=5)
         raise WorkerLost(f"judge process on {self.device} died (exit code {self._proc.returncode})")
@@ -271,7 +450,7 @@ class ProcessJudgeHost:
 
     def kill(self) -> bool:
         if self._alive():
-            self._proc.kill()
+            self._proc.kill()  # SIGKILL also ends a stopped (SIGSTOP) process
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=5)
             return True
@@ -285,8 +464,13 @@ class ProcessJudgeHost:
                 self._proc.wait(timeout=10)
         self.kill()
         self._conn.close()
+        self._life.close()
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    _host_main(Connection(int(sys.argv[1])))
+    # run the importable module's copy, not __main__'s: in_host_process() must see the mark
+    from drkernel.executors import judge_host as _module
+
+    _module._host_main(Connection(int(sys.argv[1])), socket.socket(fileno=int(sys.argv[2])),
+                       float(sys.argv[3]))

@@ -1,8 +1,9 @@
 """The local executor: a pool of warm judges on this machine, one per GPU (or N on the CPU).
 
 Input: a batch of EvalRequests; output: their EvalResults in request order. One evaluation per
-worker at a time (timing hygiene); a worker whose judge breaks or dies is rebuilt and its task
-retried on the next free worker, a bounded number of times (executors/pool.py).
+worker at a time (timing hygiene), one judge per GPU on the host (a lock file); a worker whose
+judge breaks, dies or freezes is rebuilt and its task retried, a bounded number of times
+(executors/pool.py). Judge processes die with the process that started them.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ class LocalExecutor(SlotPool):
         acquire_timeout_s: float = 6 * 3600.0  # longest wait for a free worker
         deadline_factor: float = 3.0  # a judge silent past factor * timeout_s + grace is stuck
         deadline_grace_s: float = 60.0
+        heartbeat_timeout_s: float = 15.0  # a judge process silent this long is frozen
+        judge_retries: int = 1  # extra tries after a frozen judge or a judge_error result
+        revive_s: float = 30.0  # a worker that failed 3 starts is tried again this often
+        gpu_lock_timeout_s: float = 30.0  # longest wait for another judge to free our GPU
         scrub_env: tuple[str, ...] = ()  # env vars removed in judge processes (secrets)
 
         def __post_init__(self) -> None:
@@ -65,6 +70,10 @@ class LocalExecutor(SlotPool):
                 raise ConfigError(f"executor.isolation: {self.isolation!r} not in process|thread")
             if self.max_attempts < 1:
                 raise ConfigError("executor.max_attempts: must be >= 1")
+            if self.judge_retries < 0:
+                raise ConfigError("executor.judge_retries: must be >= 0")
+            if self.heartbeat_timeout_s <= 0:
+                raise ConfigError("executor.heartbeat_timeout_s: must be > 0")
             if self.devices is not None and not self.devices:
                 raise ConfigError("executor.devices: empty")
 
@@ -75,22 +84,27 @@ class LocalExecutor(SlotPool):
         self.config = config or LocalExecutor.Config()
         self._factory = judge_factory or sandbox_judge
         self.max_attempts = self.config.max_attempts
+        self.judge_retries = self.config.judge_retries
+        self.revive_s = self.config.revive_s
         self.acquire_timeout_s = self.config.acquire_timeout_s
         self.deadline_factor = self.config.deadline_factor
         self.deadline_grace_s = self.config.deadline_grace_s
         devices = self.config.devices or detect_devices(self.config.num_cpu_workers)
         self._init_pool([Slot(f"local-{i}", d) for i, d in enumerate(devices)])
 
-    def _spawn(self, slot: Slot) -> tuple[JudgeHost, str, int | None]:
+    def _spawn(self, slot: Slot) -> JudgeHost:
         device, name = slot.state.device, slot.state.worker_id
         host: JudgeHost
         if self.config.isolation == "thread":
-            host = ThreadJudgeHost(self._factory, device, name)
+            host = ThreadJudgeHost(self._factory, device, name, self.config.gpu_lock_timeout_s)
         else:
             host = ProcessJudgeHost(
-                self._factory, device, name, self.config.start_timeout_s, self.config.scrub_env
+                self._factory, device, name, self.config.start_timeout_s, self.config.scrub_env,
+                heartbeat_timeout_s=self.config.heartbeat_timeout_s,
+                lock_timeout_s=self.config.gpu_lock_timeout_s,
             )
-        return host, device, host.pid
+        slot.state.pid = host.pid
+        return host
 
     def _call(self, slot: Slot, request: EvalRequest, deadline_s: float) -> EvalResult:
         host: JudgeHost = slot.handle

@@ -1,8 +1,15 @@
 """The worker-pool core shared by the local and Ray executors: slots, dispatch, retry, cancel.
 
 Input: EvalRequests from any number of caller threads; output: EvalResults in request order.
-One evaluation per slot at a time; a slot whose worker dies is restarted in the background and the
-task retried on the next free slot (bounded); after that the task gets an INFRA_ERROR result.
+One evaluation per slot at a time. Retries live here, and only here:
+- a worker that dies under a task is restarted in the background and the task retried on the next
+  free slot (up to `max_attempts` tries), after which the task gets an INFRA_ERROR result;
+- a judge that stops answering (the watchdog: no heartbeat, or silent past its deadline) or that
+  reports a fault of its own (INFRA_ERROR with error kind "judge_error") is at fault, never the
+  candidate: the worker is replaced and the task retried once (`judge_retries`) on a fresh one.
+A candidate's timeout is only ever decided by a live judge.
+Every try is announced through `on_attempt` (the server records it in the task's attempts and
+worker columns); every result carries where it ran (host, Ray node, worker, device).
 """
 
 from __future__ import annotations
@@ -10,23 +17,31 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from drkernel.errors import EvalTimeout, ExecutorError, WorkerLost
-from drkernel.types import EvalOutcome, EvalRequest, EvalResult
+from drkernel.types import DeviceInfo, EvalOutcome, EvalRequest, EvalResult
 
-__all__ = ["Slot", "SlotPool", "WorkerState", "infra_result"]
+__all__ = ["AttemptHook", "Slot", "SlotPool", "WorkerState", "infra_result"]
 
 logger = logging.getLogger(__name__)
+
+HOSTNAME = socket.gethostname()
+
+# (task_id, where it runs now, attempt number from 1, why the previous try failed or None)
+# -> False when the task is gone (cancelled meanwhile): the pool then does not run it
+AttemptHook = Callable[[str, dict[str, Any], int, str | None], bool]
 
 
 @dataclass(slots=True)
 class WorkerState:
-    """What /workers/status and /metrics report for one worker."""
+    """What /workers/status and /metrics report for one worker, including where it runs."""
 
     worker_id: str
     device: str
@@ -35,19 +50,50 @@ class WorkerState:
     tasks_done: int = 0
     restarts: int = 0
     pid: int | None = None
+    host: str = HOSTNAME
+    node_id: str | None = None  # the Ray node id; None for a local worker
+    last_error: str | None = None  # why it was last replaced
     last_change: float = field(default_factory=time.time)
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ("idle", "busy")
+
+    def placement(self) -> dict[str, Any]:
+        """Where this worker runs: recorded with every task it takes."""
+        return {"worker_id": self.worker_id, "host": self.host, "node_id": self.node_id,
+                "device": self.device, "pid": self.pid}
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "worker_id": self.worker_id, "device": self.device, "state": self.state,
             "current_task": self.current_task, "tasks_done": self.tasks_done,
-            "restarts": self.restarts, "pid": self.pid, "last_change": self.last_change,
+            "restarts": self.restarts, "pid": self.pid, "host": self.host,
+            "node_id": self.node_id, "last_error": self.last_error,
+            "last_change": self.last_change,
         }
 
 
 def infra_result(request: EvalRequest, kind: str, message: str) -> EvalResult:
     """The result of a task the machinery could not judge: not the candidate's fault."""
     return EvalResult.failure(EvalOutcome.INFRA_ERROR, kind, message, task_id=request.task_id)
+
+
+def _is_judge_fault(result: EvalResult) -> bool:
+    return result.outcome is EvalOutcome.INFRA_ERROR and result.error is not None \
+        and result.error.kind == "judge_error"
+
+
+def stamp_placement(result: EvalResult, where: WorkerState) -> None:
+    """Write where the evaluation ran into `result.device` (made if the judge left none)."""
+    if result.device is None:
+        cuda = where.device.startswith("cuda")
+        result.device = DeviceInfo(kind="cuda" if cuda else "cpu", name=where.device,
+                                   interpreter=not cuda)
+    result.device.host = where.host
+    result.device.node_id = where.node_id or ""
+    result.device.worker_id = where.worker_id
+    result.device.device_id = where.device
 
 
 class Slot:
@@ -66,10 +112,13 @@ class Slot:
 class SlotPool:
     """Dispatch over slots. Subclasses provide `_spawn`, `_call`, `_kill` and `_dispose`."""
 
-    max_attempts: int = 3
+    max_attempts: int = 3  # tries of a task whose worker dies under it
+    judge_retries: int = 1  # extra tries of a task whose judge froze or reported its own fault
     acquire_timeout_s: float = 6 * 3600.0
     deadline_factor: float = 3.0
     deadline_grace_s: float = 60.0
+    revive_s: float = 30.0  # a dead worker (3 failed starts) is tried again this often
+    on_attempt: AttemptHook | None = None
 
     def _init_pool(self, slots: list[Slot]) -> None:
         self._slots = slots
@@ -77,6 +126,7 @@ class SlotPool:
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
         self._closed = False
+        self._closing = threading.Event()
         self._fanout = ThreadPoolExecutor(len(slots), thread_name_prefix="pool")
         with ThreadPoolExecutor(len(slots)) as starter:
             list(starter.map(self._start, slots))
@@ -85,12 +135,15 @@ class SlotPool:
             raise WorkerLost("no judge worker could be started")
 
     # -- what a subclass provides ------------------------------------------------------------
-    def _spawn(self, slot: Slot) -> tuple[Any, str, int | None]:
-        """Start a worker; return (handle, device, pid). Raise to signal failure."""
+    def _spawn(self, slot: Slot) -> Any:
+        """Start a worker, fill in slot.state (device, pid, host, node_id); return its handle.
+
+        Raise to signal failure."""
         raise NotImplementedError
 
     def _call(self, slot: Slot, request: EvalRequest, deadline_s: float) -> EvalResult:
-        """Run one request; raise WorkerLost if the worker died, EvalTimeout past the deadline."""
+        """Run one request; raise WorkerLost if the worker died, EvalTimeout if it stopped
+        answering (frozen, or silent past the deadline: the watchdog)."""
         raise NotImplementedError
 
     def _kill(self, handle: Any) -> bool:
@@ -108,26 +161,58 @@ class SlotPool:
     def worker_states(self) -> list[WorkerState]:
         return [s.state for s in self._slots]
 
+    def alive_workers(self) -> int:
+        """Workers able to take a task now (idle or busy), out of `capacity` configured."""
+        return sum(1 for s in self._slots if s.state.alive)
+
+    def _try_start(self, slot: Slot) -> bool:
+        """One try at starting the slot's worker; True when it is idle and queued."""
+        try:
+            handle = self._spawn(slot)
+        except BaseException as exc:  # a worker that cannot start: the caller backs off
+            if self._closed:  # the pool closed meanwhile (Ray may even raise SystemExit)
+                return False
+            if not isinstance(exc, Exception):
+                raise
+            logger.warning("starting %s failed: %s", slot.state.worker_id, exc)
+            slot.state.last_error = f"start failed: {exc}"
+            return False
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                slot.handle = handle
+        if closed:  # started after close(): do not leak it
+            self._dispose(handle)
+            return False
+        slot.set("idle")
+        self._idle.put(slot)
+        return True
+
     def _start(self, slot: Slot) -> None:
+        """Start with 3 quick tries; then the slot is dead, and is tried again every revive_s
+        in the background (a lost Ray node that rejoins, a GPU freed later)."""
         for attempt in range(3):
-            if self._closed:
+            if self._closed or self._try_start(slot):
                 return
-            try:
-                slot.handle, slot.state.device, slot.state.pid = self._spawn(slot)
-            except Exception as exc:  # a worker that cannot start: log, back off, retry
-                logger.warning("starting %s failed (%d/3): %r", slot.state.worker_id, attempt + 1, exc)
-                time.sleep(0.5 * 2**attempt)
-                continue
-            slot.set("idle")
-            self._idle.put(slot)
-            return
+            if self._closing.wait(0.5 * 2**attempt):
+                return
         slot.handle = None
         slot.set("dead")
+        if self.revive_s > 0:
+            threading.Thread(target=self._revive, args=(slot,), daemon=True,
+                             name=f"revive-{slot.state.worker_id}").start()
 
-    def _restart(self, slot: Slot) -> None:
+    def _revive(self, slot: Slot) -> None:
+        while not self._closing.wait(self.revive_s):
+            if self._try_start(slot):
+                logger.info("%s is back", slot.state.worker_id)
+                return
+
+    def _restart(self, slot: Slot, reason: str) -> None:
         """Replace a broken worker in the background; the slot rejoins the idle queue when ready."""
         slot.set("restarting")
         slot.state.restarts += 1
+        slot.state.last_error = reason
         old, slot.handle = slot.handle, None
         if old is not None:
             self._kill(old)
@@ -147,10 +232,32 @@ class SlotPool:
                 raise EvalTimeout(f"no free worker in {self.acquire_timeout_s:.0f} s")
 
     # -- evaluation ------------------------------------------------------------------------------
+    def _announce(self, request: EvalRequest, slot: Slot, attempt: int, why: str | None) -> bool:
+        """Tell the owner (the server) where this try runs; False: the task is gone, skip it."""
+        hook = self.on_attempt
+        if hook is None or request.task_id is None:
+            return True
+        try:
+            return hook(request.task_id, slot.state.placement(), attempt, why) is not False
+        except Exception:  # a recording hook must never cost a task its evaluation
+            logger.exception("recording attempt %d of %s failed", attempt, request.task_id)
+            return True
+
     def _evaluate_one(self, request: EvalRequest) -> EvalResult:
-        for attempt in range(1, self.max_attempts + 1):
+        lost = judge_faults = 0
+        why: str | None = None
+        attempt = 0
+        while True:
+            attempt += 1
             slot = self._acquire()
             slot.set("busy", request.task_id)
+            where = WorkerState(**{k: getattr(slot.state, k) for k in
+                                   ("worker_id", "device", "pid", "host", "node_id")})
+            if not self._announce(request, slot, attempt, why):
+                slot.set("idle")
+                self._idle.put(slot)
+                return self._placed(infra_result(request, "cancelled",
+                                                 "task cancelled before this try"), where)
             opts = request.options.replace(device=slot.state.device)
             local = EvalRequest(
                 reference_code=request.reference_code, kernel_code=request.kernel_code,
@@ -163,21 +270,51 @@ class SlotPool:
             except WorkerLost as exc:
                 logger.warning("%s lost task %s (attempt %d): %s",
                                slot.state.worker_id, request.task_id, attempt, exc)
-                self._restart(slot)
+                self._restart(slot, f"worker lost: {exc}")
                 if self._take_cancel(request.task_id):
-                    return infra_result(request, "cancelled", "task cancelled while running")
+                    return self._placed(infra_result(request, "cancelled",
+                                                     "task cancelled while running"), where)
+                lost += 1
+                why = f"worker_lost on {where.worker_id}: {exc}"
+                if lost >= self.max_attempts:
+                    return self._placed(infra_result(
+                        request, "worker_lost",
+                        f"workers died under this task {lost} times; last: {exc}"), where)
                 continue
-            except EvalTimeout as exc:
-                self._restart(slot)
-                return EvalResult.failure(EvalOutcome.TIMEOUT, "deadline", str(exc),
-                                          task_id=request.task_id)
+            except EvalTimeout as exc:  # the watchdog: the judge, not the candidate, is at fault
+                logger.warning("%s is unresponsive on task %s (attempt %d): %s",
+                               slot.state.worker_id, request.task_id, attempt, exc)
+                self._restart(slot, f"unresponsive: {exc}")
+                if self._take_cancel(request.task_id):
+                    return self._placed(infra_result(request, "cancelled",
+                                                     "task cancelled while running"), where)
+                judge_faults += 1
+                why = f"judge_unresponsive on {where.worker_id}: {exc}"
+                if judge_faults > self.judge_retries:
+                    return self._placed(infra_result(request, "judge_unresponsive", str(exc)),
+                                        where)
+                continue
+            if _is_judge_fault(result):
+                message = result.error.message if result.error else ""
+                logger.warning("%s reported a judge fault on task %s (attempt %d): %s",
+                               slot.state.worker_id, request.task_id, attempt, message)
+                self._restart(slot, f"judge_error: {message}")
+                judge_faults += 1
+                why = f"judge_error on {where.worker_id}: {message}"
+                if judge_faults > self.judge_retries:
+                    result.task_id = result.task_id or request.task_id
+                    return self._placed(result, where)
+                continue
             slot.state.tasks_done += 1
             slot.set("idle")
             self._idle.put(slot)
             result.task_id = result.task_id or request.task_id
-            return result
-        return infra_result(request, "worker_lost",
-                            f"workers died under this task {self.max_attempts} times")
+            return self._placed(result, where)
+
+    @staticmethod
+    def _placed(result: EvalResult, where: WorkerState) -> EvalResult:
+        stamp_placement(result, where)
+        return result
 
     def evaluate(self, requests: list[EvalRequest]) -> list[EvalResult]:
         """Judge every request, in parallel across workers; results in request order."""
@@ -214,9 +351,11 @@ class SlotPool:
 
     def close(self) -> None:
         """Stop every worker. Idempotent; `evaluate` raises ExecutorError afterwards."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._closing.set()
         self._fanout.shutdown(wait=False, cancel_futures=True)
         handles = [s.handle for s in self._slots if s.handle is not None]
         for slot in self._slots:

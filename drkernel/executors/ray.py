@@ -1,8 +1,10 @@
 """The Ray executor: one judge actor per GPU of a Ray cluster (or CPU actors), same seam as local.
 
 Input: a batch of EvalRequests; output: their EvalResults in request order. `ray.init(address)`
-joins a cluster (`ray start` on each node is the whole multi-node setup); without an address a
-private local cluster bound to 127.0.0.1 is started. A dead actor's task is retried on another.
+joins a cluster (`ray start` on each node is the whole multi-node setup; a cluster with token
+authentication is detected before ray.init, with what to set); without an address a private local
+cluster bound to 127.0.0.1 is started. A dead actor's task is retried on another; an actor that
+stops answering pings (frozen process or node) is replaced and its task retried (pool.py).
 """
 
 from __future__ import annotations
@@ -10,13 +12,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, WorkerLost
 from drkernel.executors.judge_host import (
     JudgeFactory,
+    gpu_lock,
     judge_call,
     mark_host_process,
     sandbox_judge,
@@ -24,7 +32,7 @@ from drkernel.executors.judge_host import (
 from drkernel.executors.pool import Slot, SlotPool
 from drkernel.types import EvalRequest, EvalResult
 
-__all__ = ["RayExecutor", "ray_errors"]
+__all__ = ["RayExecutor", "check_ray_auth", "ray_errors"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +58,56 @@ def ray_errors(what: str) -> Iterator[None]:
         raise ExecutorError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
-class _JudgeActor:
-    """Body of a Ray actor owning one judge. On a GPU actor the device is the physical index."""
+_AUTH_HELP = (
+    "the Ray cluster at {address} requires token authentication (Ray's RAY_AUTH_MODE=token) "
+    "and this process has no valid token: set RAY_AUTH_MODE=token and give it the cluster's "
+    "token, in RAY_AUTH_TOKEN, in a file named by RAY_AUTH_TOKEN_PATH, or in ~/.ray/auth_token "
+    "(copy it from the head node: `ray get-auth-token`); see docs/service.md, 'Ray'. Ray said: "
+    "{detail}"
+)
 
-    def __init__(self, factory: JudgeFactory, device: str | None) -> None:
+_PROBE = """
+import sys
+from ray._raylet import GcsClient
+try:
+    GcsClient(address=sys.argv[1]).internal_kv_get(b"drkernel-probe", None, timeout=5)
+except Exception as exc:
+    print(type(exc).__name__ + ": " + str(exc).splitlines()[0][:400])
+    sys.exit(3)
+"""
+
+
+def _token_available(env: dict[str, str]) -> bool:
+    if env.get("RAY_AUTH_TOKEN") or env.get("RAY_AUTH_TOKEN_PATH"):
+        return True
+    return (Path.home() / ".ray" / "auth_token").is_file()
+
+
+def check_ray_auth(address: str, timeout_s: float = 10.0) -> None:
+    """Ask the cluster's GCS once, in a child process with the environment ray.init would use,
+    whether we may connect: a missing or wrong token raises ExecutorError at once (ray.init
+    itself retries InvalidAuthToken for 20 s, then says only "Failed to connect")."""
+    env = dict(os.environ)
+    if "RAY_AUTH_MODE" not in env and _token_available(env):
+        env["RAY_AUTH_MODE"] = "token"  # what ray.init does when a token is at hand
+    try:
+        probe = subprocess.run([sys.executable, "-c", _PROBE, address], env=env, text=True,
+                               capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return  # no answer in time: ray.init reports the address problem itself
+    detail = probe.stdout.strip()
+    if probe.returncode == 3 and ("AuthenticationError" in detail or "InvalidAuthToken" in detail):
+        raise ExecutorError(_AUTH_HELP.format(address=address, detail=detail))
+
+
+class _JudgeActor:
+    """Body of a Ray actor owning one judge. On a GPU actor the device is the physical index.
+
+    Two threads (max_concurrency=2): `evaluate` runs one task at a time (the pool sends one), and
+    `ping` answers meanwhile, so a frozen actor or node is told apart from a long evaluation.
+    """
+
+    def __init__(self, factory: JudgeFactory, device: str | None, lock_timeout_s: float) -> None:
         import ray
 
         mark_host_process()
@@ -62,10 +116,17 @@ class _JudgeActor:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
             device = f"cuda:{gpu}"
         self.device = device
+        self._gpu = gpu_lock(device, lock_timeout_s)
         self._judge = factory(device)
+        context = ray.get_runtime_context()
+        self._where = {"device": device, "pid": os.getpid(), "host": socket.gethostname(),
+                       "node_id": context.get_node_id()}
 
-    def info(self) -> tuple[str, int]:
-        return self.device, os.getpid()
+    def info(self) -> dict[str, Any]:
+        return dict(self._where)
+
+    def ping(self) -> bool:
+        return True
 
     def evaluate(self, request: dict[str, Any]) -> dict[str, Any]:
         return judge_call(self._judge, EvalRequest.from_dict(request)).to_dict()
@@ -85,6 +146,12 @@ class RayExecutor(SlotPool):
         acquire_timeout_s: float = 6 * 3600.0
         deadline_factor: float = 3.0
         deadline_grace_s: float = 60.0
+        heartbeat_s: float = 5.0  # while a task runs, its actor is pinged this often ...
+        heartbeat_timeout_s: float = 15.0  # ... and is frozen when a ping takes longer than this
+        judge_retries: int = 1  # extra tries after a frozen actor or a judge_error result
+        revive_s: float = 30.0  # a worker that failed 3 starts is tried again this often
+        gpu_lock_timeout_s: float = 30.0
+        connect_timeout_s: float = 10.0  # probe of a cluster address before ray.init
         namespace: str = "drkernel"
 
         def __post_init__(self) -> None:
@@ -104,6 +171,8 @@ class RayExecutor(SlotPool):
         self.config = config or RayExecutor.Config()
         self._factory = judge_factory or sandbox_judge
         self.max_attempts = self.config.max_attempts
+        self.judge_retries = self.config.judge_retries
+        self.revive_s = self.config.revive_s
         self.acquire_timeout_s = self.config.acquire_timeout_s
         self.deadline_factor = self.config.deadline_factor
         self.deadline_grace_s = self.config.deadline_grace_s
@@ -113,13 +182,15 @@ class RayExecutor(SlotPool):
                 self._init_ray()
             use_gpus, count = self._plan(ray.cluster_resources())
         options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 0} if use_gpus else {"num_cpus": 1}
-        self._actor_cls = ray.remote(max_restarts=0, max_concurrency=1, **options)(_JudgeActor)
+        self._actor_cls = ray.remote(max_restarts=0, max_concurrency=2, **options)(_JudgeActor)
         self._use_gpus = use_gpus
         self._init_pool([Slot(f"ray-{i}", "?") for i in range(count)])
 
     def _init_ray(self) -> None:
         import ray
 
+        if self.config.address:
+            check_ray_auth(self.config.address, self.config.connect_timeout_s)
         kwargs: dict[str, Any] = dict(
             namespace=self.config.namespace, include_dashboard=False, log_to_driver=False,
             configure_logging=False,
@@ -127,7 +198,10 @@ class RayExecutor(SlotPool):
         if self.config.address:
             ray.init(address=self.config.address, **kwargs)
         else:
-            ray.init(num_cpus=self.config.num_cpus, _node_ip_address="127.0.0.1", **kwargs)
+            # address="local": always a new private cluster, never one that `ray start` left
+            # running on this machine (ray.init() alone would join it)
+            ray.init(address="local", num_cpus=self.config.num_cpus,
+                     _node_ip_address="127.0.0.1", **kwargs)
 
     def _plan(self, resources: dict[str, float]) -> tuple[bool, int]:
         gpus = int(resources.get("GPU", 0))
@@ -137,28 +211,60 @@ class RayExecutor(SlotPool):
         default = gpus if use_gpus else max(1, int(resources.get("CPU", 2)) // 2)
         return use_gpus, self.config.num_workers or default
 
-    def _spawn(self, slot: Slot) -> tuple[Any, str, int | None]:
+    def _require_live(self) -> None:
+        """Refuse Ray calls after close() or ray.shutdown(): a background restart would make Ray
+        auto-initialise (join or even start a cluster) from a dying executor."""
         import ray
 
-        actor = self._actor_cls.remote(self._factory, None if self._use_gpus else "cpu")
+        if self._closed or not ray.is_initialized():
+            raise ExecutorError("the Ray executor is closed")
+
+    def _spawn(self, slot: Slot) -> Any:
+        import ray
+
+        self._require_live()
+        actor = self._actor_cls.remote(self._factory, None if self._use_gpus else "cpu",
+                                       self.config.gpu_lock_timeout_s)
         try:
             with ray_errors(f"starting {slot.state.worker_id}"):
-                device, pid = ray.get(actor.info.remote(), timeout=self.config.start_timeout_s)
+                where = ray.get(actor.info.remote(), timeout=self.config.start_timeout_s)
         except ExecutorError:
             self._kill(actor)
             raise
-        return actor, device, pid
+        slot.state.device, slot.state.pid = where["device"], where["pid"]
+        slot.state.host, slot.state.node_id = where["host"], where["node_id"]
+        return actor
 
     def _call(self, slot: Slot, request: EvalRequest, deadline_s: float) -> EvalResult:
+        """Run on the actor; ping it every heartbeat_s meanwhile (a frozen one raises EvalTimeout)."""
         import ray
 
+        cfg = self.config
+        end = time.monotonic() + deadline_s
+        self._require_live()
         with ray_errors(f"actor {slot.state.worker_id}"):
             ref = slot.handle.evaluate.remote(request.to_dict())
-            return EvalResult.from_dict(ray.get(ref, timeout=deadline_s))
+            while True:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise EvalTimeout(f"actor {slot.state.worker_id} gave no answer in "
+                                      f"{deadline_s:.0f} s")
+                ready, _ = ray.wait([ref], timeout=min(cfg.heartbeat_s, left))
+                if ready:
+                    return EvalResult.from_dict(ray.get(ref))
+                try:
+                    ray.get(slot.handle.ping.remote(), timeout=cfg.heartbeat_timeout_s)
+                except ray.exceptions.GetTimeoutError:
+                    raise EvalTimeout(
+                        f"actor {slot.state.worker_id} (pid {slot.state.pid}, node "
+                        f"{slot.state.node_id}) is frozen: no answer to a ping in "
+                        f"{cfg.heartbeat_timeout_s:g} s") from None
 
     def _kill(self, handle: Any) -> bool:
         import ray
 
+        if not ray.is_initialized():  # Ray is gone, and its actors with it
+            return False
         try:
             ray.kill(handle, no_restart=True)
         except Exception:  # already gone, or Ray is shutting down: nothing left to kill

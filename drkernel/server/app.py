@@ -32,6 +32,7 @@ from drkernel.server.anchor import (
 from drkernel.server.envelope import (
     ApiError,
     ServerState,
+    client_identity,
     error_response,
     read_json,
     server_state,
@@ -59,14 +60,18 @@ def default_executor(settings: Settings) -> Executor:
     if settings.executor == "ray":
         from drkernel.executors.ray import RayExecutor
 
-        return RayExecutor.Config(address=settings.ray_address,
-                                  num_workers=settings.num_workers).build(factory)
+        return RayExecutor.Config(address=settings.ray_address, num_workers=settings.num_workers,
+                                  heartbeat_timeout_s=settings.heartbeat_timeout_s,
+                                  heartbeat_s=max(0.5, settings.heartbeat_timeout_s / 3),
+                                  deadline_grace_s=settings.deadline_grace_s).build(factory)
     from drkernel.executors.local import LocalExecutor, detect_devices
 
-    devices = detect_devices(settings.num_workers)
+    devices = settings.devices or detect_devices(settings.num_workers)
     if settings.num_workers and devices[0] != "cpu":
         devices = devices[: settings.num_workers]
     return LocalExecutor.Config(devices=devices, isolation=settings.isolation,
+                                heartbeat_timeout_s=settings.heartbeat_timeout_s,
+                                deadline_grace_s=settings.deadline_grace_s,
                                 scrub_env=SECRET_VARS).build(factory)
 
 
@@ -74,7 +79,7 @@ async def evaluate(request: Request) -> JSONResponse:
     """Anchor POST /evaluate: submit, block until the result, answer it (200)."""
     state = server_state(request)
     req = parse(AnchorRequest, await read_json(request, state.settings))
-    (task,) = anchor_tasks(state, [req])
+    (task,) = anchor_tasks(state, [req], client_identity(request))
     (record,) = await run_in_threadpool(submit_anchor, state, [task])
     records = await wait_finished(state, [record.task_id])
     return JSONResponse(anchor_response(records.get(record.task_id, record)))
@@ -87,7 +92,7 @@ async def evaluate_batch(request: Request) -> JSONResponse:
     if len(batch.tasks) > state.settings.max_batch:
         raise ApiError(413, "PAYLOAD_TOO_LARGE",
                        f"{len(batch.tasks)} tasks exceed the batch limit {state.settings.max_batch}")
-    tasks = anchor_tasks(state, batch.tasks)
+    tasks = anchor_tasks(state, batch.tasks, client_identity(request))
     for task in tasks:
         task.meta["batch_id"] = batch.batch_id
     submitted = await run_in_threadpool(submit_anchor, state, tasks)
@@ -118,12 +123,15 @@ def _known(state: ServerState, task_id: str) -> TaskRecord:
 
 
 def _device_of(state: ServerState, task_id: str, record: TaskRecord) -> str | None:
-    for worker in getattr(state.executor, "worker_states", lambda: [])():
-        if worker.current_task == task_id:
-            return str(worker.device)
-    if record.result is not None and record.result.device is not None:
-        return record.result.device.name
-    return None
+    """Where the task runs or ran, as "host/device (worker)", from the store's worker column."""
+    where = record.placement
+    if where is None and record.result is not None and record.result.device is not None:
+        dev = record.result.device
+        where = {"host": dev.host, "device": dev.device_id or dev.name, "worker_id": dev.worker_id}
+    if where is None:
+        return None
+    text = f"{where.get('host') or '?'}/{where.get('device') or '?'}"
+    return f"{text} ({where['worker_id']})" if where.get("worker_id") else text
 
 
 async def task_status(request: Request, task_id: str) -> dict[str, Any]:

@@ -49,6 +49,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--evaluate-wait", dest="evaluate_wait_s", type=float, default=None,
                    help="bound the wait of POST /evaluate (default: block until the result, as "
                         "KernelGYM); past it the answer is 200 with status pending/processing")
+    p.add_argument("--devices", default=None,
+                   help="local executor: comma list of GPUs to use, e.g. cuda:0,cuda:2")
+    p.add_argument("--heartbeat-timeout", dest="heartbeat_timeout_s", type=float, default=None,
+                   help="seconds without a heartbeat after which a judge is frozen (default 15)")
+    p.add_argument("--deadline-grace", dest="deadline_grace_s", type=float, default=None,
+                   help="watchdog: a judge silent past 3 x timeout + this is stuck (default 60)")
+    p.add_argument("--dedupe-window", dest="dedupe_window_s", type=float, default=None,
+                   help="seconds within which an identical request without task_id from the "
+                        "same client is answered by the first task (default 60; 0: off)")
     p.add_argument("--durable", action="store_true", default=None,
                    help="fsync every commit (survives power loss, slower)")
     p.add_argument("--insecure", action="store_true",
@@ -66,12 +75,25 @@ def run(args: argparse.Namespace) -> int:
     from drkernel.server.settings import Settings, scrub_secrets
 
     names = ("host", "port", "db_path", "executor", "ray_address", "num_workers", "isolation",
-             "judge", "max_queue", "retention_s", "evaluate_wait_s", "durable")
+             "judge", "max_queue", "retention_s", "evaluate_wait_s", "durable",
+             "heartbeat_timeout_s", "deadline_grace_s", "dedupe_window_s")
+    devices = getattr(args, "devices", None)
     try:
-        settings = Settings.from_env(**{n: getattr(args, n, None) for n in names})
+        settings = Settings.from_env(
+            **{n: getattr(args, n, None) for n in names},
+            devices=tuple(d.strip() for d in devices.split(",") if d.strip()) if devices else None)
     except (ConfigError, TypeError) as exc:
         print(f"drkernel serve: {exc}", file=sys.stderr)
         return 2
+    if settings.executor == "ray" and settings.ray_address:
+        from drkernel.errors import ExecutorError
+        from drkernel.executors.ray import check_ray_auth
+
+        try:  # a cluster that wants a token we lack: say what to set, before 20 s of retries
+            check_ray_auth(settings.ray_address)
+        except ExecutorError as exc:
+            print(f"drkernel serve: {exc}", file=sys.stderr)
+            return 2
     scrub_secrets()  # read once; no child process inherits the token
     if getattr(args, "insecure", False):
         os.environ["DRKERNEL_INSECURE"] = "1"  # the judges read it, in this process and in workers

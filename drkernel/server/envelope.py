@@ -8,6 +8,7 @@ header when there is a code).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -20,12 +21,15 @@ from drkernel.executors.base import Executor
 from drkernel.server.anchor import now_iso
 from drkernel.server.scheduler import Scheduler
 from drkernel.server.settings import Settings
-from drkernel.server.store import NewTask, TaskConflict, TaskRecord, TaskStore
+from drkernel.server.store import NewTask, TaskConflict, TaskRecord, TaskStore, fingerprint
+from drkernel.types import EvalRequest
 
 __all__ = [
     "ApiError",
     "ServerState",
     "check_code_size",
+    "client_identity",
+    "dedupe_key",
     "error_response",
     "read_json",
     "server_state",
@@ -111,6 +115,24 @@ def check_code_size(settings: Settings, *sources: str) -> None:
         if len(source.encode()) > settings.max_code_bytes:
             raise ApiError(413, "PAYLOAD_TOO_LARGE",
                            f"a source file exceeds {settings.max_code_bytes} bytes")
+
+
+def client_identity(request: Request) -> str:
+    """Who sent a request, for deduplication: the peer address and a hash of its credentials."""
+    peer = request.client.host if request.client else "?"
+    auth = request.headers.get("authorization", "")
+    return f"{peer}|{hashlib.sha256(auth.encode()).hexdigest()[:16]}"
+
+
+def dedupe_key(state: ServerState, client: str, request: EvalRequest) -> tuple[str, float] | None:
+    """The deduplication key of a request sent without task_id (None: deduplication is off).
+
+    Same code, options and client within `dedupe_window_s`: the earlier task answers (a client
+    that retries after a disconnect gets its first evaluation, not a second one)."""
+    window = state.settings.dedupe_window_s
+    if window <= 0:
+        return None
+    return hashlib.sha256(f"{client}|{fingerprint(request)}".encode()).hexdigest(), window
 
 
 def submit_or_raise(state: ServerState, tasks: list[NewTask]) -> list[tuple[TaskRecord, bool]]:

@@ -19,6 +19,8 @@ from drkernel.server.envelope import (
     ApiError,
     ServerState,
     check_code_size,
+    client_identity,
+    dedupe_key,
     read_json,
     server_state,
     submit_or_raise,
@@ -53,7 +55,7 @@ def _check_options(options: Any) -> None:
             raise ApiError(400, "VALIDATION", f"request.options.{name}: expected {kind.__name__}")
 
 
-def _new_task(state: ServerState, item: Any, default_priority: str) -> NewTask:
+def _new_task(state: ServerState, item: Any, default_priority: str, client: str) -> NewTask:
     if not isinstance(item, dict):
         raise ApiError(400, "VALIDATION", "a task must be a JSON object")
     body = item.get("request", item)
@@ -67,15 +69,19 @@ def _new_task(state: ServerState, item: Any, default_priority: str) -> NewTask:
             raise ApiError(400, "VALIDATION", f"request.{key}: a non-empty string is required")
     _check_options(body.get("options"))
     check_code_size(state.settings, body["reference_code"], body["kernel_code"])
-    task_id = body.get("task_id") or item.get("task_id") or f"task-{uuid.uuid4().hex}"
+    given = body.get("task_id") or item.get("task_id")
+    task_id = given or f"task-{uuid.uuid4().hex}"
     if not isinstance(task_id, str) or not 0 < len(task_id) <= 200:
         raise ApiError(400, "VALIDATION", "task_id: a string of 1-200 characters")
     try:
         request = EvalRequest.from_dict(body | {"task_id": task_id})
     except (ConfigError, TypeError, ValueError) as exc:
         raise ApiError(400, "VALIDATION", f"request: {exc}") from None
-    return NewTask(request=request, priority=priority, meta={"api": "native"},
+    task = NewTask(request=request, priority=priority, meta={"api": "native"},
                    force=bool(item.get("force", False)))
+    if not given:
+        task.dedupe = dedupe_key(state, client, request)
+    return task
 
 
 def task_view(state: ServerState, record: TaskRecord) -> dict[str, Any]:
@@ -89,6 +95,8 @@ def task_view(state: ServerState, record: TaskRecord) -> dict[str, Any]:
         "finished_at": record.finished_at,
         "queue_position": state.scheduler.position(record.task_id) if record.state == "queued"
         else None,
+        "worker": record.placement,  # where it runs or last ran: worker, host, node, device, pid
+        "retries": list(record.meta.get("retries", [])),  # executor retries: why, and where to
         "result": record.result.to_dict() if record.result else None,
     }
 
@@ -104,7 +112,8 @@ def _wait_s(state: ServerState, value: Any) -> float:
 @router.post("/tasks")
 async def submit(request: Request) -> JSONResponse:
     state = server_state(request)
-    task = _new_task(state, await read_json(request, state.settings), "normal")
+    task = _new_task(state, await read_json(request, state.settings), "normal",
+                     client_identity(request))
     ((record, created),) = await run_in_threadpool(submit_or_raise, state, [task])
     return JSONResponse(task_view(state, record) | {"created": created}, status_code=202)
 
@@ -120,10 +129,23 @@ async def submit_batch(request: Request) -> JSONResponse:
         raise ApiError(413, "PAYLOAD_TOO_LARGE",
                        f"{len(items)} tasks exceed the batch limit {state.settings.max_batch}")
     priority = body.get("priority", "normal")
-    tasks = [_new_task(state, item, priority) for item in items]
+    client = client_identity(request)
+    tasks = [_new_task(state, item, priority, client) for item in items]
     submitted = await run_in_threadpool(submit_or_raise, state, tasks)
     views = [{"task_id": r.task_id, "state": r.state, "created": c} for r, c in submitted]
     return JSONResponse({"tasks": views}, status_code=202)
+
+
+@router.get("/health")
+async def health(request: Request) -> dict[str, Any]:
+    """Native health: status from capacity (workers alive vs. configured), store totals, queue."""
+    from drkernel.server.ops import capacity, health_status, stored_totals
+
+    state = server_state(request)
+    cap = capacity(state)
+    return {"status": health_status(cap), "capacity": cap, "totals": stored_totals(state),
+            "queued": sum(state.scheduler.depth().values()),
+            "running": state.scheduler.running(), "executor": type(state.executor).__name__}
 
 
 @router.get("/tasks/{task_id}")

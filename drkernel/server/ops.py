@@ -21,7 +21,7 @@ from drkernel.server.anchor import iso, now_iso
 from drkernel.server.envelope import ServerState, server_state
 from drkernel.types import EvalOutcome
 
-__all__ = ["health_body", "metrics_body", "render_metrics", "router"]
+__all__ = ["capacity", "health_body", "health_status", "metrics_body", "render_metrics", "router", "stored_totals"]
 
 router = APIRouter()
 
@@ -65,31 +65,58 @@ def _memory_usage() -> dict[str, Any]:
     }
 
 
-def health_body(state: ServerState) -> dict[str, Any]:
-    sched = state.scheduler
+def capacity(state: ServerState) -> dict[str, Any]:
+    """Workers configured vs. alive (idle or busy): the capacity the server really has now."""
     workers = _workers(state)
-    alive = [w for w in workers if w["state"] != "dead"]
-    status = "healthy" if alive and len(alive) == len(workers) else \
-        "degraded" if alive else "unhealthy"
+    configured = len(workers) if workers else state.scheduler.capacity
+    alive = sum(1 for w in workers if w["state"] in ("idle", "busy")) if workers else configured
+    return {"configured": configured, "alive": alive,
+            **{s: sum(1 for w in workers if w["state"] == s) for s in _WORKER_STATES}}
+
+
+def health_status(cap: dict[str, Any]) -> str:
+    """healthy: every configured worker alive; degraded: some; unhealthy: none can take a task."""
+    if cap["alive"] <= 0:
+        return "unhealthy"
+    return "healthy" if cap["alive"] >= cap["configured"] else "degraded"
+
+
+def stored_totals(state: ServerState) -> dict[str, int]:
+    """Finished tasks as the store holds them (they survive a restart; purged past retention)."""
+    outcomes = state.store.outcome_counts()
+    failed = sum(n for o, n in outcomes.items() if _is_error(o))
+    done = sum(outcomes.values())
+    return {"total_processed": done, "completed": done - failed, "failed": failed,
+            "cancelled": state.store.counts().get("cancelled", 0)}
+
+
+def _is_error(outcome: str) -> bool:
+    try:
+        return EvalOutcome(outcome).status.is_error()
+    except ValueError:  # an outcome written by a newer version: count it as a failure
+        return True
+
+
+def health_body(state: ServerState) -> dict[str, Any]:
+    """The KernelGym-shaped /health (SystemHealthResponse's keys, with real numbers)."""
+    sched = state.scheduler
+    cap = capacity(state)
     depth = sched.depth()
-    outcomes = dict(sched.outcomes)
-    failed = sum(n for o, n in outcomes.items() if EvalOutcome(o).status.is_error())
+    totals = stored_totals(state)
     return {
-        "status": status,
+        "status": health_status(cap),
         "timestamp": now_iso(),
-        "gpu_status": _gpu_status(workers),
+        "gpu_status": _gpu_status(_workers(state)),
         "memory_usage": _memory_usage(),
         "version": "0.1.0",
         "uptime": time.time() - sched.started_at,
         "queue_status": {"pending": sum(depth.values()), "processing": sched.running(),
-                         "completed": sched.counters["finished"] - failed, **depth},
+                         "completed": totals["completed"], **depth},
         "active_tasks": sched.running(),
-        "total_processed": sched.counters["finished"],
-        "completed": sched.counters["finished"] - failed,
-        "failed": failed,
-        "cancelled": sched.counters["cancelled"],
-        "workers": {"total": len(workers), **{s: sum(1 for w in workers if w["state"] == s)
-                                              for s in _WORKER_STATES}},
+        **totals,
+        "workers": {"total": cap["configured"], **{s: cap[s] for s in _WORKER_STATES}},
+        "workers_alive": cap["alive"],
+        "workers_configured": cap["configured"],
         "executor": type(state.executor).__name__,
     }
 
@@ -120,7 +147,7 @@ async def workers_status(request: Request) -> dict[str, Any]:
 async def workers_native(request: Request) -> dict[str, Any]:
     workers = _workers(server_state(request))
     return {
-        "workers": workers,
+        "workers": workers,  # each with host, node_id (Ray), device, pid, state and last_error
         "total_workers": len(workers),
         "active_workers": sum(1 for w in workers if w["state"] in ("idle", "busy")),
         "busy_workers": sum(1 for w in workers if w["state"] == "busy"),
@@ -175,9 +202,23 @@ def render_metrics(state: ServerState) -> str:
            [_line("drkernel_stored_tasks", counts.get(s, 0), state=s)
             for s in ("queued", "running", "done", "cancelled")])
     workers = _workers(state)
+    outcomes = state.store.outcome_counts()
+    metric("drkernel_stored_results", "gauge", "Finished tasks in the store by outcome "
+           "(survives restarts; purged past retention).",
+           [_line("drkernel_stored_results", outcomes.get(o.value, 0), outcome=o.value)
+            for o in EvalOutcome])
+    metric("drkernel_executor_retries_total", "counter",
+           "Tasks retried inside the executor (worker lost, judge frozen or faulty).",
+           [_line("drkernel_executor_retries_total", sched.counters["executor_retries"])])
+    cap = capacity(state)
+    metric("drkernel_workers_configured", "gauge", "Workers the executor was configured with.",
+           [_line("drkernel_workers_configured", cap["configured"])])
+    metric("drkernel_workers_alive", "gauge", "Workers able to take a task (idle or busy).",
+           [_line("drkernel_workers_alive", cap["alive"])])
     metric("drkernel_worker_state", "gauge", "1 for the current state of each worker.",
            [_line("drkernel_worker_state", 1 if w["state"] == s else 0, worker=w["worker_id"],
-                  device=w["device"], state=s) for w in workers for s in _WORKER_STATES])
+                  device=w["device"], host=w.get("host") or "", node=w.get("node_id") or "",
+                  state=s) for w in workers for s in _WORKER_STATES])
     metric("drkernel_worker_tasks_total", "counter", "Evaluations finished per worker.",
            [_line("drkernel_worker_tasks_total", w["tasks_done"], worker=w["worker_id"])
             for w in workers])
@@ -269,7 +310,8 @@ async def status_page(request: Request) -> HTMLResponse:
     body = health_body(state)
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(_cell(w[k]))}</td>" for k in
-                         ("worker_id", "device", "state", "current_task", "tasks_done", "restarts"))
+                         ("worker_id", "host", "node_id", "device", "pid", "state",
+                          "current_task", "tasks_done", "restarts", "last_error"))
         + "</tr>" for w in _workers(state))
     summary = "".join(f"<li>{html.escape(k.replace('_', ' '))}: {html.escape(_cell(v, k))}</li>"
                       for k, v in body.items() if k not in ("timestamp",))
@@ -277,6 +319,7 @@ async def status_page(request: Request) -> HTMLResponse:
 <meta http-equiv="refresh" content="5"><style>body{{font-family:sans-serif;margin:2em}}
 td,th{{border:1px solid #ccc;padding:4px 8px}}table{{border-collapse:collapse}}</style></head>
 <body><h1>drkernel serve</h1><ul>{summary}</ul><h2>Workers</h2><table><tr><th>worker</th>
-<th>device</th><th>state</th><th>task</th><th>done</th><th>restarts</th></tr>{rows}</table>
+<th>host</th><th>Ray node</th><th>device</th><th>pid</th><th>state</th><th>task</th><th>done</th>
+<th>restarts</th><th>last error</th></tr>{rows}</table>
 <p><a href="/v1/metrics">/v1/metrics</a> · <a href="/docs">/docs</a></p></body></html>"""
     return HTMLResponse(page)

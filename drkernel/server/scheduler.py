@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 from drkernel.errors import ExecutorError, Overloaded
 from drkernel.executors.base import Executor
@@ -91,6 +92,8 @@ class Scheduler:
         self.counters: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
         self.eval_seconds = 0.0
+        if hasattr(executor, "on_attempt"):  # a worker pool: record each try and where it runs
+            executor.on_attempt = self._on_attempt
 
     @property
     def capacity(self) -> int:
@@ -162,6 +165,14 @@ class Scheduler:
     def running(self) -> int:
         with self._cv:
             return len(self._running)
+
+    def _on_attempt(self, task_id: str, placement: dict[str, Any], attempt: int,
+                    why: str | None) -> bool:
+        """The executor gave the task to a worker (attempt 1) or retried it (2, 3, ...).
+        False (do not run it) when the task was cancelled meanwhile."""
+        if attempt > 1:
+            self.counters["executor_retries"] += 1
+        return self.store.record_attempt(task_id, placement, retry=attempt > 1, why=why)
 
     # -- dispatch ---------------------------------------------------------------------------------
     def _next(self) -> str | None:

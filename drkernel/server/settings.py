@@ -31,6 +31,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "DRKERNEL_MAX_QUEUE": ("max_queue", int),
     "DRKERNEL_RETENTION_S": ("retention_s", float),
     "DRKERNEL_EVALUATE_WAIT_S": ("evaluate_wait_s", float),
+    "DRKERNEL_DEDUPE_WINDOW_S": ("dedupe_window_s", float),
 }
 
 
@@ -58,6 +59,10 @@ class Settings:
     max_attempts: int = 3  # dispatches per task across server restarts and worker deaths
     retry_after_s: int = 5  # Retry-After on 429
     durable: bool = False  # True: fsync every commit (synchronous=FULL), survives power loss
+    devices: tuple[str, ...] | None = None  # local executor: e.g. ("cuda:0", "cuda:2"); None: all
+    heartbeat_timeout_s: float = 15.0  # a judge (process or Ray actor) silent this long is frozen
+    deadline_grace_s: float = 60.0  # watchdog: a judge silent past 3 x timeout + this is stuck
+    dedupe_window_s: float = 60.0  # same code+options+client without task_id: one task (0: off)
 
     def __post_init__(self) -> None:
         if self.executor not in ("local", "ray"):
@@ -69,6 +74,13 @@ class Settings:
         for name in ("max_queue", "max_batch", "max_body_bytes", "max_code_bytes", "max_attempts"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"serve.{name}: must be >= 1")
+        if self.heartbeat_timeout_s <= 0 or self.deadline_grace_s < 0 or self.dedupe_window_s < 0:
+            raise ConfigError("serve.heartbeat_timeout_s must be > 0; deadline_grace_s and "
+                              "dedupe_window_s >= 0")
+        if self.devices is not None and (not self.devices or not all(
+                d == "cpu" or (d.startswith("cuda:") and d[5:].isdigit()) for d in self.devices)):
+            raise ConfigError(f"serve.devices: {','.join(self.devices)!r}: expected a comma "
+                              "list of cuda:N (or cpu)")
         if self.num_workers is not None and self.num_workers < 1:
             raise ConfigError("serve.num_workers: must be >= 1")
 

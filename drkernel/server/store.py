@@ -2,7 +2,8 @@
 
 Input: submissions, state transitions and results from the app and the scheduler; output: task
 records that survive kill -9 of the server. States: queued -> running -> done, or cancelled.
-A restarted server re-queues what was queued or running (`requeue_interrupted`).
+A restarted server re-queues what was queued or running (`requeue_interrupted`). The worker
+column holds where the task runs or last ran (JSON: worker, host, Ray node, device, pid).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state, seq);
 CREATE INDEX IF NOT EXISTS tasks_finished ON tasks(finished_at);
 """
 
+# columns added after the first release: (name, declaration), added to older files on open
+_ADDED_COLUMNS = (("dedupe_key", "TEXT"),)
+_ADDED_INDEXES = "CREATE INDEX IF NOT EXISTS tasks_dedupe ON tasks(dedupe_key, submitted_at);"
+
 _COLUMNS = "task_id, state, priority, request, result, attempts, worker, submitted_at, " \
            "started_at, finished_at, meta"
 
@@ -63,6 +68,9 @@ class NewTask:
     priority: str = "normal"
     meta: dict[str, Any] = field(default_factory=dict)
     force: bool = False  # re-run even if a finished task has this id
+    # set when the client gave no task_id: (key of same code, options and client; window in s).
+    # A task with this key submitted within the window is answered instead of a new one.
+    dedupe: tuple[str, float] | None = None
 
 
 @dataclass(slots=True)
@@ -87,6 +95,17 @@ class TaskRecord:
     def finished(self) -> bool:
         return self.state in FINISHED
 
+    @property
+    def placement(self) -> dict[str, Any] | None:
+        """Where the task runs or last ran (worker, host, Ray node, device, pid), if known."""
+        if not self.worker:
+            return None
+        try:
+            value = json.loads(self.worker)
+        except json.JSONDecodeError:
+            return {"worker_id": self.worker}
+        return value if isinstance(value, dict) else {"worker_id": self.worker}
+
 
 def _record(row: tuple[Any, ...]) -> TaskRecord:
     task_id, state, priority, request, result, attempts, worker, sub, start, fin, meta = row
@@ -108,6 +127,11 @@ class TaskStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         self._db.executescript(_SCHEMA)
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(tasks)")}
+        for name, decl in _ADDED_COLUMNS:
+            if name not in have:
+                self._db.execute(f"ALTER TABLE tasks ADD COLUMN {name} {decl}")
+        self._db.executescript(_ADDED_INDEXES)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -130,6 +154,15 @@ class TaskStore:
                 if rid is None:
                     raise ValueError("a stored task needs a task_id")
                 fp = fingerprint(task.request)
+                if task.dedupe is not None and not task.force:
+                    key, window = task.dedupe
+                    row = db.execute(
+                        f"SELECT {_COLUMNS} FROM tasks WHERE dedupe_key=? AND submitted_at>=? "
+                        "AND state!='cancelled' ORDER BY seq DESC LIMIT 1",
+                        (key, now - window)).fetchone()
+                    if row is not None:
+                        out.append((_record(row), False))
+                        continue
                 row = db.execute(f"SELECT {_COLUMNS}, fingerprint FROM tasks WHERE task_id=?",
                                  (rid,)).fetchone()
                 if row is not None:
@@ -142,9 +175,9 @@ class TaskStore:
                     db.execute("DELETE FROM tasks WHERE task_id=?", (rid,))
                 db.execute(
                     "INSERT INTO tasks (task_id, state, priority, request, fingerprint, "
-                    "submitted_at, meta) VALUES (?, 'queued', ?, ?, ?, ?, ?)",
+                    "submitted_at, meta, dedupe_key) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)",
                     (rid, task.priority, json.dumps(task.request.to_dict()), fp, now,
-                     json.dumps(task.meta)),
+                     json.dumps(task.meta), task.dedupe[0] if task.dedupe else None),
                 )
                 out.append((TaskRecord(rid, "queued", task.priority, "", None, 0, None, now,
                                        None, None, task.meta), True))
@@ -165,6 +198,25 @@ class TaskStore:
         with self._tx() as db:
             db.execute("UPDATE tasks SET worker=? WHERE task_id=?", (worker, task_id))
 
+    def record_attempt(self, task_id: str, placement: dict[str, Any], retry: bool,
+                       why: str | None = None) -> bool:
+        """A worker took the running task: record where; a retry inside the executor counts as
+        one more attempt, and why the previous try failed goes to meta["retries"].
+        False when the task is no longer running (cancelled): it should not be run."""
+        with self._tx() as db:
+            row = db.execute("SELECT meta FROM tasks WHERE task_id=? AND state='running'",
+                             (task_id,)).fetchone()
+            if row is None:
+                return False
+            meta = json.loads(row[0])
+            if retry:
+                meta.setdefault("retries", []).append(
+                    {"at": time.time(), "reason": why, "next_worker": placement.get("worker_id")})
+            db.execute("UPDATE tasks SET worker=?, attempts=attempts+?, meta=? WHERE task_id=?",
+                       (json.dumps(placement, sort_keys=True), 1 if retry else 0,
+                        json.dumps(meta), task_id))
+        return True
+
     def finish(self, task_id: str, result: EvalResult) -> bool:
         """running|queued -> done with its result; False if it was cancelled meanwhile."""
         with self._tx() as db:
@@ -176,7 +228,7 @@ class TaskStore:
 
     def requeue(self, task_id: str) -> bool:
         with self._tx() as db:
-            cur = db.execute("UPDATE tasks SET state='queued', worker=NULL "
+            cur = db.execute("UPDATE tasks SET state='queued' "
                              "WHERE task_id=? AND state='running'", (task_id,))
             return cur.rowcount > 0
 
@@ -194,7 +246,7 @@ class TaskStore:
     def requeue_interrupted(self) -> int:
         """After a crash: running -> queued. Returns how many were re-queued."""
         with self._tx() as db:
-            cur = db.execute("UPDATE tasks SET state='queued', worker=NULL WHERE state='running'")
+            cur = db.execute("UPDATE tasks SET state='queued' WHERE state='running'")
             return cur.rowcount
 
     def queued(self) -> list[tuple[str, str, float]]:
@@ -228,6 +280,14 @@ class TaskStore:
             cur = db.execute("DELETE FROM tasks WHERE state IN ('done', 'cancelled') "
                              "AND finished_at < ?", (finished_before,))
             return cur.rowcount
+
+    def outcome_counts(self) -> dict[str, int]:
+        """Finished (done) tasks in the store by outcome: what /health reports after a restart."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT json_extract(result, '$.outcome'), COUNT(*) FROM tasks "
+                "WHERE state='done' GROUP BY 1").fetchall()
+        return {str(outcome): n for outcome, n in rows if outcome}
 
     def counts(self) -> dict[str, int]:
         with self._lock:

@@ -20,6 +20,7 @@ from drkernel.server.envelope import (
     ApiError,
     ServerState,
     check_code_size,
+    dedupe_key,
     read_json,
     server_state,
     submit_or_raise,
@@ -47,13 +48,20 @@ def parse(model: type[Any], data: Any) -> Any:
                        detail=rows) from None
 
 
-def anchor_tasks(state: ServerState, requests: list[AnchorRequest]) -> list[NewTask]:
+def anchor_tasks(state: ServerState, requests: list[AnchorRequest], client: str | None = None) -> list[NewTask]:
+    """Tasks for anchor requests; one without task_id from `client` repeating a recent one is
+    deduplicated (a retry after a disconnect must not run the kernel twice)."""
     for req in requests:
         if req.backend != "triton":
             raise ApiError(400, "UNSUPPORTED", f"backend {req.backend!r} is not supported: drkernel "
                            "judges Triton kernels only (send backend 'triton')", task_id=req.task_id)
         check_code_size(state.settings, req.reference_code, req.kernel_code)
-    return [anchor_task(r) for r in requests]
+    tasks = [anchor_task(r) for r in requests]
+    if client is not None:
+        for req, task in zip(requests, tasks, strict=True):
+            if not req.task_id:
+                task.dedupe = dedupe_key(state, client, task.request)
+    return tasks
 
 
 def submit_anchor(state: ServerState, tasks: list[NewTask]) -> list[TaskRecord]:

@@ -105,3 +105,15 @@ def test_no_code_feedback_is_clear():
     r = EvalResult.failure(EvalOutcome.COMPILE_ERROR, "no_code", "no code block was found")
     text = render_feedback(r)
     assert "no_code" in text and "no code block" in text
+
+
+@pytest.mark.parametrize("style", ["text", "json"])
+def test_where_the_evaluation_ran_never_reaches_the_model(style):
+    r = EvalResult(outcome=EvalOutcome.OK, compiled=True, correct=True, speedup=1.5, reward=2.5,
+                   device=DeviceInfo(kind="cuda", name="NVIDIA H200", interpreter=False,
+                                     host="gpu-node-7", node_id="abc123node", worker_id="ray-3",
+                                     device_id="cuda:3"))
+    text = render_feedback(r, FeedbackConfig(style=style))
+    assert "H200" in text
+    for secret in ("gpu-node-7", "abc123node", "ray-3", "cuda:3", "node_id"):
+        assert secret not in text, secret

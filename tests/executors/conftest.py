@@ -14,7 +14,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[None]:
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False,
+    ray.init(address="local", num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False,
              log_to_driver=False, configure_logging=False, namespace="drkernel-tests")
     yield
     ray.shutdown()

@@ -72,10 +72,12 @@ def test_cancel_kills_a_running_evaluation() -> None:
     assert out[0].outcome is EvalOutcome.INFRA_ERROR and out[0].error.kind == "cancelled"
 
 
-def test_a_judge_silent_past_its_deadline_gives_a_timeout_result() -> None:
+def test_a_judge_silent_past_its_deadline_is_the_judges_fault_not_the_candidates() -> None:
     with pool("thread", n=1, deadline_factor=0.0, deadline_grace_s=0.3) as ex:
         (res,) = ex.evaluate([req("# fake: sleep=2")])
-    assert res.outcome is EvalOutcome.TIMEOUT and res.error.kind == "deadline"
+        restarts = ex.worker_states()[0].restarts
+    assert res.outcome is EvalOutcome.INFRA_ERROR and res.error.kind == "judge_unresponsive"
+    assert restarts == 2  # replaced, retried once on a fresh judge, replaced again
 
 
 def test_a_batch_runs_in_parallel_across_workers_in_order() -> None:

@@ -26,6 +26,8 @@ def test_the_cluster_and_the_actors_are_on_loopback(ray_cluster: None) -> None:
         (res,) = ex.evaluate([req("# fake: speedup=2", "a")])
     assert res.outcome is EvalOutcome.OK
     assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {"127.0.0.1"}
+    assert res.device and res.device.node_id in {n["NodeID"] for n in ray.nodes()}
+    assert res.device.worker_id == "ray-0" and res.device.host
 
 
 def test_an_actor_killed_mid_task_has_its_task_retried_on_another(ray_cluster: None) -> None:

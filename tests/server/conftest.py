@@ -14,16 +14,17 @@ import uvicorn
 
 from drkernel.executors.fake_judge import fake_judge
 from drkernel.executors.local import LocalExecutor
-from drkernel.server.app import create_app
+from drkernel.server.app import ExecutorFactory, create_app
 from drkernel.server.launch import free_port
 from drkernel.server.settings import Settings
 
 
 class ThreadServer:
     def __init__(self, settings: Settings, isolation: str = "thread", workers: int = 2,
-                 judge: Callable[[str], Any] = fake_judge) -> None:
+                 judge: Callable[[str], Any] = fake_judge, executor: ExecutorFactory | None = None) -> None:
         config = LocalExecutor.Config(devices=("cpu",) * workers, isolation=isolation)
-        app = create_app(settings, lambda s: LocalExecutor(config, judge))
+        app = create_app(settings, executor or (lambda s: LocalExecutor(config, judge)))
+        self.app = app
         self.port = free_port()
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
                                                     log_level="warning"))
@@ -47,9 +48,10 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., ThreadServer]]:
     servers: list[ThreadServer] = []
 
     def start(isolation: str = "thread", workers: int = 2, judge: Callable[[str], Any] = fake_judge,
-              **settings: object) -> ThreadServer:
-        s = Settings(db_path=str(tmp_path / f"db{len(servers)}.sqlite"), **settings)  # type: ignore[arg-type]
-        servers.append(ThreadServer(s, isolation, workers, judge))
+              executor: ExecutorFactory | None = None, **settings: object) -> ThreadServer:
+        settings.setdefault("db_path", str(tmp_path / f"db{len(servers)}.sqlite"))
+        s = Settings(**settings)  # type: ignore[arg-type]
+        servers.append(ThreadServer(s, isolation, workers, judge, executor))
         return servers[-1]
 
     yield start

@@ -1,0 +1,105 @@
+"""kill -9 of `drkernel serve`: its judges die with it, and a restarted server frees its GPUs of
+old judges (even frozen ones) before timing anything. SIGSTOP of a busy judge: retried, the kernel
+keeps its verdict. GPUs are simulated: the fake judge on
+"cuda:N" devices, with the per-GPU lock files in a private folder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from drkernel.server.launch import ServerProcess
+
+REF = "import torch\n\nclass Model:\n    pass\n"
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _until(check, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_judges_die_with_a_killed_server_and_a_restart_frees_the_gpus(tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    env = dict(os.environ, DRKERNEL_LOCK_DIR=str(locks))
+    extra = ["--judge", "fake", "--devices", "cuda:0,cuda:1", "--isolation", "process"]
+    server = ServerProcess(tmp_path / "crash.db", extra=extra, env=env).start()
+    stopped: int | None = None
+    try:
+        body = {"task_id": "long", "request": {
+            "reference_code": REF, "options": {"timeout_s": 30.0},
+            "kernel_code": "# fake: sleep=3\n# fake: speedup=2\nclass ModelNew:\n    pass\n"}}
+        assert httpx.post(f"{server.url}/v1/tasks", json=body).status_code == 202
+
+        def workers() -> list[dict]:
+            return httpx.get(f"{server.url}/workers/status").json()["workers"]
+
+        _until(lambda: any(w["state"] == "busy" for w in workers()), 10, "no worker got the task")
+        old = {w["device"]: w["pid"] for w in workers()}
+        assert sorted(old) == ["cuda:0", "cuda:1"]
+        assert sorted(p.name for p in locks.iterdir()) == ["gpu-0.lock", "gpu-1.lock"]
+        stopped = old["cuda:0"]
+        os.kill(stopped, signal.SIGSTOP)  # a frozen judge cannot follow its server
+        server.kill()  # SIGKILL of the server process only, not of its process group
+        _until(lambda: not _running(old["cuda:1"]), 10, "a judge outlived its server")
+        assert _running(stopped)  # still there, stopped, holding cuda:0
+
+        server.start()  # same store, same GPUs
+        health = httpx.get(f"{server.url}/health").json()
+        assert health["status"] == "healthy" and health["workers_alive"] == 2
+        assert not _running(stopped)  # the orphan was killed before a new judge took cuda:0
+        new = {w["device"]: w["pid"] for w in workers()}
+        assert set(new.values()).isdisjoint(old.values())
+        view = httpx.get(f"{server.url}/v1/tasks/long", params={"wait": 20}).json()
+        assert view["state"] == "done" and view["result"]["outcome"] == "ok"
+        assert view["attempts"] == 2  # interrupted by the crash, then run again
+        assert view["worker"]["pid"] in new.values()
+    finally:
+        if stopped is not None and _running(stopped):
+            os.kill(stopped, signal.SIGKILL)
+        server.stop()
+
+
+def test_sigstop_of_a_busy_judge_is_retried_not_charged_to_the_kernel(tmp_path: Path) -> None:
+    extra = ["--judge", "fake", "--workers", "2", "--isolation", "process",
+             "--heartbeat-timeout", "1"]
+    with ServerProcess(tmp_path / "stop.db", extra=extra) as server:
+        body = {"task_id": "honest", "reference_code": REF, "timeout": 30,
+                "kernel_code": "# fake: sleep=2\n# fake: speedup=2\nclass ModelNew:\n    pass\n"}
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            answer: dict = {}
+            t = threading.Thread(target=lambda: answer.update(http.post("/evaluate", json=body).json()))
+            t.start()
+
+            def busy() -> list[dict]:
+                return [w for w in http.get("/workers/status").json()["workers"]
+                        if w["state"] == "busy"]
+
+            _until(lambda: bool(busy()), 10, "no worker got the task")
+            pid = busy()[0]["pid"]
+            os.kill(pid, signal.SIGSTOP)  # the judge's host process freezes mid-evaluation
+            try:
+                t.join(timeout=30)
+            finally:
+                if _running(pid):
+                    os.kill(pid, signal.SIGKILL)
+            view = http.get("/v1/tasks/honest").json()
+            workers = http.get("/workers/status").json()["workers"]
+    assert answer["status"] == "completed" and answer["correctness"] is True
+    assert answer["error_code"] is None and answer["speedup"] == 2.0
+    assert view["attempts"] == 2 and "judge_unresponsive" in view["retries"][0]["reason"]
+    assert view["worker"]["pid"] != pid and sum(w["restarts"] for w in workers) == 1
