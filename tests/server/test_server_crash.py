@@ -46,7 +46,7 @@ def test_judges_die_with_a_killed_server_and_a_restart_frees_the_gpus(tmp_path: 
         assert httpx.post(f"{server.url}/v1/tasks", json=body).status_code == 202
 
         def workers() -> list[dict]:
-            return httpx.get(f"{server.url}/workers/status").json()["workers"]
+            return httpx.get(f"{server.url}/v1/workers").json()["workers"]
 
         _until(lambda: any(w["state"] == "busy" for w in workers()), 10, "no worker got the task")
         old = {w["device"]: w["pid"] for w in workers()}
@@ -86,7 +86,7 @@ def test_sigstop_of_a_busy_judge_is_retried_not_charged_to_the_kernel(tmp_path: 
             t.start()
 
             def busy() -> list[dict]:
-                return [w for w in http.get("/workers/status").json()["workers"]
+                return [w for w in http.get("/v1/workers").json()["workers"]
                         if w["state"] == "busy"]
 
             _until(lambda: bool(busy()), 10, "no worker got the task")
@@ -98,7 +98,7 @@ def test_sigstop_of_a_busy_judge_is_retried_not_charged_to_the_kernel(tmp_path: 
                 if _running(pid):
                     os.kill(pid, signal.SIGKILL)
             view = http.get("/v1/tasks/honest").json()
-            workers = http.get("/workers/status").json()["workers"]
+            workers = http.get("/v1/workers").json()["workers"]
     assert answer["status"] == "completed" and answer["correctness"] is True
     assert answer["error_code"] is None and answer["speedup"] == 2.0
     assert view["attempts"] == 2 and "judge_unresponsive" in view["retries"][0]["reason"]

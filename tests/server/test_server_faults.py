@@ -63,12 +63,12 @@ def test_a_judge_fault_is_retried_on_another_worker_visible_in_the_task_view_and
     native = srv.http.get("/v1/health").json()
     assert native["status"] == "degraded"
     assert native["capacity"]["configured"] == 2 and native["capacity"]["alive"] == 1
-    workers = srv.http.get("/workers/status").json()["workers"]
+    workers = srv.http.get("/v1/workers").json()["workers"]
     assert {w["host"] for w in workers} == {view["worker"]["host"]}
     assert any("no more judges" in (w["last_error"] or "") for w in workers)  # why it is down
-    metrics = srv.http.get("/metrics").text
+    metrics = srv.http.get("/v1/metrics").text
     assert "drkernel_workers_alive 1" in metrics and "drkernel_executor_retries_total 1" in metrics
-    assert "<th>host</th>" in srv.http.get("/").text
+    assert "<th>host</th>" in srv.http.get("/v1/status").text
 
 
 def test_a_frozen_judge_process_costs_the_candidate_nothing(serve, tmp_path: Path) -> None:
