@@ -410,8 +410,8 @@ class Evaluation:
         same calls; an honest sandbox spends about as much. (Where those costs dwarf the windows, as for
         a few-microsecond kernel, the bound is loose: docs/errors.md, threat model.)"""
         overhead = float(ref.overhead_ms or 0.0)
-        if self.cuda:
-            floor = 0.9 * (external_ms - 1.5 * overhead - 5.0)
+        if self.cuda:  # 306_TransformerBlock's honest op once ran ~50 ms past the reference's overhead
+            floor = 0.8 * (external_ms - 2.0 * overhead - 20.0)
         else:  # the interpreter and a shared CPU: only gross forgeries
             floor = 0.5 * (external_ms - 1.5 * overhead - 100.0)
         if sum(window_ms) < floor:
