@@ -56,9 +56,9 @@ for part in "$@"; do
   speed)
     timeout "${SPEED_TIMEOUT:-420}" python3 bench/judge_speed.py --json "$OUT/judge_speed.json" > "$OUT/speed.log" 2>&1 ;;
   extra)
-    timeout 200 python3 -m pytest -m gpu tests/server/test_kernelgym_gpu.py -v -s -p no:cacheprovider \
+    timeout 200 python3 -m pytest -m gpu tests/server/test_kernelgym_gpu.py -v -s -p no:cacheprovider -W ignore::pytest.PytestConfigWarning \
       -o timeout=150 > "$OUT/extra.log" 2>&1
-    timeout 200 python3 -m pytest tests/sandbox/test_attacks_isolation.py -v -p no:cacheprovider \
+    timeout 200 python3 -m pytest tests/sandbox/test_attacks_isolation.py -v -p no:cacheprovider -W ignore::pytest.PytestConfigWarning \
       -o timeout=150 >> "$OUT/extra.log" 2>&1
     for k in 1 2; do
       { TIMEFORMAT="eval $k wall %R s"; time timeout 120 python3 -m drkernel.cli eval \
