@@ -53,6 +53,10 @@ def load_conversations(path: str | Path) -> list[Messages]:
         records = _read_jsonl(p)
     out = []
     for i, rec in enumerate(records):
+        exact = _exact_turns(rec)
+        if exact is not None:  # the record's history was cut or edited: train on what was sent
+            out.extend(exact)
+            continue
         msgs = rec.get("messages") if isinstance(rec, dict) else None
         if msgs and (not isinstance(msgs, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs)):
             raise ConfigError(f"sft data {p}: record {i + 1}: `messages` must be a list of {{role, content}} objects")
@@ -63,6 +67,22 @@ def load_conversations(path: str | Path) -> list[Messages]:
     if not out:
         raise ConfigError(f"sft data {p}: no conversation with an assistant message")
     return out
+
+
+def _exact_turns(rec: Any) -> list[Messages] | None:
+    """A drkernel trajectory whose `messages` is not what each turn was sent (a top-w context, or a
+    prompt the token budget shrank): one conversation per turn, its exact prompt and its answer.
+    None for any other record (its `messages` are used as they are)."""
+    if not isinstance(rec, dict) or rec.get("messages_exact", True) or not isinstance(rec.get("turns"), list):
+        return None
+    from drkernel.agent.trajectories import Trajectory, rl_rows
+
+    try:
+        traj = Trajectory.from_dict(rec)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return [[*row["prompt"], {"role": "assistant", "content": str(row["response"])}]
+            for row in rl_rows(traj) if row["response"]]
 
 
 def _read_jsonl(p: Path) -> list[Any]:

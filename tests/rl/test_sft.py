@@ -146,3 +146,24 @@ def test_sft_shows_progress_with_the_time_left(tmp_path):
     lines = stream.getvalue().splitlines()
     assert lines[0].startswith("sft: 1/6 steps") and "left" in lines[0] and "loss" in lines[0]
     assert lines[-1].startswith("sft: 6/6 steps") and "epoch 3/3" in lines[-1]
+
+
+def test_sft_trains_on_what_each_turn_was_sent_when_the_history_was_cut(tmp_path):
+    """A trajectory whose later turns saw a top-w context (or a shrunk prompt) becomes one
+    conversation per turn: that turn's exact prompt (agent.trajectories.turn_prompt) and its answer."""
+    from drkernel.agent.trajectories import turn_prompt
+
+    ok = EvalResult(outcome=EvalOutcome.OK, compiled=True, correct=True, speedup=1.5)
+    traj = Trajectory(problem="101_ReLU", sample=0, prompt=[{"role": "user", "content": "optimize here"}])
+    for i in range(3):
+        traj.turns.append(Turn(index=i, response=f"kernel {i}", code=None, extraction="none", result=ok,
+                               reward=2.5, feedback=f"fast {i}", context=[] if i == 2 else None))  # fmt: skip
+    assert not traj.messages_exact
+    data = tmp_path / "cut.jsonl"
+    save_trajectories(data, [traj])
+    convs = load_conversations(data)
+    assert len(convs) == 3
+    for turn, conv in zip(traj.turns, convs, strict=True):
+        assert conv[:-1] == turn_prompt(traj, turn)
+        assert conv[-1] == {"role": "assistant", "content": turn.response}
+    assert convs[2][:-1] == traj.prompt  # the third turn saw no earlier turn at all
