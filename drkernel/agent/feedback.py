@@ -45,6 +45,8 @@ HACK_ADVICE: dict[str, str] = {
                       "current stream, by the time forward returns",
     "timer_mismatch": "the measured time does not reflect the work done. All work must be done, on the "
                       "current stream, by the time forward returns",
+    "faster_than_light": "the measured time is below what the device can do for this work. All work must "
+                         "be done, on the current stream, by the time forward returns",
     "monkeypatch": "the code modifies imported modules or library functions. Leave torch, triton and the "
                    "standard library as they are",
     "timer_tamper": "the code modifies timing or comparison functions. Leave torch, triton and the standard "
