@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import os
+import statistics
 import subprocess
 import sys
 import tempfile

@@ -26,10 +26,10 @@ from problems import demo_problems, variants
 
 from drkernel.agent.extraction import extract_code
 from drkernel.agent.trajectories import load_trajectories
+from drkernel.executors.caching import CachingExecutor
 from drkernel.executors.local import LocalExecutor
 from drkernel.recipes import debug_cpu
 from drkernel.rl.config import TinyModelConfig, apply_overrides
-from drkernel.executors.caching import CachingExecutor
 from drkernel.rl.tiny import build_tiny, macro_text
 from drkernel.rl.trainer import Trainer
 from drkernel.types import EvalOptions, EvalRequest

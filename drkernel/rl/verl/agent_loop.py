@@ -76,11 +76,16 @@ class KernelAgentLoop(AgentLoopBase):
             executor_retries=2,
         )
 
+    @property
+    def _tok(self) -> Any:
+        """verl types its tokenizer as AutoTokenizer (a factory); the object is a PreTrainedTokenizer."""
+        return self.tokenizer
+
     def _count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=False))
+        return len(self._tok.encode(text, add_special_tokens=False))
 
     def _pad_id(self) -> int:
-        tok = self.tokenizer
+        tok = self._tok
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         return int(pad if pad is not None else 0)
 
@@ -109,11 +114,12 @@ class KernelAgentLoop(AgentLoopBase):
         for turn in range(self.env_config.max_turns):
             prompt_ids = list(runtime)
             if len(prompt_ids) > self.prompt_length:  # paper-spec §2.7: an empty turn, reward 0
-                ids, logprobs = [], None
+                ids: list[int] = []
+                logprobs = None
                 completion = Completion(text="", finish_reason="prompt_overlong", token_ids=[], logprobs=[])
             else:
                 ids, logprobs = await self._generate(prompt_ids, sampling_params)
-                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                text = self._tok.decode(ids, skip_special_tokens=True)
                 finish = "length" if len(ids) >= self.response_length else "stop"
                 completion = Completion(text=text, finish_reason=finish, token_ids=ids, logprobs=logprobs)
             try:
