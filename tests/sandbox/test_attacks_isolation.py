@@ -79,7 +79,10 @@ def test_arbitrary_python_sees_nothing_of_the_host(judge: Judge, tmp_path: Path,
     listener.listen(1)
     try:
         secrets = [str(secret), str(cache_dir / "timings.sqlite"), f"{cache_dir}/timings.sqlite-wal"]
-        code = attack("escape_probe", secrets=json.dumps(secrets), port=listener.getsockname()[1])
+        from drkernel.sandbox.isolation import needed_paths
+
+        code = attack("escape_probe", secrets=json.dumps(secrets), port=listener.getsockname()[1],
+                      exposed=json.dumps(list(needed_paths())))
         r = evaluate(judge, code)
     finally:
         listener.close()

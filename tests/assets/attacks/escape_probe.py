@@ -10,6 +10,7 @@ import socket
 
 SECRETS = __SECRETS__  # files the judge's side holds (the test writes them, world-readable)
 PORT = __PORT__  # a TCP port the test listens on, on 127.0.0.1
+EXPOSED = __EXPOSED__  # folders the judge binds back in read-only (drkernel.sandbox.isolation.needed_paths)
 
 
 import torch
@@ -64,9 +65,21 @@ def _probe():
         except OSError:
             pass
     own = os.path.dirname(os.getcwd())
+    # folders the judge binds back in, read-only, at their own path (the Python installation and the
+    # judge's package): the way down to them may show under a covered /tmp; writing there must fail
+    on_the_way = {os.path.join(root, p.split("/")[2]) for p in EXPOSED for root in ("/tmp", "/var/tmp", "/run")
+                  if p.startswith(root + "/") and len(p.split("/")) > 2}
+    for path in EXPOSED:
+        try:
+            with open(os.path.join(path, "drkernel-probe-x"), "w") as f:
+                f.write("x")
+            breaches.append(f"wrote into {path}")
+        except OSError:
+            pass
     for root in ("/tmp", "/dev/shm", "/var/tmp", "/run"):
         try:
-            others = [n for n in os.listdir(root) if os.path.join(root, n) != own and not n.startswith("nvidia")]
+            others = [n for n in os.listdir(root) if os.path.join(root, n) != own and not n.startswith("nvidia")
+                      and os.path.join(root, n) not in on_the_way]
         except OSError:
             continue
         if others:
