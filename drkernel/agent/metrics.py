@@ -163,4 +163,26 @@ def summarize(
         "weak_reference_problems": sorted(weak),
         "interpreter": interpreter,
         "by_level": by_level,
+        "per_problem": per_problem(trajs),
     }
+
+
+def per_problem(trajs: Sequence[Trajectory]) -> dict[str, dict[str, Any]]:
+    """Per problem: the fastest correct kernel over all samples and turns, with its speed of light
+    (the share of the device's measured bandwidth it reached, and the reference's) where the judge
+    measured it (GPU)."""
+    out: dict[str, dict[str, Any]] = {}
+    for tr in trajs:
+        row = out.setdefault(tr.problem, {"level": tr.level, "correct_turns": 0, "best_speedup": None,
+                                          "kernel_bandwidth_fraction": None, "reference_bandwidth_fraction": None})
+        for x in tr.turns:
+            r = x.result
+            if not r.correct or r.speedup is None:
+                continue
+            row["correct_turns"] += 1
+            if row["best_speedup"] is None or r.speedup > row["best_speedup"]:
+                sol = r.speed_of_light
+                row["best_speedup"] = r.speedup
+                row["kernel_bandwidth_fraction"] = sol.kernel_bandwidth_fraction if sol else None
+                row["reference_bandwidth_fraction"] = sol.reference_bandwidth_fraction if sol else None
+    return dict(sorted(out.items()))

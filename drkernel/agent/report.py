@@ -97,6 +97,21 @@ def write_csv(summary: dict[str, Any], path: str | Path) -> None:
                 w.writerow([row["turn"], "held_out_survived", "", survived])
 
 
+def write_problems_csv(summary: dict[str, Any], path: str | Path) -> None:
+    """One line per problem: its fastest correct kernel's speedup beside its speed of light (the share
+    of the device's measured bandwidth the kernel reached, and the reference's; empty off the GPU)."""
+    def cell(v: Any) -> str:
+        return "" if v is None else (f"{v:.6f}" if isinstance(v, float) else str(v))
+
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["problem", "level", "correct_turns", "best_speedup", "kernel_bandwidth_fraction",
+                    "reference_bandwidth_fraction"])  # fmt: skip
+        for name, row in (summary.get("per_problem") or {}).items():
+            w.writerow([name, cell(row.get("level")), row.get("correct_turns", 0), cell(row.get("best_speedup")),
+                        cell(row.get("kernel_bandwidth_fraction")), cell(row.get("reference_bandwidth_fraction"))])
+
+
 def plot_fast_p(summary: dict[str, Any], path: str | Path, title: str = "Fast@p over turns") -> None:
     import matplotlib
 
@@ -127,14 +142,15 @@ def plot_fast_p(summary: dict[str, Any], path: str | Path, title: str = "Fast@p 
 
 
 def write_reports(summary: dict[str, Any], out_dir: str | Path, title: str | None = None) -> list[Path]:
-    """summary.json, fast_p.csv and fast_p.png in out_dir; returns their paths."""
+    """summary.json, fast_p.csv, problems.csv and fast_p.png in out_dir; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "summary.json", out / "fast_p.csv", out / "fast_p.png"]
+    paths = [out / "summary.json", out / "fast_p.csv", out / "problems.csv", out / "fast_p.png"]
     write_json(summary, paths[0])
     write_csv(summary, paths[1])
+    write_problems_csv(summary, paths[2])
     if summary["per_turn"]:
-        plot_fast_p(summary, paths[2], title or "Fast@p over turns")
+        plot_fast_p(summary, paths[3], title or "Fast@p over turns")
     else:
         paths.pop()
     return paths

@@ -25,11 +25,29 @@ def trajs():
 def test_reports_are_written(tmp_path):
     summary = summarize(trajs(), max_turns=3)
     paths = write_reports(summary, tmp_path / "out", title="test")
-    assert [p.name for p in paths] == ["summary.json", "fast_p.csv", "fast_p.png"]
+    assert [p.name for p in paths] == ["summary.json", "fast_p.csv", "problems.csv", "fast_p.png"]
     assert json.loads(paths[0].read_text())["per_turn"][2]["fast_p"]["1.2"] == 1.0
     rows = list(csv.DictReader(paths[1].open()))
     assert {"turn": "3", "metric": "fast_p", "p": "2", "value": "0.500000"} in rows
-    assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[2].stat().st_size > 5000
+    assert paths[3].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[3].stat().st_size > 5000
+
+
+def test_per_problem_speed_of_light_beside_the_best_speedup(tmp_path):
+    """Each problem's fastest correct kernel, with the share of the device's bandwidth it reached."""
+    from drkernel.types import SpeedOfLight
+
+    runs = trajs()
+    best = runs[0].turns[2].result  # 2.1x, the fastest correct kernel of problem p
+    best.speed_of_light = SpeedOfLight(min_bytes=1 << 30, kernel_bandwidth_fraction=0.82,
+                                       reference_bandwidth_fraction=0.39)
+    runs[1].turns[2].result.speed_of_light = SpeedOfLight(min_bytes=1 << 30, kernel_bandwidth_fraction=0.5)
+    summary = summarize(runs, max_turns=3)
+    assert summary["per_problem"] == {"p": {"level": None, "correct_turns": 4, "best_speedup": 2.1,
+                                            "kernel_bandwidth_fraction": 0.82, "reference_bandwidth_fraction": 0.39}}
+    paths = write_reports(summary, tmp_path / "out")
+    rows = list(csv.DictReader(paths[2].open()))
+    assert rows == [{"problem": "p", "level": "", "correct_turns": "4", "best_speedup": "2.100000",
+                     "kernel_bandwidth_fraction": "0.820000", "reference_bandwidth_fraction": "0.390000"}]
 
 
 def test_table_renders():
