@@ -21,6 +21,7 @@ from drkernel.executors.judge_host import ThreadJudgeHost, gpu_lock, gpu_lock_ke
 from drkernel.executors.local import LocalExecutor
 from drkernel.executors.pool import HOSTNAME
 from drkernel.types import EvalOptions, EvalOutcome, EvalRequest
+from tests.processes import running
 
 
 def req(code: str, task_id: str = "t", timeout_s: float = 30.0) -> EvalRequest:
@@ -186,25 +187,19 @@ def test_judge_processes_die_with_the_process_that_started_them(tmp_path: Path) 
             assert time.monotonic() < deadline and owner.poll() is None, "owner did not start"
             time.sleep(0.1)
         pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
-        assert len(pids) == 2 and all(_running(p) for p in pids)
+        assert len(pids) == 2 and all(running(p) for p in pids)
         owner.send_signal(signal.SIGKILL)
         owner.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        while any(running(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(_running(p) for p in pids), "a judge outlived its server"
+        assert not any(running(p) for p in pids), "a judge outlived its server"
     finally:
         if owner.poll() is None:
             owner.kill()
             owner.wait()
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_cancel_of_a_frozen_judge_still_answers_cancelled(tmp_path: Path) -> None:

@@ -14,16 +14,11 @@ from pathlib import Path
 import httpx
 
 from drkernel.server.launch import ServerProcess
+from tests.processes import running
 
 REF = "import torch\n\nclass Model:\n    pass\n"
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _until(check, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -55,13 +50,13 @@ def test_judges_die_with_a_killed_server_and_a_restart_frees_the_gpus(tmp_path: 
         stopped = old["cuda:0"]
         os.kill(stopped, signal.SIGSTOP)  # a frozen judge cannot follow its server
         server.kill()  # SIGKILL of the server process only, not of its process group
-        _until(lambda: not _running(old["cuda:1"]), 10, "a judge outlived its server")
-        assert _running(stopped)  # still there, stopped, holding cuda:0
+        _until(lambda: not running(old["cuda:1"]), 10, "a judge outlived its server")
+        assert running(stopped)  # still there, stopped, holding cuda:0
 
         server.start()  # same store, same GPUs
         health = httpx.get(f"{server.url}/health").json()
         assert health["status"] == "healthy" and health["workers_alive"] == 2
-        assert not _running(stopped)  # the orphan was killed before a new judge took cuda:0
+        assert not running(stopped)  # the orphan was killed before a new judge took cuda:0
         new = {w["device"]: w["pid"] for w in workers()}
         assert set(new.values()).isdisjoint(old.values())
         view = httpx.get(f"{server.url}/v1/tasks/long", params={"wait": 20}).json()
@@ -69,7 +64,7 @@ def test_judges_die_with_a_killed_server_and_a_restart_frees_the_gpus(tmp_path: 
         assert view["attempts"] == 2  # interrupted by the crash, then run again
         assert view["worker"]["pid"] in new.values()
     finally:
-        if stopped is not None and _running(stopped):
+        if stopped is not None and running(stopped):
             os.kill(stopped, signal.SIGKILL)
         server.stop()
 
@@ -95,7 +90,7 @@ def test_sigstop_of_a_busy_judge_is_retried_not_charged_to_the_kernel(tmp_path: 
             try:
                 t.join(timeout=30)
             finally:
-                if _running(pid):
+                if running(pid):
                     os.kill(pid, signal.SIGKILL)
             view = http.get("/v1/tasks/honest").json()
             workers = http.get("/v1/workers").json()["workers"]

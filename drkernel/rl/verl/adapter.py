@@ -10,6 +10,7 @@ the algorithm config when present. Multi-turn agent-loop training does not go th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -111,12 +112,13 @@ def verl_trloo_advantage(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl advantage estimator "drkernel_trloo": (advantages, returns), both [bs, response_length]."""
-    cfg = AdvantageConfig(
-        estimator="trloo",
-        gamma=float(_cfg(config, "gamma", 1.0)),
-        baseline_members=_cfg(config, "baseline_members", "kept"),
-    )
-    return _turn_sample_advantages(token_level_rewards, response_mask, index, cfg)
+    return _turn_sample_advantages(token_level_rewards, response_mask, index, _advantage_config(config, "trloo"))
+
+
+def _advantage_config(config: Any, estimator: str) -> AdvantageConfig:
+    """The estimator's settings, with gamma and baseline_members read from verl's algorithm config."""
+    return AdvantageConfig(estimator=estimator, gamma=float(_cfg(config, "gamma", 1.0)),
+                           baseline_members=_cfg(config, "baseline_members", "kept"))
 
 
 def verl_grpo_advantage(
@@ -131,12 +133,7 @@ def verl_grpo_advantage(
     verl's norm_adv_by_std_in_grpo (True by default) is ignored: the paper's GRPO has no std division
     (paper-spec §5.2); "drkernel_grpo_std" is the std-scaled variant.
     """
-    cfg = AdvantageConfig(
-        estimator="grpo",
-        gamma=float(_cfg(config, "gamma", 1.0)),
-        baseline_members=_cfg(config, "baseline_members", "kept"),
-    )
-    return _turn_sample_advantages(token_level_rewards, response_mask, index, cfg)
+    return _turn_sample_advantages(token_level_rewards, response_mask, index, _advantage_config(config, "grpo"))
 
 
 def verl_grpo_std_advantage(
@@ -147,12 +144,7 @@ def verl_grpo_std_advantage(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl advantage estimator "drkernel_grpo_std": per-(prompt, turn) GRPO divided by the group std."""
-    cfg = AdvantageConfig(
-        estimator="grpo",
-        gamma=float(_cfg(config, "gamma", 1.0)),
-        baseline_members=_cfg(config, "baseline_members", "kept"),
-        grpo_scale_by_std=True,
-    )
+    cfg = dataclasses.replace(_advantage_config(config, "grpo"), grpo_scale_by_std=True)
     return _turn_sample_advantages(token_level_rewards, response_mask, index, cfg)
 
 

@@ -1,0 +1,14 @@
+"""Process checks shared by the crash and fault tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie (a killed process its parent has not reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
