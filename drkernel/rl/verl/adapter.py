@@ -24,7 +24,7 @@ from verl.trainer.ppo.core_algos import (
     register_policy_loss,
 )
 
-from drkernel.rl.advantages import AdvantageConfig, compute_advantages
+from drkernel.rl.advantages import AdvantageConfig, Estimator, compute_advantages
 from drkernel.rl.losses import aggregate_loss, ppo_token_losses
 from drkernel.rl.masks import void_turn_mask
 from drkernel.rl.returns import reward_to_go
@@ -115,7 +115,7 @@ def verl_trloo_advantage(
     return _turn_sample_advantages(token_level_rewards, response_mask, index, _advantage_config(config, "trloo"))
 
 
-def _advantage_config(config: Any, estimator: str) -> AdvantageConfig:
+def _advantage_config(config: Any, estimator: Estimator) -> AdvantageConfig:
     """The estimator's settings, with gamma and baseline_members read from verl's algorithm config."""
     return AdvantageConfig(estimator=estimator, gamma=float(_cfg(config, "gamma", 1.0)),
                            baseline_members=_cfg(config, "baseline_members", "kept"))
