@@ -1,0 +1,123 @@
+"""Issue 14 target 3: where the seconds of one `drkernel eval` go.
+
+Three views of one small problem (drkernel/examples/relu_scale):
+  shell     `drkernel eval` from the shell, twice (the second finds the device peaks cached);
+  startup   fresh interpreters: `python -c pass`, `import torch`, `import triton`, `import drkernel.cli`;
+  timeline  the same evaluation in this process, with the judge's own steps timed where they start
+            and end (fork server, comparison process, sandboxes ready, isolation probe, evaluation
+            stages, close), so that overlapping steps show as overlapping.
+Run:  python bench/eval_latency.py [--device cuda] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "drkernel" / "examples" / "relu_scale"
+
+
+def wall(cmd: list[str]) -> tuple[float, int]:
+    t0 = time.monotonic()
+    cp = subprocess.run(cmd, capture_output=True, text=True)
+    if cp.returncode != 0:
+        print(f"{' '.join(cmd[:4])}...: exit {cp.returncode}\n{cp.stderr[-800:]}", file=sys.stderr)
+    return time.monotonic() - t0, cp.returncode
+
+
+def startup() -> dict[str, float]:
+    py = sys.executable
+    return {name: round(wall([py, "-c", code])[0], 3) for name, code in (
+        ("python -c pass", "pass"), ("import torch", "import torch"), ("import triton", "import triton"),
+        ("import drkernel.cli", "import drkernel.cli"),
+        ("torch + cuda init", "import torch; torch.cuda.is_available() and torch.zeros(1, device='cuda')"),
+    )}
+
+
+def shell(device: str, runs: int) -> list[float]:
+    cmd = [sys.executable, "-m", "drkernel.cli", "eval", str(EXAMPLE / "reference.py"), str(EXAMPLE / "kernel.py"),
+           "--device", device]
+    return [round(wall(cmd)[0], 3) for _ in range(runs)]
+
+
+class Timeline:
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.spans: list[tuple[str, float, float]] = []
+
+    def wrap(self, owner: Any, attr: str, name: str) -> None:
+        fn = getattr(owner, attr)
+
+        @functools.wraps(fn)
+        def timed(*a: Any, **k: Any) -> Any:
+            start = time.monotonic()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.spans.append((name, start - self.t0, time.monotonic() - self.t0))
+
+        setattr(owner, attr, timed)
+
+
+def timeline(device: str) -> dict[str, Any]:
+    tl = Timeline()
+    t = time.monotonic()
+    from drkernel.sandbox import comparator, isolation, judge, pipeline, process
+    from drkernel.types import EvalRequest
+
+    tl.spans.append(("import judge (torch, triton)", 0.0, time.monotonic() - tl.t0))
+    del t
+    tl.wrap(judge, "resolve_device", "resolve_device")
+    tl.wrap(judge, "_to_hide", "hidden paths")
+    tl.wrap(isolation, "probe", "isolation probe")
+    tl.wrap(process.Zygote, "__init__", "fork server Popen")
+    tl.wrap(judge, "make_comparator", "comparison process Popen")
+    tl.wrap(process.SandboxProcess, "__init__", "sandbox spawn (fork)")
+    tl.wrap(process.SandboxProcess, "wait_ready", "sandbox wait_ready")
+    tl.wrap(pipeline.Evaluation, "run", "evaluation")
+    tl.wrap(comparator.ProcessComparator, "compare", "comparison")
+    ref = (EXAMPLE / "reference.py").read_text()
+    ker = (EXAMPLE / "kernel.py").read_text()
+    s = time.monotonic() - tl.t0
+    j = judge.Judge(device=device, spares=1, cache_path=judge.default_cache_path())
+    tl.spans.append(("Judge()", s, time.monotonic() - tl.t0))
+    s = time.monotonic() - tl.t0
+    result = j.evaluate(EvalRequest(reference_code=ref, kernel_code=ker))
+    tl.spans.append(("Judge.evaluate", s, time.monotonic() - tl.t0))
+    s = time.monotonic() - tl.t0
+    j.close()
+    tl.spans.append(("Judge.close", s, time.monotonic() - tl.t0))
+    spans = sorted(tl.spans, key=lambda x: x[1])
+    return {"outcome": result.outcome.value, "stage_s": result.stage_s, "wall_s": result.wall_s,
+            "spans": [{"step": n, "start_s": round(a, 3), "end_s": round(b, 3), "took_s": round(b - a, 3)}
+                      for n, a, b in spans]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--shell-runs", type=int, default=2)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    out: dict[str, Any] = {"shell_s": shell(args.device, args.shell_runs), "startup_s": startup()}
+    out["timeline"] = timeline(args.device)
+    print(f"drkernel eval from the shell: {', '.join(f'{v:.2f} s' for v in out['shell_s'])}")
+    for k, v in out["startup_s"].items():
+        print(f"  fresh interpreter, {k:<22} {v:6.2f} s")
+    tlr = out["timeline"]
+    print(f"in-process timeline ({tlr['outcome']}):")
+    for sp in tlr["spans"]:
+        print(f"  {sp['start_s']:7.2f} -> {sp['end_s']:7.2f}  ({sp['took_s']:6.2f} s)  {sp['step']}")
+    print("evaluation stages: " + ", ".join(f"{k} {v:.2f}s" for k, v in tlr["stage_s"].items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
