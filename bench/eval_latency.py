@@ -33,16 +33,32 @@ def wall(cmd: list[str]) -> tuple[float, int]:
 
 def startup() -> dict[str, float]:
     py = sys.executable
-    return {name: round(wall([py, "-c", code])[0], 3) for name, code in (
-        ("python -c pass", "pass"), ("import torch", "import torch"), ("import triton", "import triton"),
-        ("import drkernel.cli", "import drkernel.cli"),
-        ("torch + cuda init", "import torch; torch.cuda.is_available() and torch.zeros(1, device='cuda')"),
-    )}
+    return {
+        name: round(wall([py, "-c", code])[0], 3)
+        for name, code in (
+            ("python -c pass", "pass"),
+            ("import torch", "import torch"),
+            ("import triton", "import triton"),
+            ("import drkernel.cli", "import drkernel.cli"),
+            (
+                "torch + cuda init",
+                "import torch; torch.cuda.is_available() and torch.zeros(1, device='cuda')",
+            ),
+        )
+    }
 
 
 def shell(device: str, runs: int) -> list[float]:
-    cmd = [sys.executable, "-m", "drkernel.cli", "eval", str(EXAMPLE / "reference.py"), str(EXAMPLE / "kernel.py"),
-           "--device", device]
+    cmd = [
+        sys.executable,
+        "-m",
+        "drkernel.cli",
+        "eval",
+        str(EXAMPLE / "reference.py"),
+        str(EXAMPLE / "kernel.py"),
+        "--device",
+        device,
+    ]
     return [round(wall(cmd)[0], 3) for _ in range(runs)]
 
 
@@ -94,9 +110,15 @@ def timeline(device: str) -> dict[str, Any]:
     j.close()
     tl.spans.append(("Judge.close", s, time.monotonic() - tl.t0))
     spans = sorted(tl.spans, key=lambda x: x[1])
-    return {"outcome": result.outcome.value, "stage_s": result.stage_s, "wall_s": result.wall_s,
-            "spans": [{"step": n, "start_s": round(a, 3), "end_s": round(b, 3), "took_s": round(b - a, 3)}
-                      for n, a, b in spans]}
+    return {
+        "outcome": result.outcome.value,
+        "stage_s": result.stage_s,
+        "wall_s": result.wall_s,
+        "spans": [
+            {"step": n, "start_s": round(a, 3), "end_s": round(b, 3), "took_s": round(b - a, 3)}
+            for n, a, b in spans
+        ],
+    }
 
 
 def main() -> None:
