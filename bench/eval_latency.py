@@ -82,26 +82,48 @@ class Timeline:
 
 
 def timeline(device: str) -> dict[str, Any]:
+    """The judge's steps as `drkernel eval` runs them: the fork server first, then the imports."""
     tl = Timeline()
-    t = time.monotonic()
-    from drkernel.sandbox import comparator, isolation, judge, pipeline, process
+    from drkernel.sandbox import cli as eval_cli
+    from drkernel.sandbox import process
+
+    tl.wrap(process.Zygote, "__init__", "fork server Popen")
+    zygote = eval_cli._prestart(device)
+    s = time.monotonic() - tl.t0
+    from drkernel.sandbox import comparator, isolation, judge, pipeline
     from drkernel.types import EvalRequest
 
-    tl.spans.append(("import judge (torch, triton)", 0.0, time.monotonic() - tl.t0))
-    del t
+    tl.spans.append(("import judge (torch, triton)", s, time.monotonic() - tl.t0))
     tl.wrap(judge, "resolve_device", "resolve_device")
     tl.wrap(judge, "_to_hide", "hidden paths")
     tl.wrap(isolation, "probe", "isolation probe")
-    tl.wrap(process.Zygote, "__init__", "fork server Popen")
     tl.wrap(judge, "make_comparator", "comparison process Popen")
     tl.wrap(process.SandboxProcess, "__init__", "sandbox spawn (fork)")
-    tl.wrap(process.SandboxProcess, "wait_ready", "sandbox wait_ready")
     tl.wrap(pipeline.Evaluation, "run", "evaluation")
     tl.wrap(comparator.ProcessComparator, "compare", "comparison")
+    startups: list[dict[str, Any]] = []
+    ready = process.SandboxProcess.wait_ready
+
+    def wait_ready(proc: Any) -> Any:
+        start = time.monotonic()
+        info = ready(proc)
+        if start - proc.started_at > -1 and proc not in [x["proc"] for x in startups]:
+            startups.append(
+                {
+                    "proc": proc,
+                    "role": proc.role,
+                    "startup_s": info.get("startup_s"),
+                    "fork_to_ready_s": round(time.monotonic() - proc.started_at, 3),
+                }
+            )
+        tl.spans.append((f"{proc.role} wait_ready", start - tl.t0, time.monotonic() - tl.t0))
+        return info
+
+    process.SandboxProcess.wait_ready = wait_ready  # type: ignore[method-assign]
     ref = (EXAMPLE / "reference.py").read_text()
     ker = (EXAMPLE / "kernel.py").read_text()
     s = time.monotonic() - tl.t0
-    j = judge.Judge(device=device, spares=1, cache_path=judge.default_cache_path())
+    j = judge.Judge(device=device, spares=1, cache_path=judge.default_cache_path(), zygote=zygote)
     tl.spans.append(("Judge()", s, time.monotonic() - tl.t0))
     s = time.monotonic() - tl.t0
     result = j.evaluate(EvalRequest(reference_code=ref, kernel_code=ker))
@@ -114,6 +136,7 @@ def timeline(device: str) -> dict[str, Any]:
         "outcome": result.outcome.value,
         "stage_s": result.stage_s,
         "wall_s": result.wall_s,
+        "sandbox_startup": [{k: v for k, v in x.items() if k != "proc"} for x in startups],
         "spans": [
             {"step": n, "start_s": round(a, 3), "end_s": round(b, 3), "took_s": round(b - a, 3)}
             for n, a, b in spans
@@ -136,6 +159,8 @@ def main() -> None:
     print(f"in-process timeline ({tlr['outcome']}):")
     for sp in tlr["spans"]:
         print(f"  {sp['start_s']:7.2f} -> {sp['end_s']:7.2f}  ({sp['took_s']:6.2f} s)  {sp['step']}")
+    for x in tlr["sandbox_startup"]:
+        print(f"  {x['role']} sandbox: fork to ready {x['fork_to_ready_s']:.2f} s, inside: {x['startup_s']}")
     print("evaluation stages: " + ", ".join(f"{k} {v:.2f}s" for k, v in tlr["stage_s"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))

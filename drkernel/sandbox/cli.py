@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drkernel.errors import ConfigError
 from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.types import MAX_SOURCE_BYTES, EvalOptions, EvalRequest, EvalResult
+
+if TYPE_CHECKING:
+    from drkernel.sandbox.process import Zygote
 
 __all__ = ["kernel_line", "register", "render_verdict"]
 
@@ -108,10 +113,13 @@ def _read(path: Path, what: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_flags(args)
+    # The fork server imports torch and triton (seconds); it starts first, so that this process's
+    # own imports of them overlap with its.
+    zygote = _prestart(args.device)
     from drkernel.sandbox.judge import Judge, default_cache_path
     from drkernel.sandbox.process import SandboxFailure
 
-    _check_flags(args)
     reference = _read(args.reference, "reference")
     kernel = _read(args.kernel, "kernel")
     options = _options(args)
@@ -129,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
                           problem_name=args.reference.stem, shape_variants=tuple(args.shape))  # fmt: skip
     try:
         with Judge(device=options.device, spares=1, cache_path=args.cache or default_cache_path(),
-                   memory_limit_mb=options.memory_limit_mb, insecure=args.insecure) as judge:  # fmt: skip
+                   memory_limit_mb=options.memory_limit_mb, insecure=args.insecure,
+                   zygote=zygote) as judge:  # fmt: skip
             result = judge.evaluate(request)
     except SandboxFailure as exc:  # the judge's own machinery, never the candidate's doing
         print(f"drkernel eval: the judge could not start its sandboxes: {exc}", file=sys.stderr)
@@ -140,6 +149,21 @@ def run(args: argparse.Namespace) -> int:
         verbose = bool(getattr(args, "eval_verbose", False) or getattr(args, "verbose", False))
         sys.stdout.write(render_verdict(result, verbose=verbose) + "\n")
     return 0
+
+
+def _prestart(device: str | None) -> Zygote | None:
+    """A fork server for the device the judge will most likely resolve (`Judge` checks it, and starts
+    its own where this one does not fit); None where it cannot start here."""
+    from drkernel.sandbox.process import Zygote
+
+    if device is None:
+        device = "cuda" if os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES") != "" else "cpu"
+    if device != "cpu" and device != "cuda" and not device.startswith("cuda:"):
+        return None  # a bad spelling: Judge says what is wrong with it
+    try:
+        return Zygote(device)
+    except OSError:
+        return None
 
 
 def _fmt(value: float | None, unit: str = "", digits: int = 3) -> str:

@@ -63,11 +63,26 @@ class Judge:
                  memory_limit_mb: int | None = None, candidate_gpu_fraction: float = 0.6,
                  reference_gpu_fraction: float = 0.3, shared_triton_cache: str | None = None,
                  fork_server: bool = True, isolate_uid: bool | None = None,
-                 insecure: bool | None = None, hide: Sequence[str | Path] = ()) -> None:  # fmt: skip
+                 insecure: bool | None = None, hide: Sequence[str | Path] = (),
+                 zygote: Zygote | None = None) -> None:  # fmt: skip
         """`insecure`: run sandboxes without namespaces, for one's own code only (every result then
         says "isolation": "none"); otherwise the judge refuses to start where it cannot isolate them.
         None reads DRKERNEL_INSECURE=1. `hide`: more files or folders no sandbox may see (besides
-        DRKERNEL_SANDBOX_HIDE, a list like PATH); the timing cache and the scratch folders always are."""
+        DRKERNEL_SANDBOX_HIDE, a list like PATH); the timing cache and the scratch folders always are.
+        `zygote`: a fork server started earlier (`drkernel eval` starts one before importing torch);
+        the judge owns it from here, and replaces it if it was started for another device."""
+        try:
+            self._setup(device, spares, cache_path, memory_limit_mb, candidate_gpu_fraction, reference_gpu_fraction,
+                        shared_triton_cache, fork_server, isolate_uid, insecure, hide, zygote)  # fmt: skip
+        except BaseException:
+            if zygote is not None:
+                zygote.close()
+            raise
+
+    def _setup(self, device: str | None, spares: int | None, cache_path: str | Path | None,
+               memory_limit_mb: int | None, candidate_gpu_fraction: float, reference_gpu_fraction: float,
+               shared_triton_cache: str | None, fork_server: bool, isolate_uid: bool | None,
+               insecure: bool | None, hide: Sequence[str | Path], zygote: Zygote | None) -> None:  # fmt: skip
         if insecure is None:
             insecure = os.environ.get("DRKERNEL_INSECURE", "").strip().lower() in ("1", "true", "yes")
         self.device = resolve_device(device)
@@ -94,7 +109,10 @@ class Judge:
             self.isolation = "uid" if self.isolate_uid else "none"
         self.cache = ReferenceTimingCache(cache_path)
         # A fork server imports torch and triton once; each sandbox is then a fork (fast to spawn).
-        self._zygote: Zygote | None = Zygote(self.device) if fork_server else None
+        if zygote is not None and (not fork_server or not zygote.serves(self.device)):
+            zygote.close()
+            zygote = None
+        self._zygote: Zygote | None = (zygote or Zygote(self.device)) if fork_server else None
         self._pool: collections.deque[SandboxProcess] = collections.deque()
         self._ref: SandboxProcess | None = None
         self._closed = False

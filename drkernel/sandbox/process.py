@@ -167,6 +167,7 @@ class Zygote:
         self._tmp = tempfile.TemporaryDirectory(prefix="drkernel-zygote-")
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = sandbox_env(device, os.path.join(self._tmp.name, "triton"), self._tmp.name)
+        self._visible = env["CUDA_VISIBLE_DEVICES"]
         with open(os.path.join(self._tmp.name, "zygote.log"), "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "drkernel.sandbox.zygote", str(theirs.fileno()), str(os.getpid())],
@@ -177,6 +178,10 @@ class Zygote:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def serves(self, device: str) -> bool:
+        """Whether its sandboxes see the GPU (or none) that `device` names."""
+        return self.alive() and self._visible == sandbox_env(device, "", "")["CUDA_VISIBLE_DEVICES"]
 
     def spawn(self, request: dict[str, Any], fds: list[int], timeout_s: float = 120.0) -> int:
         self._sock.settimeout(timeout_s)  # the first answer waits for torch to import

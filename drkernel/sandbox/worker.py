@@ -91,16 +91,22 @@ class Sandbox:
     def warm_up(self, gpu_memory_fraction: float) -> dict[str, Any]:
         import triton
 
+        startup: dict[str, float] = {}
+        t0 = _perf()
         if self.cuda:
             torch.cuda.set_device(0)
             torch.cuda.set_per_process_memory_fraction(gpu_memory_fraction, 0)
             x = torch.randn(1024, device=self.device)
             (x * 2).sum().item()
-            # the first profiler session of a process can come back without device events: warm it
-            with torch.profiler.profile(
-                activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-            ):
-                (x + 1).sum().item()
+            startup["cuda_init"] = round(_perf() - t0, 4)
+            if self.role == "candidate":  # only candidates are profiled
+                # the first profiler session of a process can come back without device events: warm it
+                t1 = _perf()
+                with torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+                ):
+                    (x + 1).sum().item()
+                startup["profiler_warm"] = round(_perf() - t1, 4)
             self._sync()
             name = torch.cuda.get_device_name(0)
         else:
@@ -111,7 +117,9 @@ class Sandbox:
         self.watch.add_defaults(self.cuda)
         for owner, attr, _ in self.recorder.hooked():
             self.watch.add(owner, attr, f"{owner.__name__}.{attr}")
-        return {"ok": True, "device_name": name, "torch": torch.__version__, "triton": triton.__version__}
+        startup["warm_up"] = round(_perf() - t0, 4)
+        return {"ok": True, "device_name": name, "torch": torch.__version__, "triton": triton.__version__,
+                "startup_s": startup}  # fmt: skip
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, msg: dict[str, Any]) -> dict[str, Any]:
