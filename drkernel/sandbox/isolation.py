@@ -32,7 +32,8 @@ import subprocess
 import sys
 from typing import Any
 
-__all__ = ["IsolationError", "enter", "needed_paths", "new_pid_namespace", "probe"]
+__all__ = ["IsolationError", "enter", "install_seccomp", "needed_paths", "new_pid_namespace", "probe",
+           "seccomp_available", "seccomp_program"]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -151,6 +152,79 @@ def enter(spec: dict[str, Any]) -> None:
     if spec.get("init", True):
         _become_init_and_fork(uid)
     _drop_to(uid)
+    if spec.get("seccomp", True) and seccomp_available():
+        install_seccomp()
+
+
+# -- seccomp ------------------------------------------------------------------------------------
+# A deny list on top of the namespaces: the system calls that escapes from a container go through,
+# none of which a kernel, a compiler or CUDA needs. x86_64 only (numbers differ per architecture).
+AUDIT_ARCH_X86_64 = 0xC000003E
+_DENIED_X86_64 = {
+    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
+    "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308,
+    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+    "mount_setattr": 442, "name_to_handle_at": 303, "open_by_handle_at": 304,
+    "init_module": 175, "finit_module": 313, "delete_module": 176, "kexec_load": 246, "kexec_file_load": 320,
+    "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+    "keyctl": 250, "add_key": 248, "request_key": 249, "acct": 163, "swapon": 167, "swapoff": 168,
+    "reboot": 169, "sethostname": 170, "setdomainname": 171, "iopl": 172, "ioperm": 173, "quotactl": 179,
+    "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159,
+    "personality": 135, "lookup_dcookie": 212, "vhangup": 153,
+}  # fmt: skip
+_NR_CLONE, _NR_CLONE3 = 56, 435
+_NS_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x02000000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+_RET_ALLOW, _RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_available() -> bool:
+    return sys.platform == "linux" and os.uname().machine == "x86_64"
+
+
+def seccomp_program() -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) BPF instructions.
+
+    Another architecture's calling convention (i386 through int 0x80, x32) ends the process: its
+    numbers would name other calls. clone3 answers ENOSYS, so that the C library falls back to clone,
+    whose flags a filter can read: clone with a namespace flag, and every denied call, answer EPERM.
+    """
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    denied = sorted(_DENIED_X86_64.values())
+    allow = 7 + len(denied)  # after: clone's flags (allow+1, +2), allow (+3), deny (+4), enosys (+5)
+    deny, enosys = allow + 4, allow + 5
+
+    def to(target: int, at: int) -> int:  # a forward jump from instruction `at` to `target`
+        return target - (at + 1)
+
+    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, AUDIT_ARCH_X86_64), (ret, 0, 0, _RET_KILL_PROCESS), (ld_abs, 0, 0, 0),
+            (jge, to(deny, 4), 0, 0x40000000), (jeq, to(enosys, 5), 0, _NR_CLONE3),
+            (jeq, to(allow + 1, 6), 0, _NR_CLONE)]  # fmt: skip
+    prog += [(jeq, to(deny, 7 + i), 0, nr) for i, nr in enumerate(denied)]
+    prog += [(ret, 0, 0, _RET_ALLOW),
+             (ld_abs, 0, 0, 16),  # args[0], its low 32 bits: clone's flags
+             (jset, to(deny, allow + 2), 0, _NS_FLAGS),
+             (ret, 0, 0, _RET_ALLOW),
+             (ret, 0, 0, _RET_ERRNO | errno.EPERM), (ret, 0, 0, _RET_ERRNO | errno.ENOSYS)]  # fmt: skip
+    assert len(prog) == enosys + 1
+    return prog
+
+
+def install_seccomp() -> None:
+    """Load the filter into the calling process (inherited by every thread and child it makes later).
+    Needs no_new_privs (set by `enter`) or root. Raises IsolationError if the kernel refuses it."""
+    prog = seccomp_program()
+    insns = (_SockFilter * len(prog))(*[_SockFilter(c, t, f, k) for c, t, f, k in prog])
+    fprog = _SockFprog(len(prog), ctypes.cast(insns, ctypes.POINTER(_SockFilter)))
+    _check(_c().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "prctl(SECCOMP)")
 
 
 def _drop_to(uid: int) -> None:

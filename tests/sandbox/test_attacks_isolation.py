@@ -172,3 +172,16 @@ def test_the_judge_refuses_to_start_without_isolation(monkeypatch: pytest.Monkey
         r = evaluate(j, honest.code)
     assert r.outcome is EvalOutcome.OK, describe(r)
     assert r.isolation == "none" and EvalResult.from_dict(r.to_dict()).isolation == "none"
+
+
+@pytest.mark.skipif(not isolation.seccomp_available(), reason="no seccomp filter for this architecture")
+def test_the_kernels_escape_hatches_are_shut(judge: Judge) -> None:
+    """Beyond class 1/7: system calls that container escapes use are refused; fork, exec, threads work."""
+    r = evaluate(judge, attack("kernel_surface"))
+    assert r.outcome is EvalOutcome.OK, describe(r)
+    report = next(line for line in r.sandbox_output.splitlines() if line.startswith("SURFACE"))
+    calls = dict(item.split("=", 1) for item in report.split()[1:])
+    for name in ("ptrace", "process_vm_readv", "mount", "open_by_handle_at", "io_uring_setup", "keyctl",
+                 "init_module", "bpf", "userfaultfd", "setns", "pivot_root", "unshare_user"):  # fmt: skip
+        assert calls[name] == "-1/1", f"{name}: {calls[name]} (want -1/EPERM); {report}"
+    assert calls["thread"] == "1" and calls["exec"] == "0", report
