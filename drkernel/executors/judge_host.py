@@ -46,6 +46,7 @@ __all__ = [
     "in_host_process",
     "judge_call",
     "mark_host_process",
+    "SharedGpuJudge",
     "sandbox_judge",
 ]
 
@@ -90,6 +91,22 @@ def sandbox_judge(device: str) -> JudgeLike:
     from drkernel.sandbox.judge import Judge
 
     return _EnteredJudge(Judge(device=device))
+
+
+class SharedGpuJudge:
+    """The real judge as one of `share` judges on one GPU (a picklable factory): each gets 1/share of
+    the GPU memory caps of a judge alone and fewer warm spares. Their compiles, loads and correctness
+    trials overlap; their timing and profiling windows take turns (drkernel/sandbox/devicelock.py)."""
+
+    def __init__(self, share: int) -> None:
+        self.share = share
+
+    def __call__(self, device: str) -> JudgeLike:
+        from drkernel.sandbox.judge import Judge
+
+        n = max(1, self.share)
+        return _EnteredJudge(Judge(device=device, spares=max(2, 6 // n), candidate_gpu_fraction=0.6 / n,
+                                   reference_gpu_fraction=0.3 / n))  # fmt: skip
 
 
 def judge_call(judge: JudgeLike, request: EvalRequest) -> EvalResult:
@@ -168,38 +185,52 @@ class GpuLock:
             self._fd = -1
 
 
-def gpu_lock(device: str, timeout_s: float = 30.0, server_pid: int | None = None) -> GpuLock | None:
-    """Take the host-wide lock of the GPU behind `device`; None for a CPU device.
+def gpu_lock(device: str, timeout_s: float = 30.0, server_pid: int | None = None,
+             slots: int = 1) -> GpuLock | None:
+    """Take one of the `slots` host-wide judge places of the GPU behind `device`; None for a CPU device.
 
-    Waits up to `timeout_s` for another judge to let go. A holder that is an orphaned judge process
-    (its server died and it could not follow, e.g. it was frozen) is killed. Raises WorkerLost if
-    the GPU stays held: we never time next to another judge.
+    Slot 0 is `<key>.lock`, slot k `<key>.<k>.lock`: a server that runs one judge per GPU takes slot 0,
+    one that shares each GPU among k judges takes any free slot below k (their timing windows still
+    take turns: drkernel/sandbox/devicelock.py). Waits up to `timeout_s` for a slot. A holder that is
+    an orphaned judge process (its server died and it could not follow, e.g. it was frozen) is killed.
+    Raises WorkerLost if every slot stays held.
     """
     key = gpu_lock_key(device)
     if key is None:
         return None
     folder = _lock_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{key}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    paths = [folder / (f"{key}.lock" if k == 0 else f"{key}.{k}.lock") for k in range(max(1, slots))]
+    fds = [os.open(path, os.O_RDWR | os.O_CREAT, 0o666) for path in paths]
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            holder = _holder(path)
-            if holder and _is_orphan_judge(*holder):
-                logger.warning("killing orphaned judge %d on %s (its server %d is gone)",
-                               holder[0], key, holder[1])
-                with contextlib.suppress(OSError):
-                    os.kill(holder[0], signal.SIGKILL)
+    taken = None
+    while taken is None:
+        holder = None
+        for k, (fd, path) in enumerate(zip(fds, paths, strict=True)):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                taken = k
+                break
+            except BlockingIOError:
+                holder = _holder(path)
+                if holder and _is_orphan_judge(*holder):
+                    logger.warning("killing orphaned judge %d on %s (its server %d is gone)",
+                                   holder[0], key, holder[1])
+                    with contextlib.suppress(OSError):
+                        os.kill(holder[0], signal.SIGKILL)
+        if taken is None:
             if time.monotonic() > deadline:
-                os.close(fd)
+                for fd in fds:
+                    os.close(fd)
                 who = f"process {holder[0]}" if holder else "another process"
-                raise WorkerLost(f"{device} ({key}) is held by {who}: another judge times on this "
-                                 f"GPU (lock {path}); stop it or pick other GPUs") from None
+                where = f"lock {paths[0]}" if len(paths) == 1 else f"all {len(paths)} slots, {paths[0]} ..."
+                raise WorkerLost(f"{device} ({key}) is held by {who}: other judges use this GPU "
+                                 f"({where}); stop them or pick other GPUs") from None
             time.sleep(0.1)
+    for k, fd in enumerate(fds):
+        if k != taken:
+            os.close(fd)
+    fd, path = fds[taken], paths[taken]
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()} {server_pid or os.getppid()}\n".encode(), 0)
     return GpuLock(key, fd, path)
@@ -222,8 +253,9 @@ class ThreadJudgeHost:
     """A judge owned by one thread (the Judge is not thread-safe); callers hand work over."""
 
     def __init__(self, factory: JudgeFactory, device: str, name: str = "judge",
-                 lock_timeout_s: float = 30.0) -> None:
+                 lock_timeout_s: float = 30.0, gpu_slots: int = 1) -> None:
         self.device = device
+        self._gpu_slots = gpu_slots
         self._inbox: queue.Queue[tuple[EvalRequest, Future[EvalResult]] | None] = queue.Queue()
         self._judge: JudgeLike | None = None
         self._lock_timeout_s = lock_timeout_s
@@ -241,7 +273,7 @@ class ThreadJudgeHost:
     def _main(self, factory: JudgeFactory, ready: Future[None]) -> None:
         lock = None
         try:
-            lock = gpu_lock(self.device, self._lock_timeout_s, server_pid=os.getpid())
+            lock = gpu_lock(self.device, self._lock_timeout_s, server_pid=os.getpid(), slots=self._gpu_slots)
             self._judge = factory(self.device)
         except BaseException as exc:  # process edge of this thread: report to the builder
             if lock is not None:
@@ -321,9 +353,9 @@ def _host_main(conn: Connection, lifeline: socket.socket, beat_s: float) -> None
     mark_host_process()
     threading.Thread(target=_watch_lifeline, args=(lifeline, beat_s), name="lifeline",
                      daemon=True).start()
-    factory, device, lock_timeout_s = conn.recv()
+    factory, device, lock_timeout_s, gpu_slots = conn.recv()
     try:
-        lock = gpu_lock(device, lock_timeout_s)
+        lock = gpu_lock(device, lock_timeout_s, slots=gpu_slots)
         judge = factory(device)
     except BaseException as exc:  # process edge: report the failure to the parent
         conn.send(("error", f"judge factory failed: {exc}"))
@@ -369,6 +401,7 @@ class ProcessJudgeHost:
         scrub_env: tuple[str, ...] = (),
         heartbeat_timeout_s: float = 15.0,
         lock_timeout_s: float = 30.0,
+        gpu_slots: int = 1,
     ) -> None:
         self.device = device
         self.heartbeat_timeout_s = heartbeat_timeout_s
@@ -391,7 +424,7 @@ class ProcessJudgeHost:
         self._last_beat = time.monotonic()
         self._conn = Connection(parent_sock.detach())
         self._lock = threading.Lock()
-        self._conn.send((factory, device, lock_timeout_s))
+        self._conn.send((factory, device, lock_timeout_s, gpu_slots))
         # no heartbeat check while the judge starts: a CUDA init may hold the GIL for long
         kind, payload = self._receive(time.monotonic() + start_timeout_s, heartbeat=False)
         if kind != "ready":

@@ -17,6 +17,7 @@ from drkernel.executors.judge_host import (
     JudgeFactory,
     JudgeHost,
     ProcessJudgeHost,
+    SharedGpuJudge,
     ThreadJudgeHost,
     sandbox_judge,
 )
@@ -63,6 +64,8 @@ class LocalExecutor(SlotPool):
         judge_retries: int = 1  # extra tries after a frozen judge or a judge_error result
         revive_s: float = 30.0  # a worker that failed 3 starts is tried again this often
         gpu_lock_timeout_s: float = 30.0  # longest wait for another judge to free our GPU
+        # judges sharing each GPU: their compiles and correctness overlap, their timing takes turns
+        judges_per_gpu: int = 1
         scrub_env: tuple[str, ...] = ()  # env vars removed in judge processes (secrets)
 
         def __post_init__(self) -> None:
@@ -76,13 +79,16 @@ class LocalExecutor(SlotPool):
                 raise ConfigError("executor.heartbeat_timeout_s: must be > 0")
             if self.devices is not None and not self.devices:
                 raise ConfigError("executor.devices: empty")
+            if not 1 <= self.judges_per_gpu <= 16:
+                raise ConfigError(f"executor.judges_per_gpu: {self.judges_per_gpu} not in 1..16")
 
         def build(self, judge_factory: JudgeFactory | None = None) -> LocalExecutor:
             return LocalExecutor(self, judge_factory)
 
     def __init__(self, config: Config | None = None, judge_factory: JudgeFactory | None = None):
         self.config = config or LocalExecutor.Config()
-        self._factory = judge_factory or sandbox_judge
+        k = self.config.judges_per_gpu
+        self._factory = judge_factory or (sandbox_judge if k == 1 else SharedGpuJudge(k))
         self.max_attempts = self.config.max_attempts
         self.judge_retries = self.config.judge_retries
         self.revive_s = self.config.revive_s
@@ -90,18 +96,20 @@ class LocalExecutor(SlotPool):
         self.deadline_factor = self.config.deadline_factor
         self.deadline_grace_s = self.config.deadline_grace_s
         devices = self.config.devices or detect_devices(self.config.num_cpu_workers)
+        devices = tuple(d for d in devices for _ in range(k if d.startswith("cuda") else 1))
         self._init_pool([Slot(f"local-{i}", d) for i, d in enumerate(devices)])
 
     def _spawn(self, slot: Slot) -> JudgeHost:
         device, name = slot.state.device, slot.state.worker_id
         host: JudgeHost
         if self.config.isolation == "thread":
-            host = ThreadJudgeHost(self._factory, device, name, self.config.gpu_lock_timeout_s)
+            host = ThreadJudgeHost(self._factory, device, name, self.config.gpu_lock_timeout_s,
+                                   gpu_slots=self.config.judges_per_gpu)  # fmt: skip
         else:
             host = ProcessJudgeHost(
                 self._factory, device, name, self.config.start_timeout_s, self.config.scrub_env,
                 heartbeat_timeout_s=self.config.heartbeat_timeout_s,
-                lock_timeout_s=self.config.gpu_lock_timeout_s,
+                lock_timeout_s=self.config.gpu_lock_timeout_s, gpu_slots=self.config.judges_per_gpu,
             )
         slot.state.pid = host.pid
         return host

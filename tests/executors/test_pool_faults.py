@@ -217,3 +217,37 @@ def test_cancel_of_a_frozen_judge_still_answers_cancelled(tmp_path: Path) -> Non
         assert ex.cancel("c")
         t.join(timeout=15)
     assert out and out[0].error and out[0].error.kind == "cancelled"
+
+
+def test_judges_per_gpu_share_a_gpu_through_slots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """k judges may share one GPU (each holds one of k slots); a k+1-th is refused, as a second was."""
+    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
+    hosts = [ThreadJudgeHost(fake_judge, "cuda:3", f"s{i}", lock_timeout_s=0.5, gpu_slots=3) for i in range(3)]
+    try:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu-3.1.lock", "gpu-3.2.lock", "gpu-3.lock"]
+        with pytest.raises(WorkerLost, match="all 3 slots"):
+            ThreadJudgeHost(fake_judge, "cuda:3", "s3", lock_timeout_s=0.5, gpu_slots=3)
+        # a server that runs one judge per GPU waits for slot 0, which a sharing server holds
+        with pytest.raises(WorkerLost, match="held by process"):
+            ThreadJudgeHost(fake_judge, "cuda:3", "alone", lock_timeout_s=0.5)
+        hosts.pop(1).close()  # a freed slot is taken again
+        hosts.append(ThreadJudgeHost(fake_judge, "cuda:3", "s4", lock_timeout_s=5, gpu_slots=3))
+    finally:
+        for host in hosts:
+            host.close()
+
+
+def test_the_local_executor_runs_k_judges_per_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
+    from drkernel.errors import ConfigError
+    from drkernel.executors.judge_host import SharedGpuJudge
+
+    with pytest.raises(ConfigError, match="judges_per_gpu"):
+        LocalExecutor.Config(judges_per_gpu=0)
+    config = LocalExecutor.Config(devices=("cuda:0", "cuda:1", "cpu"), isolation="thread", judges_per_gpu=2)
+    with LocalExecutor(config, fake_judge) as ex:
+        assert [s.state.device for s in ex._slots] == ["cuda:0", "cuda:0", "cuda:1", "cuda:1", "cpu"]
+    import pickle
+
+    factory = pickle.loads(pickle.dumps(SharedGpuJudge(4)))  # it travels to a judge process
+    assert factory.share == 4
