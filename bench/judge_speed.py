@@ -77,7 +77,49 @@ def graph_ratio(rows: int, cols: int) -> float | None:
     return statistics.median(rows_[0]["speedups"]) if rows_ else None
 
 
-def precision(evals: int, shapes: list[tuple[int, int]]) -> list[dict]:
+class Load:
+    """`judges` more judges on the same GPU judging fresh 2048² kernels until stopped: the precision
+    target must hold while the judge's throughput work runs beside it (issue 14)."""
+
+    def __init__(self, judges: int) -> None:
+        import threading
+
+        self.stop = threading.Event()
+        self.done = 0
+        self.threads = [threading.Thread(target=self._churn, args=(i,), daemon=True) for i in range(judges)]
+        for t in self.threads:
+            t.start()
+
+    def _churn(self, i: int) -> None:
+        ref = REF.format(rows=2048, cols=2048)
+        with Judge(device="cuda", cache_path=None, spares=2) as judge:
+            k = 0
+            while not self.stop.is_set():
+                k += 1
+                judge.evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=1000 * i + k)))
+                self.done += 1
+
+    def close(self) -> int:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=120)
+        return self.done
+
+
+def precision(evals: int, shapes: list[tuple[int, int]], under_load: int = 0) -> list[dict]:
+    table = []
+    load = Load(under_load) if under_load else None
+    try:
+        table = _precision(evals, shapes)
+    finally:
+        if load is not None:
+            print(f"under load: {load.close()} evaluations by {under_load} other judge(s) meanwhile", flush=True)
+    for row in table:
+        row["under_load"] = under_load
+    return table
+
+
+def _precision(evals: int, shapes: list[tuple[int, int]]) -> list[dict]:
     table = []
     for rows, cols in shapes:
         ref, ker = REF.format(rows=rows, cols=cols), KERNEL.format(cols=cols, salt=0)
@@ -139,10 +181,11 @@ def main() -> None:
     ap.add_argument("--shapes", default="8192x8192,4096x4096,1024x1024")
     ap.add_argument("--throughput", type=int, default=24, help="distinct kernels per throughput run (0: none)")
     ap.add_argument("--judges", default="1,4", help="judges sharing the GPU, one throughput run each")
+    ap.add_argument("--under-load", type=int, default=0, help="other judges working on the GPU meanwhile")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
-    result = {"precision": precision(args.evals, shapes)}  # type: ignore[arg-type]
+    result = {"precision": precision(args.evals, shapes, args.under_load)}  # type: ignore[arg-type]
     runs = []
     for k in (int(v) for v in args.judges.split(",") if v) if args.throughput else ():
         runs.append(throughput(args.throughput, k))
