@@ -31,7 +31,8 @@ SANDBOX_ALL = {
                 "to_device"},
     "cli": {"kernel_line", "register", "render_verdict"},
     "zygote": {"STATUS_FILE", "main"},
-    "isolation": {"IsolationError", "enter", "needed_paths", "new_pid_namespace", "probe"},
+    "isolation": {"IsolationError", "enter", "install_seccomp", "needed_paths", "new_pid_namespace", "probe",
+                  "seccomp_available", "seccomp_program"},
 }  # fmt: skip
 
 
