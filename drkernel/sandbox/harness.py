@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -233,27 +233,61 @@ def checksum(out: Any, wseed: int) -> list[list[Any]]:
     projection would let a linear problem shortcut it). The reference computes the same from the
     same inputs; an honest output differs by about ||out - ref|| in the first sum.
     """
-    _, tensors = flatten_outputs(out)
-    rows: list[list[Any]] = []
-    for k, t in enumerate(tensors):
-        if not isinstance(t, torch.Tensor):
-            rows.append([None, type(t).__name__, 0.0, 0.0, 0, 0, 0])
-            continue
-        x = t.detach()
-        if x.is_complex():
-            x = torch.view_as_real(x)
-        x = x.reshape(-1).to(torch.float32)
-        nan, pinf, ninf = torch.isnan(x), torch.isposinf(x), torch.isneginf(x)
-        counts = torch.stack([nan.sum(), pinf.sum(), ninf.sum()]).tolist()
-        x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-        g = torch.Generator(device=x.device)
-        g.manual_seed((wseed * 1_000_003 + k) % (1 << 63))
-        w = torch.randn(x.numel(), generator=g, device=x.device, dtype=torch.float32)
-        pair = torch.stack([torch.dot(x.double(), w.double()) if x.numel() < (1 << 22) else torch.dot(x, w).double(),
-                            x.double().square().sum() if x.numel() < (1 << 22) else x.square().sum().double()])
-        s, q = pair.tolist()
-        rows.append([list(t.shape), str(t.dtype), s, q, *counts])
+    return checksums([out], [wseed])[0]
+
+
+def checksums(outs: Iterable[Any], wseeds: list[int]) -> list[list[list[Any]]]:
+    """checksum() of each output, read back from each device once for all of them.
+
+    A window has up to 100 calls: one read per output leaf would wait for the device 100 times.
+    `outs` may be a generator: each output is dropped once its sums are queued."""
+    metas: list[list[tuple[list[Any], tuple[str, int] | None]]] = []
+    pending: dict[str, list[torch.Tensor]] = {}
+    for out, wseed in zip(outs, wseeds, strict=True):
+        _, tensors = flatten_outputs(out)
+        row: list[tuple[list[Any], tuple[str, int] | None]] = []
+        for k, t in enumerate(tensors):
+            if not isinstance(t, torch.Tensor):
+                row.append(([None, type(t).__name__], None))
+                continue
+            slot = pending.setdefault(str(t.device), [])
+            slot.append(_leaf_sums(t, (int(wseed) * 1_000_003 + k) % (1 << 63)))
+            row.append(([list(t.shape), str(t.dtype)], (str(t.device), len(slot) - 1)))
+        metas.append(row)
+    values = {dev: torch.stack(vecs).tolist() for dev, vecs in pending.items()}
+    rows: list[list[list[Any]]] = []
+    for row in metas:
+        done: list[list[Any]] = []
+        for meta, where in row:
+            if where is None:
+                done.append([*meta, 0.0, 0.0, 0, 0, 0])
+                continue
+            s, q, nan, pinf, ninf = values[where[0]][where[1]]
+            done.append([*meta, s, q, int(nan), int(pinf), int(ninf)])
+        rows.append(done)
     return rows
+
+
+_generators: dict[str, torch.Generator] = {}
+
+
+def _leaf_sums(t: torch.Tensor, seed: int) -> torch.Tensor:
+    """[sum(w * x), sum(x * x), NaN, +Inf, -Inf] of one leaf as float64, on its device, not read back."""
+    x = t.detach()
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    x = x.reshape(-1).to(torch.float32)
+    counts = torch.stack([torch.isnan(x).sum(), torch.isposinf(x).sum(), torch.isneginf(x).sum()]).double()
+    x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    g = _generators.get(str(x.device))
+    if g is None:
+        g = _generators[str(x.device)] = torch.Generator(device=x.device)
+    g.manual_seed(seed)
+    w = torch.randn(x.numel(), generator=g, device=x.device, dtype=torch.float32)
+    small = x.numel() < (1 << 22)
+    s = torch.dot(x.double(), w.double()) if small else torch.dot(x, w).double()
+    q = x.double().square().sum() if small else x.square().sum().double()
+    return torch.cat([torch.stack([s, q]), counts])
 
 
 def refill(dst: list[Any], src: list[Any]) -> bool:

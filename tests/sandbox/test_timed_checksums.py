@@ -114,3 +114,26 @@ def test_a_harness_takeover_that_forges_the_window_times_is_caught(judge: Judge)
     assert r.outcome is EvalOutcome.HACK_DETECTED and "timer_mismatch" in r.hacks, (r.outcome, r.hack_details,
                                                                                      r.kernel_timing)
     assert r.reward == 0.0
+
+
+def test_window_checksums_are_each_outputs_own() -> None:
+    """harness.checksums reads a whole window back at once; each row is still its own output's sums."""
+    import torch
+
+    from drkernel.sandbox import harness
+
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(1 << 22, generator=g)  # past 2**22 elements: the float32 dot path
+    b = torch.tensor([[1.0, float("nan")], [float("inf"), -float("inf")]])
+    outs = [(a, [a[:5]]), b]
+    rows = harness.checksums(iter(outs), [11, 12])
+    assert [len(r) for r in rows] == [2, 1]
+    assert rows[1][0][:2] == [[2, 2], "torch.float32"] and rows[1][0][4:] == [1, 1, 1]
+    assert rows[1][0][3] == 1.0  # NaN and Inf count as 0 in the sums
+    for row, x, wseed in ((rows[0][0], a, 11 * 1_000_003), (rows[0][1], a[:5], 11 * 1_000_003 + 1)):
+        w = torch.randn(x.numel(), generator=torch.Generator().manual_seed(wseed))
+        assert row[2] == pytest.approx(float(torch.dot(x.double(), w.double())), rel=1e-4)
+        assert row[3] == pytest.approx(float(x.double().square().sum()), rel=1e-6)
+    assert harness.checksum(outs[1], 12) == rows[1]  # one output alone: the same row
+    with pytest.raises(ValueError):
+        harness.checksums(outs, [1])  # a seed per output
