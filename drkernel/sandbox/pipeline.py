@@ -423,7 +423,7 @@ class Evaluation:
         backend = self.opts.reference_backend
         total = self.opts.num_perf_trials or (100 if self.cuda else 3)
         key = self.cache.key(_hash(self.req.reference_code), str(info.get("device_name")), backend,
-                             str(info.get("torch")), total, self.opts.num_warmup, 0.0, method="windows-v2")  # fmt: skip
+                             str(info.get("torch")), total, self.opts.num_warmup, 0.0, method="windows-v3")  # fmt: skip
         stats = self.cache.get(key)
         if stats is None:
             with timing_lock(self.device):
