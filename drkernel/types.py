@@ -221,6 +221,7 @@ class TimingStats:
     graph: bool | None = None  # windows replayed as one CUDA graph (device time only)
     overhead_ms: float | None = None  # judge's clock less the windows: input fills, checksums, IPC
     input_bytes: int | None = None  # of one call's inputs (the reference's count)
+    graph_submit_ms: float | None = None  # host time to submit one window's graph (hidden by a GPU spin)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

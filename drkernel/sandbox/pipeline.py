@@ -302,8 +302,8 @@ class Evaluation:
         calls, windows = int(ref.window_calls or 1), int(ref.windows or 1)
         seeds, wseeds = self._fresh(windows, calls), self._fresh(windows, calls)
         with timing_lock(self.device):  # the device to itself: one timing window per GPU, host-wide
-            self._cand({"op": "bench_prepare", "seed": self.rng.randrange(1 << 30), "calls": calls,
-                        "warmup": self.opts.num_warmup, "warmup_s": self._warmup_s, "graph": self.cuda})  # fmt: skip
+            prep = self._cand({"op": "bench_prepare", "seed": self.rng.randrange(1 << 30), "calls": calls,
+                               "warmup": self.opts.num_warmup, "warmup_s": self._warmup_s, "graph": self.cuda})  # fmt: skip
             t0 = time.perf_counter()
             reply = self._cand({"op": "bench_run", "seeds": seeds, "wseeds": wseeds})
             external_ms = (time.perf_counter() - t0) * 1e3
@@ -316,6 +316,7 @@ class Evaluation:
         stats.window_calls, stats.windows, stats.graph = calls, windows, bool(reply.get("graph"))
         stats.external_ms_per_call = external_ms / (calls * windows)
         stats.overhead_ms = max(external_ms - sum(reply["window_ms"]), 0.0)
+        stats.graph_submit_ms = _number(prep.get("launch_ms"))
         self.result.kernel_timing = stats
         self._stream_check(reply["window_ms"], reply["host_ms"])
         self._verify_checksums(seeds, wseeds, reply["checksums"], "timed window")
@@ -445,6 +446,7 @@ class Evaluation:
             stats.external_ms_per_call = external_ms / (calls * windows)
             stats.overhead_ms = max(external_ms - sum(reply["window_ms"]), 0.0)
             stats.input_bytes = prep.get("input_bytes")
+            stats.graph_submit_ms = _number(prep.get("launch_ms"))
             self.cache.put(key, stats)
         self.result.reference_timing = stats
         return stats
@@ -596,6 +598,10 @@ def _output_bytes(item: dict[str, Any]) -> int | None:
                    for dt, shape in zip(item["dtypes"], item["shapes"], strict=True))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _hash(text: str) -> str:
