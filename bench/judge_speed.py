@@ -123,7 +123,7 @@ def _precision(evals: int, shapes: list[tuple[int, int]]) -> list[dict]:
     table = []
     for rows, cols in shapes:
         ref, ker = REF.format(rows=rows, cols=cols), KERNEL.format(cols=cols, salt=0)
-        sp, kms = [], []
+        sp, kms, submit = [], [], []
         frac = None
         with Judge(device="cuda", cache_path=None, spares=2) as judge:
             results = [judge.evaluate(EvalRequest(reference_code=ref + f"\n# evaluation {k}\n", kernel_code=ker,
@@ -134,13 +134,17 @@ def _precision(evals: int, shapes: list[tuple[int, int]]) -> list[dict]:
                 continue
             sp.append(r.speedup)
             kms.append(r.kernel_ms or 0.0)
+            kt, rt = r.kernel_timing, r.reference_timing
+            submit.append([kt.graph_submit_ms if kt else None, rt.graph_submit_ms if rt else None,
+                           kt.window_calls if kt else None])
             sol = r.speed_of_light
             frac = sol.kernel_bandwidth_fraction if sol else None
         truth = graph_ratio(rows, cols)
         row = {"shape": f"{rows}x{cols}", "kernel_us": statistics.median(kms) * 1e3 if kms else None,
                "speedups": sp, "spread": max(sp) / min(sp) if sp else None,
                "median": statistics.median(sp) if sp else None, "graph_ratio": truth,
-               "kernel_bandwidth_fraction": frac if sp else None}
+               "kernel_bandwidth_fraction": frac if sp else None,
+               "graph_submit_ms_kernel_reference_calls": submit[0] if submit else None}
         row["median_vs_graph"] = row["median"] / truth if sp and truth else None
         table.append(row)
         print(json.dumps(row), flush=True)

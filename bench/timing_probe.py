@@ -7,6 +7,9 @@ fresh process measures the speedup (reference time / kernel time) by several met
   window    CUDA events around a window of back-to-back calls on distinct inputs
   graph     CUDA-graph replay of a window of calls on distinct inputs (the new judge)
   offset    events1, but the input starts at a different byte offset in each process (alignment)
+  graphidle graph, but each window after an L2 flush and a sync: the window opens on an idle GPU
+            while the host still submits the graph (the judge before the spin)
+  graphspin graphidle with a ~1 ms GPU spin before the window opens (the judge after it)
 Run: python3 bench/timing_probe.py [--procs 6] ; prints max/min of the speedup across processes.
 """
 
@@ -84,6 +87,24 @@ def measure(fn):
         for _ in range(20):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             g.replay(); s.record(); g.replay(); e.record(); e.synchronize()
+            out.append(s.elapsed_time(e) / W)
+        return statistics.median(out)
+    if method in ("graphidle", "graphspin"):  # the judge's window: after a flush and a sync, GPU idle
+        g = torch.cuda.CUDAGraph()
+        st = torch.cuda.Stream(); st.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(st):
+            for x in xs: fn(x, b)
+        torch.cuda.current_stream().wait_stream(st)
+        with torch.cuda.graph(g):
+            outs = [fn(x, b) for x in xs]
+        g.replay(); torch.cuda.synchronize()
+        out = []
+        for _ in range(20):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            flush.zero_(); torch.cuda.synchronize()
+            if method == "graphspin":
+                torch.cuda._sleep(2_000_000)  # ~1 ms: the host submits the graph meanwhile
+            s.record(); g.replay(); e.record(); e.synchronize()
             out.append(s.elapsed_time(e) / W)
         return statistics.median(out)
     raise SystemExit(method)
