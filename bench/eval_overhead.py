@@ -181,7 +181,21 @@ class _Lines(list):  # type: ignore[type-arg]
 
 def evaluate(judge: Judge, ref: str, ker: str, **opts: object) -> dict:
     r = judge.evaluate(EvalRequest(reference_code=ref, kernel_code=ker, options=EvalOptions(**opts)))
-    return r.to_dict()
+    d = r.to_dict()
+    if d["outcome"] != "ok":  # every kernel here is honest: say what the judge saw, for the record
+        print(not_ok_line(d), flush=True)
+    return d
+
+
+def not_ok_line(d: dict) -> str:
+    """One line on an evaluation that is not ok: hack codes with evidence, the error, both timings."""
+    def timing(t: dict | None) -> str:
+        if not t:
+            return "-"
+        keys = ("median_ms", "window_calls", "windows", "external_ms_per_call", "overhead_ms", "graph_submit_ms")
+        return json.dumps({k: t.get(k) for k in keys})
+    return (f"NOT OK: {d['outcome']} hacks={json.dumps(d.get('hack_details') or {})} error={json.dumps(d.get('error'))} "
+            f"kernel_timing={timing(d.get('kernel_timing'))} reference_timing={timing(d.get('reference_timing'))}")
 
 
 def main() -> None:

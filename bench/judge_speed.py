@@ -129,8 +129,9 @@ def _precision(evals: int, shapes: list[tuple[int, int]]) -> list[dict]:
             results = [judge.evaluate(EvalRequest(reference_code=ref + f"\n# evaluation {k}\n", kernel_code=ker,
                                                   options=EvalOptions(device="cuda"))) for k in range(evals)]  # fmt: skip
         for r in results:
+            if r.outcome.value != "ok":
+                print(f"{rows}x{cols}: NOT OK: {r.outcome.value} {r.hack_details} {r.error}", flush=True)
             if r.speedup is None:
-                print(f"{rows}x{cols}: {r.outcome.value} {r.error} {r.hack_details}", flush=True)
                 continue
             sp.append(r.speedup)
             kms.append(r.kernel_ms or 0.0)
@@ -159,14 +160,24 @@ def throughput(n: int, judges: int) -> dict:
     ref = REF.format(rows=2048, cols=2048)
     pool = [Judge(device="cuda", cache_path=None, spares=max(2, 6 // judges)) for _ in range(judges)]
     try:
-        for j in pool:
+        def warm(j: Judge) -> None:  # the judges start side by side: one after another took ~8 s each
             j.warm()
             j.evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=0)))
+
+        t_warm = time.monotonic()
+        with ThreadPoolExecutor(judges) as ex:
+            list(ex.map(warm, pool))
+        print(f"{judges} judge(s) warm in {time.monotonic() - t_warm:.1f} s", flush=True)
         work = [[k for k in range(n) if k % judges == i] for i in range(judges)]
 
         def run(i: int) -> list[str]:
-            return [pool[i].evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=k + 1)))
-                    .outcome.value for k in work[i]]  # fmt: skip
+            outcomes = []
+            for k in work[i]:
+                d = pool[i].evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=k + 1)))
+                if d.outcome.value != "ok":
+                    print(f"throughput: NOT OK: {d.outcome.value} {d.hack_details} {d.error}", flush=True)
+                outcomes.append(d.outcome.value)
+            return outcomes
 
         t0 = time.monotonic()
         with ThreadPoolExecutor(judges) as ex:
