@@ -53,10 +53,11 @@ _OPEN_PATHS = {"/health"}
 def default_executor(settings: Settings) -> Executor:
     """The executor `drkernel serve` builds: local pool or Ray, real judge or the scripted double."""
     from drkernel.executors.fake_judge import fake_judge
-    from drkernel.executors.judge_host import sandbox_judge
+    from drkernel.executors.judge_host import SharedGpuJudge, sandbox_judge
     from drkernel.server.settings import SECRET_VARS
 
-    factory = fake_judge if settings.judge == "fake" else sandbox_judge
+    k = settings.judges_per_gpu
+    factory = fake_judge if settings.judge == "fake" else sandbox_judge if k == 1 else SharedGpuJudge(k)
     if settings.executor == "ray":
         from drkernel.executors.ray import RayExecutor
 
@@ -71,7 +72,7 @@ def default_executor(settings: Settings) -> Executor:
         devices = devices[: settings.num_workers]
     return LocalExecutor.Config(devices=devices, isolation=settings.isolation,
                                 heartbeat_timeout_s=settings.heartbeat_timeout_s,
-                                deadline_grace_s=settings.deadline_grace_s,
+                                deadline_grace_s=settings.deadline_grace_s, judges_per_gpu=k,
                                 scrub_env=SECRET_VARS).build(factory)
 
 

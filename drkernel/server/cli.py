@@ -38,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="Ray cluster address (with --executor ray; default: a private local one)")
     p.add_argument("--workers", dest="num_workers", type=int, default=None,
                    help="worker count (default: one per GPU, or cores/2 on the CPU)")
+    p.add_argument("--judges-per-gpu", dest="judges_per_gpu", type=int, default=None,
+                   help="judges sharing each GPU (local executor, default 1): their compiles and correctness "
+                        "trials overlap, their timing and profiling windows take turns")
     p.add_argument("--isolation", choices=["process", "thread"], default=None,
                    help="local executor: each judge in its own process (default) or a thread")
     p.add_argument("--judge", choices=["sandbox", "fake"], default=None,
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from drkernel.server.app import create_app
     from drkernel.server.settings import Settings, scrub_secrets
 
-    names = ("host", "port", "db_path", "executor", "ray_address", "num_workers", "isolation",
+    names = ("host", "port", "db_path", "executor", "ray_address", "num_workers", "judges_per_gpu", "isolation",
              "judge", "max_queue", "retention_s", "evaluate_wait_s", "durable",
              "heartbeat_timeout_s", "deadline_grace_s", "dedupe_window_s")
     devices = getattr(args, "devices", None)

@@ -28,6 +28,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "DRKERNEL_EXECUTOR": ("executor", str),
     "DRKERNEL_RAY_ADDRESS": ("ray_address", str),
     "DRKERNEL_WORKERS": ("num_workers", int),
+    "DRKERNEL_JUDGES_PER_GPU": ("judges_per_gpu", int),
     "DRKERNEL_MAX_QUEUE": ("max_queue", int),
     "DRKERNEL_RETENTION_S": ("retention_s", float),
     "DRKERNEL_EVALUATE_WAIT_S": ("evaluate_wait_s", float),
@@ -44,6 +45,7 @@ class Settings:
     executor: str = "local"  # "local" | "ray"
     ray_address: str | None = None  # None with executor=ray: a private local cluster
     num_workers: int | None = None  # None: one per GPU, or cores // 2 CPU workers
+    judges_per_gpu: int = 1  # local executor: judges sharing each GPU (their timing takes turns)
     isolation: str = "process"  # local executor: judge per process | thread
     judge: str = "sandbox"  # "sandbox" (the real judge) | "fake" (scripted, for demos/tests)
     max_queue: int = 10_000  # queued tasks beyond this get 429
@@ -83,6 +85,11 @@ class Settings:
                               "list of cuda:N (or cpu)")
         if self.num_workers is not None and self.num_workers < 1:
             raise ConfigError("serve.num_workers: must be >= 1")
+        if not 1 <= self.judges_per_gpu <= 16:
+            raise ConfigError(f"serve.judges_per_gpu: {self.judges_per_gpu} not in 1..16")
+        if self.judges_per_gpu > 1 and self.executor == "ray":
+            raise ConfigError("serve.judges_per_gpu: more than one judge per GPU needs the local executor "
+                              "(a Ray actor holds a whole GPU)")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
