@@ -10,6 +10,9 @@
 #   agent    bench/agent_gpu_demo.py (issue 5)                                         (~8 min)
 #   baselines `drkernel suite baselines builtin:gpu --backend both` (issue 6)          (~2 min)
 #   speed    bench/judge_speed.py: speedup spread vs graph replay, throughput (issue 14) (~5 min)
+#            SPEED_ARGS narrows it, e.g. SPEED_ARGS="--shapes 1024x1024 --judges 4 --throughput 24"
+#   probe    bench/timing_probe.py at 1024²: which part of the judge's window makes small kernels
+#            slow (25-call windows, the flush, the refill; issue 14)                      (~1 min)
 #   extra    KernelGYM coverage fields on the GPU, isolation attacks on the GPU host,
 #            and two single `drkernel eval` runs from the shell, timed (issues 13-15)     (~2 min)
 # Logs and tables go to $OUT (or ./gpu-out). Parts may run side by side on different GPUs:
@@ -54,7 +57,11 @@ for part in "$@"; do
     timeout "${BASELINES_TIMEOUT:-200}" python3 -m drkernel.cli suite baselines builtin:gpu --device cuda \
       --backend both --store "$OUT/baselines.json" > "$OUT/baselines.log" 2>&1 ;;
   speed)
-    timeout "${SPEED_TIMEOUT:-420}" python3 bench/judge_speed.py --json "$OUT/judge_speed.json" > "$OUT/speed.log" 2>&1 ;;
+    timeout "${SPEED_TIMEOUT:-420}" python3 bench/judge_speed.py --json "$OUT/judge_speed.json" ${SPEED_ARGS:-} \
+      > "$OUT/speed.log" 2>&1 ;;
+  probe)
+    timeout "${PROBE_TIMEOUT:-150}" python3 bench/timing_probe.py --procs 3 --shapes 1024x1024 \
+      --methods graph,graph25,graphidle,graphidle25,graphspin25,graphrefill25 --json "$OUT/probe.json" > "$OUT/probe.log" 2>&1 ;;
   extra)
     timeout 200 python3 -m pytest -m gpu tests/server/test_kernelgym_gpu.py -v -s -p no:cacheprovider -W ignore::pytest.PytestConfigWarning \
       -o timeout=150 > "$OUT/extra.log" 2>&1
@@ -64,7 +71,8 @@ for part in "$@"; do
       { TIMEFORMAT="eval $k wall %R s"; time timeout 120 python3 -m drkernel.cli eval \
         drkernel/examples/relu_scale/reference.py drkernel/examples/relu_scale/kernel.py; } >> "$OUT/extra.log" 2>&1
     done ;;
-  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines)" >&2; exit 2 ;;
+  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe)" >&2
+     exit 2 ;;
   esac
 done
 # One line to read first: did the judge hold on this GPU at this commit?
