@@ -1,7 +1,7 @@
 """Recipes: functions that return a RunConfig (torchtitan style), printable and overridable.
 
 `debug_cpu()` trains a tiny random model through the real judge on the CPU (CI); `dr_kernel_8b()` and
-`dr_kernel_14b()` carry the paper's values, each citing its source in paper-spec (shared/spec/paper.md).
+`dr_kernel_14b()` carry the paper's values, each citing its source in docs/paper_spec.md.
 Derive variants with dataclasses.replace or `drkernel train rl --recipe NAME --set key=value`.
 """
 
@@ -33,38 +33,40 @@ __all__ = ["RECIPES", "debug_cpu", "dr_kernel_8b", "dr_kernel_14b", "get_recipe"
 
 def _paper_rl() -> RLConfig:
     return RLConfig(
-        advantage="trloo",  # paper-spec §5.3, §9.3: ALGORITHM=trloo
-        gamma=1.0,  # paper-spec §5.1: GAMMA=1.0
-        singleton="return",  # paper-spec §5.3: a group of one gets A = G (authors' code)
-        # paper-spec §15: the paper's "valid rollouts"; the code keeps MRS/PRS-rejected turns in the
+        advantage="trloo",  # docs/paper_spec.md §5.3, §9.3: ALGORITHM=trloo
+        gamma=1.0,  # docs/paper_spec.md §5.1: GAMMA=1.0
+        singleton="return",  # docs/paper_spec.md §5.3: a group of one gets A = G (authors' code)
+        # docs/paper_spec.md §15: the paper's "valid rollouts"; the code keeps MRS/PRS-rejected turns in the
         # baseline (--set rl.baseline_members=valid)
         baseline_members="kept",
-        mask_void_turn=True,  # paper-spec §5.4: mask_void_turn: True
+        mask_void_turn=True,  # docs/paper_spec.md §5.4: mask_void_turn: True
         mrs=MismatchConfig(
-            level="geometric",  # paper-spec §6: ROLLOUT_RS=geometric
-            bounds=(0.999, 1.001),  # paper-spec §6
-            veto=1e-4,  # paper-spec §6: ROLLOUT_TOKEN_VETO_THRESHOLD=1e-4
-            veto_scope="trajectory",  # paper-spec §15: the paper; the code vetoes the turn-row only
+            level="geometric",  # docs/paper_spec.md §6: ROLLOUT_RS=geometric
+            bounds=(0.999, 1.001),  # docs/paper_spec.md §6
+            veto=1e-4,  # docs/paper_spec.md §6: ROLLOUT_TOKEN_VETO_THRESHOLD=1e-4
+            # docs/paper_spec.md §15: the paper; the code vetoes the turn-row only
+            veto_scope="trajectory",
         ),
-        prs=ProfilingRejectionConfig(tau=0.3, slope=0.1),  # paper-spec §7: COVERAGE_RS_THRESHOLD/FACTOR
+        # docs/paper_spec.md §7: COVERAGE_RS_THRESHOLD / COVERAGE_RS_FACTOR
+        prs=ProfilingRejectionConfig(tau=0.3, slope=0.1),
         dynamic_sampling=DynamicSamplingConfig(std_threshold=1e-3, min_group_size=16 // 2 + 1),  # §8
-        max_sampling_rounds=4,  # paper-spec §8: refill until 16 prompts survive (bounded here)
+        max_sampling_rounds=4,  # docs/paper_spec.md §8: refill until 16 prompts survive (bounded here)
         loss=LossConfig(clip_low=0.2, clip_high=0.28, dual_clip=3.0, agg="seq-mean-token-sum"),  # §5.5
     )
 
 
 def _paper_sft() -> SFTConfig:
     return SFTConfig(
-        lr=2e-5,  # paper-spec §9.2: script value (the paper says 1e-6)
-        batch_size=64,  # paper-spec §9.2: script value (the paper says 256)
-        micro_batch_size=2,  # paper-spec §9.2: micro-batch 2 per GPU
-        epochs=4,  # paper-spec §9.2
-        max_length=18432,  # paper-spec §9.2: right truncation
-        warmup_ratio=0.1,  # paper-spec §9.2
-        schedule="cosine",  # paper-spec §9.2
-        betas=(0.9, 0.95),  # paper-spec §9.2
-        weight_decay=0.01,  # paper-spec §9.2
-        grad_clip=1.0,  # paper-spec §9.2
+        lr=2e-5,  # docs/paper_spec.md §9.2: script value (the paper says 1e-6)
+        batch_size=64,  # docs/paper_spec.md §9.2: script value (the paper says 256)
+        micro_batch_size=2,  # docs/paper_spec.md §9.2: micro-batch 2 per GPU
+        epochs=4,  # docs/paper_spec.md §9.2
+        max_length=18432,  # docs/paper_spec.md §9.2: right truncation
+        warmup_ratio=0.1,  # docs/paper_spec.md §9.2
+        schedule="cosine",  # docs/paper_spec.md §9.2
+        betas=(0.9, 0.95),  # docs/paper_spec.md §9.2
+        weight_decay=0.01,  # docs/paper_spec.md §9.2
+        grad_clip=1.0,  # docs/paper_spec.md §9.2
     )
 
 
@@ -73,34 +75,35 @@ def _paper_run(name: str, model_path: str) -> RunConfig:
         name=name,
         model=ModelConfig(path=model_path, dtype="bfloat16", gradient_checkpointing=True),  # §9.3
         data=DataConfig(
-            # paper-spec §2.1: hkust-nlp/drkernel-rl-data (71,996 rows); point this at your copy
+            # docs/paper_spec.md §2.1: hkust-nlp/drkernel-rl-data (71,996 rows); point this at your copy
             suite="cuda_llm_rl_thinking_1025.parquet",
-            # paper-spec §9.3: validation on KernelBench level 2 (hkust-nlp/drkernel-validation-data)
+            # docs/paper_spec.md §9.3: validation on KernelBench level 2 (hkust-nlp/drkernel-validation-data)
             validation_suite="KernelBench",
             validation_levels=(2,),
         ),
         rollout=RolloutConfig(
-            n=16,  # paper-spec §9.3: ROLLOUT_N=16
-            max_turns=3,  # paper-spec §9.3: MAX_TURN=3
-            temperature=1.0,  # paper-spec §9.3
-            top_p=1.0,  # paper-spec §9.3
-            max_new_tokens=8192,  # paper-spec §9.3: response length per turn
-            max_prompt_tokens=10240,  # paper-spec §9.3: prompt length
-            concurrency=32,  # paper-spec §3.1: client max concurrency 32
+            n=16,  # docs/paper_spec.md §9.3: ROLLOUT_N=16
+            max_turns=3,  # docs/paper_spec.md §9.3: MAX_TURN=3
+            temperature=1.0,  # docs/paper_spec.md §9.3
+            top_p=1.0,  # docs/paper_spec.md §9.3
+            max_new_tokens=8192,  # docs/paper_spec.md §9.3: response length per turn
+            max_prompt_tokens=10240,  # docs/paper_spec.md §9.3: prompt length
+            concurrency=32,  # docs/paper_spec.md §3.1: client max concurrency 32
         ),
         judge=JudgeConfig(
-            executor="http",  # paper-spec §9.3: KernelGym workers on separate GPUs (drkernel serve)
-            reward="released",  # paper-spec §4.2: 0.5·(C + C·min(s,3) + C·PR), what lr 1e-6 was tuned with
-            eval=EvalOptions.paper(num_perf_trials=100, timeout_s=300.0),  # paper-spec §11, §3.1
+            executor="http",  # docs/paper_spec.md §9.3: KernelGym workers on separate GPUs (drkernel serve)
+            # docs/paper_spec.md §4.2: 0.5·(C + C·min(s,3) + C·PR), what lr 1e-6 was tuned with
+            reward="released",
+            eval=EvalOptions.paper(num_perf_trials=100, timeout_s=300.0),  # docs/paper_spec.md §11, §3.1
         ),
         rl=_paper_rl(),
         optim=OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0, warmup_ratio=0.0),  # §5.5, §9.3
         trainer=TrainerConfig(
-            steps=300,  # paper-spec §9.3: figures go to step 300
-            prompts_per_step=16,  # paper-spec §9.3: TRAIN_BATCH_SIZE=16
-            validate_every=10,  # paper-spec §9.3
-            validation_samples=8,  # paper-spec §9.3
-            validation_top_p=0.95,  # paper-spec §9.3
+            steps=300,  # docs/paper_spec.md §9.3: figures go to step 300
+            prompts_per_step=16,  # docs/paper_spec.md §9.3: TRAIN_BATCH_SIZE=16
+            validate_every=10,  # docs/paper_spec.md §9.3
+            validation_samples=8,  # docs/paper_spec.md §9.3
+            validation_top_p=0.95,  # docs/paper_spec.md §9.3
             save_every=10,
         ),
         sft=_paper_sft(),
@@ -108,13 +111,13 @@ def _paper_run(name: str, model_path: str) -> RunConfig:
 
 
 def dr_kernel_8b() -> RunConfig:
-    """Dr. Kernel-8B: RL from the 8B cold-start checkpoint (paper-spec §9.1, §9.3)."""
-    return _paper_run("dr_kernel_8b", "hkust-nlp/drkernel-8b-coldstart")  # paper-spec §9.1
+    """Dr. Kernel-8B: RL from the 8B cold-start checkpoint (docs/paper_spec.md §9.1, §9.3)."""
+    return _paper_run("dr_kernel_8b", "hkust-nlp/drkernel-8b-coldstart")  # docs/paper_spec.md §9.1
 
 
 def dr_kernel_14b() -> RunConfig:
-    """Dr. Kernel-14B. Start from your cold-start SFT of Qwen3-14B-Base (paper-spec §9.1, §15)."""
-    return _paper_run("dr_kernel_14b", "Qwen/Qwen3-14B-Base")  # paper-spec §9.1: replace after SFT
+    """Dr. Kernel-14B. Start from your cold-start SFT of Qwen3-14B-Base (docs/paper_spec.md §9.1, §15)."""
+    return _paper_run("dr_kernel_14b", "Qwen/Qwen3-14B-Base")  # docs/paper_spec.md §9.1: replace after SFT
 
 
 def debug_cpu() -> RunConfig:

@@ -87,9 +87,9 @@ class EvalOptions:
     """Knobs of one evaluation. Defaults are ours; `paper()` gives the paper's preset."""
 
     device: str | None = None  # "cpu" | "cuda" | "cuda:N"; None: cuda when present
-    num_correct_trials: int = 5  # paper-spec §3.2
+    num_correct_trials: int = 5  # docs/paper_spec.md §3.2
     num_perf_trials: int | None = None  # None: 100 on GPU, 3 under the interpreter
-    num_warmup: int = 3  # paper-spec §3.2
+    num_warmup: int = 3  # docs/paper_spec.md §3.2
     num_profile_calls: int = 5
     num_verified_timed_calls: int = 3  # unused since every timed output is checksummed; kept for old clients
     # GPU: keep the device busy this many µs before each timed call, so that the host's launch
@@ -106,7 +106,7 @@ class EvalOptions:
     memory_limit_mb: int = 8192  # host memory (RSS) per sandbox
     gpu_memory_fraction: float = 0.9
     reward_preset: str = "paper"  # "paper" | "released" | "eval" (reward/speedup.py)
-    speedup_cap: float = 3.0  # paper-spec §4.1
+    speedup_cap: float = 3.0  # docs/paper_spec.md §4.1
     coverage_weight: float = 1.0
     entry_point: str = "Model"
 

@@ -36,9 +36,9 @@ __all__ = [
     "tts_defaults",
 ]
 
-TTS_TURNS = 14  # paper-spec §10: 5 turns, then 9 iterations of +1 turn
-TTS_BUDGET = 20480  # paper-spec §11: the authors' eval max prompt length
-PAPER_PERF_TRIALS = 10  # paper-spec §3.2: timed calls in the released eval scripts
+TTS_TURNS = 14  # docs/paper_spec.md §10: 5 turns, then 9 iterations of +1 turn
+TTS_BUDGET = 20480  # docs/paper_spec.md §11: the authors' eval max prompt length
+PAPER_PERF_TRIALS = 10  # docs/paper_spec.md §3.2: timed calls in the released eval scripts
 
 
 def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
@@ -122,7 +122,7 @@ def build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfi
     options = make(
         device=args.device,
         reference_backend=args.reference_backend,
-        # the authors' eval scripts time 10 calls (paper-spec §3.2)
+        # the authors' eval scripts time 10 calls (docs/paper_spec.md §3.2)
         num_perf_trials=args.perf_trials or (PAPER_PERF_TRIALS if paper else None),
         timeout_s=args.eval_timeout,
         reward_preset=reward_preset(args),

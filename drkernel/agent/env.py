@@ -34,12 +34,12 @@ Messages = list[dict[str, str]]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnvConfig:
-    max_turns: int = 3  # paper-spec §2.7, §11
+    max_turns: int = 3  # docs/paper_spec.md §2.7, §11
     eval_options: EvalOptions = field(default_factory=EvalOptions)
     prompts: PromptConfig = field(default_factory=PromptConfig)
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
-    # None: always run to max_turns, as the authors do (paper-spec §2.7); else stop once a
+    # None: always run to max_turns, as the authors do (docs/paper_spec.md §2.7); else stop once a
     # correct kernel reaches this speedup (terminated=True).
     stop_at_speedup: float | None = None
     # check every judged kernel on the problem's held-out shapes (Problem.shape_variants). The model
@@ -47,7 +47,7 @@ class EnvConfig:
     # them is a hack like any other (hack_detected, reward 0), named in the feedback by its class only.
     held_out: bool = False
     # "median": the judge's speedup (median over the timed calls, ours); "mean": reference mean /
-    # kernel mean and the reward recomputed from it, as the authors time (paper-spec §3.2)
+    # kernel mean and the reward recomputed from it, as the authors time (docs/paper_spec.md §3.2)
     speedup_from: str = "median"
     executor_retries: int = 2  # ExecutorError or infra_error results, retried this many times
     retry_backoff_s: float = 1.0
@@ -161,7 +161,7 @@ class KernelEnv:
         t0 = time.perf_counter()
         result = preflight_result(extraction, entry)
         if result is not None and completion.finish_reason == "prompt_overlong":
-            result.error = ErrorInfo(  # paper-spec §2.7: an empty turn with reward 0
+            result.error = ErrorInfo(  # docs/paper_spec.md §2.7: an empty turn with reward 0
                 kind="prompt_overlong", message="the prompt did not fit the model's context"
             )
         if result is None:

@@ -1,4 +1,4 @@
-"""Model response -> submitted kernel source (paper-spec §2.5), or a clear "no code" verdict.
+"""Model response -> submitted kernel source (docs/paper_spec.md §2.5), or a clear "no code" verdict.
 
 Order: an ```answer block, then the authors' marker blocks, then the last fenced block (an unclosed
 final fence, as left by a truncated response, counts), then the whole response if it defines the
@@ -81,7 +81,7 @@ def _unclosed_tail(text: str, fences: list[tuple[str, str]]) -> str | None:
 def preflight_result(extraction: Extraction, entry_point: str = "Model") -> EvalResult | None:
     """A compile-error verdict for a response with no usable code; None when it should be judged.
 
-    Like the authors' client pre-flight (paper-spec §2.5) the judge is not called for these.
+    Like the authors' client pre-flight (docs/paper_spec.md §2.5) the judge is not called for these.
     """
     if extraction.code is None:
         return EvalResult(

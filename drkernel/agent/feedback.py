@@ -1,4 +1,4 @@
-"""EvalResult -> the feedback text shown to the model in the next turn (paper-spec §2.6).
+"""EvalResult -> the feedback text shown to the model in the next turn (docs/paper_spec.md §2.6).
 
 Compact text (or a trimmed JSON) with a hard character budget: the verdict, the error and the
 traceback lines that matter, failed trials, hacks, runtimes, speedup, coverage and top kernels.
@@ -98,7 +98,7 @@ class FeedbackConfig:
     traceback_lines: int = 14
     max_failed_trials: int = 3
     top_kernels: int = 5
-    show_reward: bool = True  # the authors' feedback includes the reward (paper-spec §2.6)
+    show_reward: bool = True  # the authors' feedback includes the reward (docs/paper_spec.md §2.6)
 
     def __post_init__(self) -> None:
         if self.max_chars < 200:
@@ -285,7 +285,7 @@ def _sig3(x: float | None) -> float:
 
 
 def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
-    """The authors' feedback format (paper-spec §2.6, kernelgym-anchor §3.1): the result as one JSON
+    """The authors' feedback format (docs/paper_spec.md §2.6, kernelgym-anchor §3.1): the result as one JSON
     object with their field names, indent 2, non-ASCII kept, never cut. Built from policy_view(), so
     hack evidence, seeds and held-out results stay out as in the other styles. Runtimes are means
     over the timed trials, in ms to 3 significant digits, -1 when not measured."""

@@ -2,7 +2,7 @@
 
 transformers is imported lazily. Prompts go through the tokenizer's chat template (or a plain
 role-tagged fallback); token log-probs are taken from the raw logits (temperature 1, no top-p),
-the quantity MRS compares against the trainer's (paper-spec §6).
+the quantity MRS compares against the trainer's (docs/paper_spec.md §6).
 """
 
 from __future__ import annotations

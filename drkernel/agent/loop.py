@@ -81,7 +81,7 @@ def run_episode(
                 traj.truncated = True
                 traj.metadata["stopped"] = "episode_timeout"
                 break
-            if env.prompt_overlong:  # nothing is sent (paper-spec §2.7): an empty turn, reward 0
+            if env.prompt_overlong:  # nothing is sent (docs/paper_spec.md §2.7): an empty turn, reward 0
                 completion = Completion(text="", finish_reason="prompt_overlong")
             else:
                 completion = _generate(policy, obs, cfg)

@@ -1,6 +1,6 @@
 """Trajectories -> Fast@p per turn, last-turn and best-so-far, plus correctness and hack rates.
 
-Fast@p (paper-spec §11) = the fraction of ALL samples whose kernel is correct, not hacked and has
+Fast@p (docs/paper_spec.md §11) = the fraction of ALL samples whose kernel is correct, not hacked and has
 speedup >= p; incorrect, hacked, failed and missing samples count with speedup 0 in the
 denominator. An episode shorter than the turn asked for carries its last turn forward.
 """
@@ -17,7 +17,7 @@ from drkernel.sandbox.static import is_policy_refusal
 
 __all__ = ["BORDERLINE", "FAST_P", "best_speedup", "borderline", "fast_p", "summarize", "turn_at"]
 
-FAST_P = (1.0, 1.2, 1.5, 2.0)  # paper-spec §11
+FAST_P = (1.0, 1.2, 1.5, 2.0)  # docs/paper_spec.md §11
 # A correct kernel whose speedup is within this fraction of p may land on either side of p when
 # evaluated again: on the H200 the same kernels moved by 6-13 % between evaluations (102_GELU
 # 1.014x then 0.921x; docs/benchmarks.md, the agent demo). Reported, never used in Fast@p.
@@ -38,7 +38,7 @@ def _speedup(turn: Turn | None) -> float:
 
 
 def best_speedup(traj: Trajectory, t: int) -> float:
-    """Best correct speedup among turns 0..t (0 when none is correct), paper-spec §10."""
+    """Best correct speedup among turns 0..t (0 when none is correct), docs/paper_spec.md §10."""
     return max((_speedup(x) for x in traj.turns[: t + 1]), default=0.0)
 
 

@@ -202,7 +202,7 @@ class OpenAIPolicy:
     def _overlong(self, body: dict[str, Any], error: str) -> list[Completion]:
         """Prompt + max_tokens past the model's context: shrink max_tokens to what is left, as
         the authors' budget min(max_model_len - prompt_len, response_length) does; a prompt that
-        leaves no room gives empty "prompt_overlong" completions (paper-spec §2.7)."""
+        leaves no room gives empty "prompt_overlong" completions (docs/paper_spec.md §2.7)."""
         limit = _CTX_LIMIT.search(error)
         used = _CTX_PROMPT.search(error)
         room = int(limit.group(1)) - int(used.group(1)) if limit and used else 0

@@ -27,12 +27,12 @@ Messages = list[dict[str, str]]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingParams:
-    temperature: float = 1.0  # paper-spec §11: eval scripts use 1.0 / 0.95
+    temperature: float = 1.0  # docs/paper_spec.md §11: eval scripts use 1.0 / 0.95
     top_p: float = 0.95
-    max_tokens: int = 8192  # paper-spec §11: max generated tokens per turn
+    max_tokens: int = 8192  # docs/paper_spec.md §11: max generated tokens per turn
     stop: tuple[str, ...] = ()
     seed: int | None = None
-    logprobs: bool = True  # ask for per-token log-probs (MRS needs them, paper-spec §2.7)
+    logprobs: bool = True  # ask for per-token log-probs (MRS needs them, docs/paper_spec.md §2.7)
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

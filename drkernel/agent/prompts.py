@@ -1,4 +1,4 @@
-"""Problem -> first-turn prompt; feedback text -> later-turn prompt (paper-spec §2.2, §2.3).
+"""Problem -> first-turn prompt; feedback text -> later-turn prompt (docs/paper_spec.md §2.2, §2.3).
 
 Templates are plain text files with `{name}` placeholders; only known names are substituted, so
 code braces in references and feedback are left alone. Custom templates come from PromptConfig.
@@ -32,8 +32,8 @@ class PromptConfig:
     later_turn_path: str | None = None
     example_reference_path: str | None = None
     example_solution_path: str | None = None
-    system_prompt: str | None = None  # the paper uses none (paper-spec §2.2)
-    # "paper": the packaged later-turn template follows the authors' (paper-spec §2.3), for the
+    system_prompt: str | None = None  # the paper uses none (docs/paper_spec.md §2.2)
+    # "paper": the packaged later-turn template follows the authors' (docs/paper_spec.md §2.3), for the
     # raw JSON feedback of `--protocol paper`; "ours": the default one
     protocol: str = "ours"
 

@@ -1,4 +1,4 @@
-"""Context management for sequential test-time scaling (paper-spec §10).
+"""Context management for sequential test-time scaling (docs/paper_spec.md §10).
 
 Every turn stays in external memory (the episode's turn list); each prompt is the task plus a
 selection of earlier turns: all of them ("full"), the top-w by reward ("top_w", the paper) or the
@@ -26,13 +26,13 @@ _PER_MESSAGE_TOKENS = 8  # chat-template overhead per message (role markers, sep
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextConfig:
-    mode: str = "full"  # training keeps the full history (paper-spec §2.3)
-    w: int = 4  # paper-spec §10: keep the best 4 turns
+    mode: str = "full"  # training keeps the full history (docs/paper_spec.md §2.3)
+    w: int = 4  # docs/paper_spec.md §10: keep the best 4 turns
     token_budget: int | None = None  # max prompt tokens; None: unbounded (mode-bounded only)
     rank_by: str = "reward"  # "reward" | "speedup"
     keep_last: bool = False  # also always show the latest turn (not in the paper)
     # a prompt over token_budget: "shrink" it (ours: answers cut to code, weakest turns dropped), or
-    # send nothing and record an empty "prompt overlong" turn (the authors, paper-spec §2.7)
+    # send nothing and record an empty "prompt overlong" turn (the authors, docs/paper_spec.md §2.7)
     overflow: str = "shrink"
 
     def __post_init__(self) -> None:
@@ -49,7 +49,7 @@ class ContextConfig:
 
     @classmethod
     def paper_stts(cls, token_budget: int | None = 20480) -> ContextConfig:
-        """Top-4 by reward; budget = the authors' eval max prompt length (paper-spec §11)."""
+        """Top-4 by reward; budget = the authors' eval max prompt length (docs/paper_spec.md §11)."""
         return cls(mode="top_w", w=4, token_budget=token_budget)
 
 

@@ -1,6 +1,6 @@
 """EvalResult -> turn reward. The paper's R = C·(1 + min(s, cap) + w·PR) and its variants.
 
-paper-spec §4.1 (paper, Eq. 1 and 8), §4.2 (released code: the same scaled by 0.5; at evaluation
+docs/paper_spec.md §4.1 (paper, Eq. 1 and 8), §4.2 (released code: the same scaled by 0.5; at evaluation
 without the PR term). Hacked or failed results are incorrect, so they earn 0.
 """
 
@@ -18,8 +18,8 @@ class RewardConfig:
     correct_weight: float = 1.0
     speedup_weight: float = 1.0
     coverage_weight: float = 1.0
-    speedup_cap: float = 3.0  # paper-spec §4.1: min(T_ref / T_kernel, 3)
-    scale: float = 1.0  # the released code multiplies the paper's reward by 0.5 (paper-spec §4.2)
+    speedup_cap: float = 3.0  # docs/paper_spec.md §4.1: min(T_ref / T_kernel, 3)
+    scale: float = 1.0  # the released code multiplies the paper's reward by 0.5 (docs/paper_spec.md §4.2)
 
     def __post_init__(self) -> None:
         if self.speedup_cap <= 0:

@@ -1,7 +1,8 @@
 """Returns of turn-samples + (prompt, turn) keys -> advantages: TRLOO, GRPO, trajectory RLOO, REINFORCE.
 
-paper-spec §5.2-§5.3 (paper Eq. 3-5, App. A). Inputs broadcast elementwise: a flat batch of turn-samples
-[N] or a grid [B, T] with group_ids [B, 1] and turn_ids [1, T]. Entries with valid=False get 0.
+docs/paper_spec.md §5.2-§5.3 (paper Eq. 3-5, App. A). Inputs broadcast elementwise: a flat batch of
+turn-samples [N] or a grid [B, T] with group_ids [B, 1] and turn_ids [1, T]. Entries with valid=False
+get 0.
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ BaselineMembers = Literal["kept", "valid"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AdvantageConfig:
-    estimator: Estimator = "trloo"  # paper-spec §5.3: the paper's method
-    gamma: float = 1.0  # paper-spec §5.1: gamma = 1 (0 is the ablation)
-    # A group of one has no leave-one-out baseline. "return": A = G (authors' code, paper-spec §5.3);
+    estimator: Estimator = "trloo"  # docs/paper_spec.md §5.3: the paper's method
+    gamma: float = 1.0  # docs/paper_spec.md §5.1: gamma = 1 (0 is the ablation)
+    # A group of one has no leave-one-out baseline. "return": A = G (authors' code, docs/paper_spec.md §5.3);
     # "zero": the sample gets no gradient.
     singleton: SingletonRule = "return"
-    # Who forms the baseline (paper-spec §15). "kept": the valid rollouts that are trained on (paper:
+    # Who forms the baseline (docs/paper_spec.md §15). "kept": the valid rollouts that are trained on (paper:
     # "valid rollouts"); "valid": every loss-mask-valid turn, MRS/PRS-rejected ones included (code).
     baseline_members: BaselineMembers = "kept"
-    grpo_scale_by_std: bool = False  # paper-spec §5.2: the paper's GRPO has no std division
+    grpo_scale_by_std: bool = False  # docs/paper_spec.md §5.2: the paper's GRPO has no std division
     std_eps: float = 1e-6
 
     def __post_init__(self) -> None:
@@ -89,7 +90,7 @@ def trloo_advantages(
 ) -> torch.Tensor:
     """Turn-level leave-one-out: A_i = G_i - mean_{j != i} G_j within the (prompt, turn) group.
 
-    paper-spec §5.3 (paper Eq. 5): equivalently N/(N-1) * (G_i - mean). A group of one valid sample
+    docs/paper_spec.md §5.3 (paper Eq. 5): equivalently N/(N-1) * (G_i - mean). A group of one valid sample
     gets A = G ("return", the authors' code) or 0 ("zero").
 
     >>> trloo_advantages(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0, 0, 0]), torch.tensor(0))
@@ -113,7 +114,7 @@ def grpo_advantages(
 ) -> torch.Tensor:
     """Mean baseline per (prompt, turn) group, the sample itself included: A_i = G_i - mean_j G_j.
 
-    paper-spec §5.2 (paper Eq. 3): no std division by default; `scale_by_std` divides by the unbiased
+    docs/paper_spec.md §5.2 (paper Eq. 3): no std division by default; `scale_by_std` divides by the unbiased
     group std + eps (verl's GRPO). A group of one gets baseline 0 (and std 1).
 
     >>> grpo_advantages(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0, 0, 0]), torch.tensor(0))
@@ -136,7 +137,7 @@ def rloo_trajectory_advantages(
 
     `trajectory_returns` [B] (e.g. the whole-episode return G_1), `group_ids` [B], `valid` [B, T]. A
     trajectory joins its prompt's group when it has at least one valid turn. Not in the paper (it
-    compares TRLOO only with GRPO, paper-spec §16); here as the single-turn-style baseline.
+    compares TRLOO only with GRPO, docs/paper_spec.md §16); here as the single-turn-style baseline.
 
     >>> v = torch.tensor([[True, True], [True, False]])
     >>> rloo_trajectory_advantages(torch.tensor([3.0, 1.0]), torch.tensor([0, 0]), v)

@@ -86,7 +86,7 @@ class DataConfig:
     problems: tuple[str, ...] = ()  # keep only these problem names (empty: all)
     levels: tuple[int, ...] = ()
     limit: int | None = None
-    validation_suite: str | None = None  # paper-spec §9.3: KernelBench level 2
+    validation_suite: str | None = None  # docs/paper_spec.md §9.3: KernelBench level 2
     validation_problems: tuple[str, ...] = ()
     validation_levels: tuple[int, ...] = ()
     validation_limit: int | None = None
@@ -97,14 +97,14 @@ class RolloutConfig:
     backend: Literal["model", "openai"] = "model"  # the trainer's own model, or a served copy of it
     base_url: str = "http://127.0.0.1:8000/v1"  # openai backend: a server that serves the current weights
     served_model: str | None = None
-    n: int = 16  # paper-spec §9.3: rollouts per prompt
-    max_turns: int = 3  # paper-spec §9.3
-    temperature: float = 1.0  # paper-spec §9.3
-    top_p: float = 1.0  # paper-spec §9.3
-    max_new_tokens: int = 8192  # paper-spec §9.3: response length per turn
-    max_prompt_tokens: int = 10240  # paper-spec §9.3: longer prompts end the turn ("prompt overlong")
+    n: int = 16  # docs/paper_spec.md §9.3: rollouts per prompt
+    max_turns: int = 3  # docs/paper_spec.md §9.3
+    temperature: float = 1.0  # docs/paper_spec.md §9.3
+    top_p: float = 1.0  # docs/paper_spec.md §9.3
+    max_new_tokens: int = 8192  # docs/paper_spec.md §9.3: response length per turn
+    max_prompt_tokens: int = 10240  # docs/paper_spec.md §9.3: longer prompts end the turn ("prompt overlong")
     generation_batch: int = 64  # sequences generated together by the model backend
-    concurrency: int = 32  # paper-spec §3.1: max concurrency 32 towards the judge
+    concurrency: int = 32  # docs/paper_spec.md §3.1: max concurrency 32 towards the judge
     feedback_chars: int = 3000
     cache_evaluations: bool = False  # reuse the verdict of an identical (reference, kernel) pair
 
@@ -122,22 +122,22 @@ class JudgeConfig:
     server: str | None = None  # executor "http": a drkernel server URL
     device: str | None = None  # None: cuda when present
     workers: int | None = None  # judge workers (CPU: default cores // 2)
-    reward: Literal["paper", "released", "eval", "correctness_speedup"] = "paper"  # paper-spec §4
+    reward: Literal["paper", "released", "eval", "correctness_speedup"] = "paper"  # docs/paper_spec.md §4
     eval: EvalOptions = field(default_factory=EvalOptions)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RLConfig:
-    advantage: Literal["trloo", "grpo", "rloo", "reinforce"] = "trloo"  # paper-spec §5.3
-    gamma: float = 1.0  # paper-spec §5.1
+    advantage: Literal["trloo", "grpo", "rloo", "reinforce"] = "trloo"  # docs/paper_spec.md §5.3
+    gamma: float = 1.0  # docs/paper_spec.md §5.1
     singleton: Literal["return", "zero"] = "return"
     baseline_members: Literal["kept", "valid"] = "kept"
     grpo_scale_by_std: bool = False
-    mask_void_turn: bool = True  # paper-spec §5.4
+    mask_void_turn: bool = True  # docs/paper_spec.md §5.4
     mrs: MismatchConfig = field(default_factory=MismatchConfig)
     prs: ProfilingRejectionConfig = field(default_factory=ProfilingRejectionConfig)
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
-    # paper-spec §8: roll out more prompts until `prompts_per_step` groups survive, at most this
+    # docs/paper_spec.md §8: roll out more prompts until `prompts_per_step` groups survive, at most this
     # many rounds per step (1: no refill)
     max_sampling_rounds: int = 1
     loss: LossConfig = field(default_factory=LossConfig)
@@ -159,11 +159,11 @@ class RLConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OptimConfig:
-    lr: float = 1e-6  # paper-spec §9.3
-    weight_decay: float = 0.01  # paper-spec §5.5
+    lr: float = 1e-6  # docs/paper_spec.md §9.3
+    weight_decay: float = 0.01  # docs/paper_spec.md §5.5
     betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = 1.0  # paper-spec §5.5
-    warmup_ratio: float = 0.0  # paper-spec §5.5: no warm-up in RL
+    grad_clip: float = 1.0  # docs/paper_spec.md §5.5
+    warmup_ratio: float = 0.0  # docs/paper_spec.md §5.5: no warm-up in RL
     schedule: Literal["constant", "cosine"] = "constant"
 
     def __post_init__(self) -> None:
@@ -175,15 +175,15 @@ class OptimConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainerConfig:
-    steps: int = 300  # paper-spec §9.3: figures stop at step 300
-    prompts_per_step: int = 16  # paper-spec §9.3
+    steps: int = 300  # docs/paper_spec.md §9.3: figures stop at step 300
+    prompts_per_step: int = 16  # docs/paper_spec.md §9.3
     micro_batch_tokens: int = 32768  # tokens per forward/backward micro-batch (padding included)
     seed: int = 0
     save_every: int = 1  # checkpoint after every k-th step (1: a crash loses no completed step)
     keep_checkpoints: int = 2
-    validate_every: int = 10  # paper-spec §9.3 (0: never)
-    validation_samples: int = 8  # paper-spec §9.3
-    validation_top_p: float = 0.95  # paper-spec §9.3
+    validate_every: int = 10  # docs/paper_spec.md §9.3 (0: never)
+    validation_samples: int = 8  # docs/paper_spec.md §9.3
+    validation_top_p: float = 0.95  # docs/paper_spec.md §9.3
 
     def __post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "micro_batch_tokens", "save_every", "keep_checkpoints"):
@@ -205,7 +205,8 @@ class LogConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SFTConfig:
-    """Cold-start SFT (paper-spec §9.2; the script's values, the paper's are in the recipes' comments)."""
+    """Cold-start SFT (docs/paper_spec.md §9.2; the script's values, the paper's are in the recipes'
+    comments)."""
 
     lr: float = 2e-5
     batch_size: int = 64  # conversations per optimizer step

@@ -1,6 +1,6 @@
 """Trajectory rewards + prompt ids -> which prompt groups enter the update (dynamic sampling).
 
-paper-spec §8 (authors' `unified_filter.py`, REJECTION_SAMPLE=True, IS_GET_LAST_TURN=True): a prompt
+docs/paper_spec.md §8 (authors' `unified_filter.py`, REJECTION_SAMPLE=True, IS_GET_LAST_TURN=True): a prompt
 whose trajectories' last-turn rewards all tie (std < 1e-3) carries no signal and is dropped.
 """
 
@@ -18,9 +18,9 @@ __all__ = ["DynamicSamplingConfig", "dynamic_sampling_filter"]
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DynamicSamplingConfig:
     enabled: bool = True
-    std_threshold: float = 1e-3  # paper-spec §8
-    # Fewest surviving trajectories a group needs. The authors use n // 2 + 1 (9 of 16, paper-spec §8);
-    # 1 keeps every group that is not tied.
+    std_threshold: float = 1e-3  # docs/paper_spec.md §8
+    # Fewest surviving trajectories a group needs. The authors use n // 2 + 1 (9 of 16,
+    # docs/paper_spec.md §8); 1 keeps every group that is not tied.
     min_group_size: int = 1
 
     def __post_init__(self) -> None:

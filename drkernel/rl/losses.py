@@ -1,7 +1,7 @@
 """Log-probs, advantages and a token mask -> the PPO policy loss (asymmetric clip, dual-clip) and metrics.
 
-paper-spec §5.5 (authors' `compute_policy_loss`, `agg_loss`): clip 0.2 / 0.28, dual-clip c = 3, and the
-loss summed over each turn-sample's tokens, averaged over turn-samples, divided by 1000.
+docs/paper_spec.md §5.5 (authors' `compute_policy_loss`, `agg_loss`): clip 0.2 / 0.28, dual-clip c = 3,
+and the loss summed over each turn-sample's tokens, averaged over turn-samples, divided by 1000.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ _LOG_CLAMP = 20.0
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LossConfig:
-    clip_low: float = 0.2  # paper-spec §5.5: CLIP_RATIO=0.2_0.28
-    clip_high: float = 0.28  # paper-spec §5.5
-    dual_clip: float | None = 3.0  # paper-spec §5.5: clip_ratio_c; None disables
-    agg: AggMode = "seq-mean-token-sum"  # paper-spec §5.5
-    # Divisor of the aggregated loss. None: 1000 for "seq-mean-token-sum" (paper-spec §5.5,
+    clip_low: float = 0.2  # docs/paper_spec.md §5.5: CLIP_RATIO=0.2_0.28
+    clip_high: float = 0.28  # docs/paper_spec.md §5.5
+    dual_clip: float | None = 3.0  # docs/paper_spec.md §5.5: clip_ratio_c; None disables
+    agg: AggMode = "seq-mean-token-sum"  # docs/paper_spec.md §5.5
+    # Divisor of the aggregated loss. None: 1000 for "seq-mean-token-sum" (docs/paper_spec.md §5.5,
     # loss_scale_factor) and 1 for the other modes.
     loss_scale_factor: float | None = None
 

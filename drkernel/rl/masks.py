@@ -1,7 +1,7 @@
 """Turn grid [B, T] -> which turn-samples are valid for the loss and the advantage groups.
 
-paper-spec §5.4 (authors' `MultiTurnRequest.finalize`, `mask_void_turn: True`): padding turns, turns of
-aborted trajectories, and failing turns after an earlier success ("void" turns) are masked.
+docs/paper_spec.md §5.4 (authors' `MultiTurnRequest.finalize`, `mask_void_turn: True`): padding turns,
+turns of aborted trajectories, and failing turns after an earlier success ("void" turns) are masked.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def void_turn_mask(
 
     - `present` [B, T]: the turn exists (False for padding after the episode ended).
     - `aborted` [B]: the trajectory ended in an error or an async timeout: all its turns are masked.
-    - void rule (paper-spec §5.4): turn t > 0 is masked when the best reward of turns < t is > 0 and
+    - void rule (docs/paper_spec.md §5.4): turn t > 0 is masked when the best reward of turns < t is > 0 and
       its own reward is <= 0 (a regression after a success). Turn 0 is always kept.
 
     >>> void_turn_mask(torch.tensor([[0.0, 1.0, 0.0, 2.0]])).tolist()

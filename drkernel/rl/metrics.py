@@ -1,6 +1,6 @@
 """Trainer and rollout log-probs -> numbers that describe their mismatch (for logging, not for the loss).
 
-paper-spec §6: the authors log KL, k3-KL, both perplexities and chi^2. Tokens are sampled from the
+docs/paper_spec.md §6: the authors log KL, k3-KL, both perplexities and chi^2. Tokens are sampled from the
 rollout policy, so the estimators below estimate divergences from it to the trainer's policy.
 """
 

@@ -1,7 +1,8 @@
 """Log-probs and profiling ratios -> keep masks: MRS (mismatch rejection) and PRS (profiling rejection).
 
-paper-spec §6 (paper Eq. 6) for MRS and §7 (paper Eq. 9) for PRS. A rejected turn-sample leaves the loss
-only; whether it stays in the advantage baseline is `AdvantageConfig.baseline_members` (paper-spec §5.3).
+docs/paper_spec.md §6 (paper Eq. 6) for MRS and §7 (paper Eq. 9) for PRS. A rejected turn-sample
+leaves the loss only; whether it stays in the advantage baseline is `AdvantageConfig.baseline_members`
+(docs/paper_spec.md §5.3).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ __all__ = [
 
 MismatchLevel = Literal["geometric", "turn_geo", "turn", "sequence", "token"]
 VetoScope = Literal["trajectory", "turn"]
-_LOG_CLAMP = 20.0  # the authors clamp the log ratio to +-20 before exp (paper-spec §6)
+_LOG_CLAMP = 20.0  # the authors clamp the log ratio to +-20 before exp (docs/paper_spec.md §6)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,8 +36,8 @@ class MismatchConfig:
     # code ROLLOUT_RS=geometric). Others the authors support: "turn_geo" (geometric mean per turn),
     # "turn" (product per turn), "sequence" (product per trajectory), "token" (each token's ratio).
     level: MismatchLevel = "geometric"
-    bounds: tuple[float, float] = (0.999, 1.001)  # paper-spec §6
-    veto: float | None = 1e-4  # paper-spec §6: any token ratio below this rejects
+    bounds: tuple[float, float] = (0.999, 1.001)  # docs/paper_spec.md §6
+    veto: float | None = 1e-4  # docs/paper_spec.md §6: any token ratio below this rejects
     veto_scope: VetoScope = "trajectory"  # paper: the whole sequence; code: the turn-row (§15)
 
     def __post_init__(self) -> None:
@@ -54,8 +55,8 @@ class MismatchConfig:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ProfilingRejectionConfig:
     enabled: bool = True
-    tau: float = 0.3  # paper-spec §7: PR threshold
-    slope: float = 0.1  # paper-spec §7: band width s; 0 gives the hard threshold PR >= tau
+    tau: float = 0.3  # docs/paper_spec.md §7: PR threshold
+    slope: float = 0.1  # docs/paper_spec.md §7: band width s; 0 gives the hard threshold PR >= tau
     speedup_threshold: float | None = None  # code's optional OR-rule (off in the scripts)
     missing: Literal["keep", "drop"] = "keep"  # a correct sample whose PR was not measured
 
@@ -148,7 +149,7 @@ def mismatch_rejection_mask(
 def prs_keep_prob(pr: torch.Tensor, tau: float = 0.3, slope: float = 0.1) -> torch.Tensor:
     """PRS keep probability clip((PR - tau) / slope, 0, 1); slope 0 is the hard rule PR >= tau.
 
-    paper-spec §7 (paper Eq. 9).
+    docs/paper_spec.md §7 (paper Eq. 9).
 
     >>> [round(p, 6) for p in prs_keep_prob(torch.tensor([0.2, 0.35, 0.5])).tolist()]
     [0.0, 0.5, 1.0]

@@ -1,7 +1,7 @@
 """Turn rewards [B, T] -> reward-to-go returns [B, T] over the turns of each trajectory.
 
-paper-spec §5.1 (paper Eq. 2): G_t = sum_{t' >= t} gamma^(t'-t) R_t'. gamma = 1 in the paper; gamma = 0
-is the ablation (G_t = R_t). Masked turns contribute no reward and get return 0.
+docs/paper_spec.md §5.1 (paper Eq. 2): G_t = sum_{t' >= t} gamma^(t'-t) R_t'. gamma = 1 in the paper;
+gamma = 0 is the ablation (G_t = R_t). Masked turns contribute no reward and get return 0.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Evaluation results of trajectories' turns -> reward, correctness, speedup and PR tensors [B, T].
 
-The turn reward is drkernel.reward.turn_reward (paper-spec §4: the paper's R = C(1 + min(s, 3) + PR),
+The turn reward is drkernel.reward.turn_reward (docs/paper_spec.md §4: the paper's R = C(1 + min(s, 3) + PR),
 the released 0.5-scaled variant, and the correctness-plus-speedup reward used at evaluation).
 """
 

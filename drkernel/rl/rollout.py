@@ -58,7 +58,7 @@ class ModelSampler:
     """Batched sampling from a local transformers model (the one being trained).
 
     Log-probs are log_softmax(logits / temperature) of the sampled tokens, the same quantity the
-    trainer recomputes, so MRS measures the real generation-vs-training mismatch (paper-spec §6).
+    trainer recomputes, so MRS measures the real generation-vs-training mismatch (docs/paper_spec.md §6).
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, max_prompt_tokens: int, batch_size: int = 64) -> None:
@@ -80,7 +80,7 @@ class ModelSampler:
         out: list[Completion | None] = [None] * len(prompts)
         todo = []
         for i, ids in enumerate(prompts):
-            if len(ids) > self.max_prompt_tokens:  # paper-spec §2.7: an empty turn, reward 0
+            if len(ids) > self.max_prompt_tokens:  # docs/paper_spec.md §2.7: an empty turn, reward 0
                 out[i] = Completion(text="", finish_reason="prompt_overlong", token_ids=[], logprobs=[],
                                     extra={"prompt_ids": ids})  # fmt: skip
             else:

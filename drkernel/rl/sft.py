@@ -1,6 +1,6 @@
 """Chat trajectories (JSONL or parquet with `messages`) -> multi-turn SFT of a causal LM -> a model folder.
 
-The cold-start stage (paper-spec §9.2): whole conversations, loss on the assistant turns only (each
+The cold-start stage (docs/paper_spec.md §9.2): whole conversations, loss on the assistant turns only (each
 assistant message and the template's end-of-turn tokens after it), token-mean over the batch.
 LoRA adapters with peft when sft.lora_rank > 0; they are merged into the saved model.
 """

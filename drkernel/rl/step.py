@@ -1,4 +1,4 @@
-"""A rollout batch -> the tensors of one update (paper-spec §8 order) and the step's metrics.
+"""A rollout batch -> the tensors of one update (docs/paper_spec.md §8 order) and the step's metrics.
 
 Turn rewards -> void-turn masks -> reward-to-go -> trainer log-probs (pi_old) -> MRS -> PRS ->
 group filter (given) -> advantages -> the token loss mask. Only the RL core functions do the maths.

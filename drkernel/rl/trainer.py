@@ -1,6 +1,6 @@
 """The single-node multi-turn RL loop: rollouts through the judge -> masks and advantages -> update.
 
-Per step (paper-spec §8): n rollouts per prompt over up to T turns; turn rewards (with the profiling
+Per step (docs/paper_spec.md §8): n rollouts per prompt over up to T turns; turn rewards (with the profiling
 ratio); void-turn masks; trainer log-probs recomputed (pi_old); MRS, PRS; the dynamic-sampling group
 filter; TRLOO advantages; one clipped update. Then metrics (JSONL, TensorBoard) and a checkpoint.
 """
@@ -162,7 +162,7 @@ class Trainer:
         return out
 
     def _rollouts(self) -> tuple[RolloutBatch, int]:
-        """Roll out prompt groups until enough survive the group filter (paper-spec §8)."""
+        """Roll out prompt groups until enough survive the group filter (docs/paper_spec.md §8)."""
         cfg = self.config
         want = cfg.trainer.prompts_per_step
         ro = cfg.rollout
@@ -254,7 +254,7 @@ class Trainer:
         return o.lr
 
     def _update(self, t: StepTensors) -> dict[str, Any]:
-        """One optimizer step on the batch (paper-spec §5.5: ppo_epochs 1, one mini-batch)."""
+        """One optimizer step on the batch (docs/paper_spec.md §5.5: ppo_epochs 1, one mini-batch)."""
         cfg = self.config
         self.optimizer.zero_grad(set_to_none=True)
         lm = backward_rows(

@@ -125,8 +125,8 @@ def train_step(policy, opt, codes, method: AdvantageConfig, run: Run, gen: torch
     prompts = torch.randperm(task.prompts, generator=gen)[: run.prompts_per_step]
     prompt = prompts.repeat_interleave(run.rollouts)  # [E]
     rewards, tokens, contexts = rollout(policy, codes, prompt, gen)
-    valid = void_turn_mask(rewards)  # paper-spec §5.4
-    returns = reward_to_go(rewards, valid, 1.0)  # paper-spec §5.1
+    valid = void_turn_mask(rewards)  # docs/paper_spec.md §5.4
+    returns = reward_to_go(rewards, valid, 1.0)  # docs/paper_spec.md §5.1
     adv = compute_advantages(returns, prompt, valid, config=method)  # [E, T]
     e, t = rewards.shape
     logp = policy.log_probs(prompt.repeat_interleave(t), contexts.reshape(e * t, -1))

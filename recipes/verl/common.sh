@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The paper's multi-turn RL recipe on verl 0.9 (paper-spec §5-§9.3). Sourced by run_8b.sh / run_14b.sh.
+# The paper's multi-turn RL recipe on verl 0.9 (docs/paper_spec.md §5-§9.3).
+# Sourced by run_8b.sh / run_14b.sh.
 # Needs: MODEL (your cold-start SFT checkpoint), TRAIN/VAL (parquet, layout in README.md),
 # JUDGE_URL (a `drkernel serve` on the judge GPUs), NNODES, a Ray cluster (README.md).
 set -euo pipefail

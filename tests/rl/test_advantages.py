@@ -26,7 +26,7 @@ def exact(actual: torch.Tensor, expected: list[list[float]]) -> None:
     assert_close(actual, torch.tensor(expected, dtype=D), rtol=0, atol=1e-12)
 
 
-def test_trloo_golden():  # paper-spec §5.3: A = G - mean of the others in the (prompt, turn) group
+def test_trloo_golden():  # docs/paper_spec.md §5.3: A = G - mean of the others in the (prompt, turn) group
     # turn 0: {3,0,4,2} sum 9 -> G - (9 - G)/3; turn 1: {3,0,3,2} sum 8; turn 2: {2,3} only
     expected = [
         [1.0, 4 / 3, -1.0],
@@ -44,7 +44,7 @@ def test_trloo_is_n_over_n_minus_1_times_grpo():
     assert_close(trloo, grpo * factor, rtol=0, atol=1e-12)
 
 
-def test_grpo_golden():  # paper-spec §5.2: mean baseline including the sample itself, no std
+def test_grpo_golden():  # docs/paper_spec.md §5.2: mean baseline including the sample itself, no std
     expected = [
         [0.75, 1.0, -0.5],
         [-2.25, -2.0, 0.0],
@@ -99,7 +99,7 @@ def test_a_group_whose_other_members_are_invalid_is_a_singleton():
     exact(adv.view(1, 2), [[5.0, 0.0]])
 
 
-def test_compute_advantages_paper_baseline_excludes_rejected_samples():  # paper-spec §15
+def test_compute_advantages_paper_baseline_excludes_rejected_samples():  # docs/paper_spec.md §15
     kept = torch.ones(4, 3, dtype=torch.bool)
     kept[2, 1] = False  # e.g. PRS rejected trajectory 2 at turn 1
     returns = G

@@ -8,7 +8,7 @@ GROUPS = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])
 LAST = torch.tensor([1.0, 1.0, 1.0, 0.0, 2.0, 0.0, 0.0, 0.0005])
 
 
-def test_tied_groups_are_dropped():  # paper-spec §8: std < 1e-3
+def test_tied_groups_are_dropped():  # docs/paper_spec.md §8: std < 1e-3
     # group 0 all tie, group 1 differs, group 2 has population std 0.000236 < 1e-3
     assert dynamic_sampling_filter(LAST, GROUPS).tolist() == [False] * 3 + [True] * 2 + [False] * 3
 

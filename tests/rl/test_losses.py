@@ -1,4 +1,4 @@
-"""Golden table for the clipped policy loss and every aggregation mode (paper-spec §5.5)."""
+"""Golden table for the clipped policy loss and every aggregation mode (docs/paper_spec.md §5.5)."""
 
 import math
 

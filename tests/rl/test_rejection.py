@@ -30,7 +30,7 @@ def mrs(level, log_ratio=LOG_RATIO, **kw):
     ).tolist()
 
 
-def test_geometric_trajectory_level_is_the_default():  # paper-spec §6, paper Eq. 6
+def test_geometric_trajectory_level_is_the_default():  # docs/paper_spec.md §6, paper Eq. 6
     # trajectory 0: mean(.0004,.0004,0,.0012) = .0005 -> 1.0005 kept
     # trajectory 1: mean(-.003, 0, .0009) = -.0007 -> 0.9993 kept (padding token ignored)
     assert mrs("geometric") == [[True, True], [True, True], [True, True], [True, False]]
@@ -54,7 +54,7 @@ def test_token_level():
     assert mrs("token") == [[True, True], [True, False], [False, True], [True, False]]
 
 
-def test_veto_rejects_the_whole_trajectory_in_the_paper():  # paper-spec §6 / §15
+def test_veto_rejects_the_whole_trajectory_in_the_paper():  # docs/paper_spec.md §6 / §15
     lr = LOG_RATIO.clone()
     lr[1, 0] = math.log(1e-5)
     assert mrs("token", lr) == [[False, False], [False, False], [False, True], [True, False]]
@@ -91,13 +91,13 @@ def test_mismatch_config_defaults_and_errors():
 PR = torch.tensor([0.0, 0.3, 0.325, 0.35, 0.4, 1.0], dtype=D)
 
 
-def test_prs_keep_probability_golden():  # paper-spec §7, paper Eq. 9
+def test_prs_keep_probability_golden():  # docs/paper_spec.md §7, paper Eq. 9
     assert_close(
         prs_keep_prob(PR), torch.tensor([0.0, 0.0, 0.25, 0.5, 1.0, 1.0], dtype=D), rtol=0, atol=1e-12
     )
 
 
-def test_prs_hard_threshold_variant():  # paper-spec §7: "w/o s", keep iff PR >= tau
+def test_prs_hard_threshold_variant():  # docs/paper_spec.md §7: "w/o s", keep iff PR >= tau
     assert prs_keep_prob(PR, slope=0.0).tolist() == [0.0, 1.0, 1.0, 1.0, 1.0, 1.0]
 
 

@@ -10,7 +10,7 @@ REWARDS = torch.tensor(
 )
 
 
-def test_gamma_one_is_the_sum_of_the_remaining_turns():  # paper-spec §5.1
+def test_gamma_one_is_the_sum_of_the_remaining_turns():  # docs/paper_spec.md §5.1
     expected = [[3.0, 3.0, 2.0], [1.0, 0.0, 0.0], [4.0, 3.0, 3.0], [0.5, 0.5, 0.5]]
     assert reward_to_go(REWARDS).tolist() == expected
 

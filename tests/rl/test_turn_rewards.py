@@ -22,8 +22,8 @@ RESULTS = [[ok(2.0, 0.5), HACKED, ok(5.0, None)], [BROKEN, None]]
 @pytest.mark.parametrize(
     ("preset", "row0"),
     [
-        ("paper", [3.5, 0.0, 4.0]),  # C(1 + min(s, 3) + PR), paper-spec §4.1
-        ("released", [1.75, 0.0, 2.0]),  # 0.5 x that, paper-spec §4.2
+        ("paper", [3.5, 0.0, 4.0]),  # C(1 + min(s, 3) + PR), docs/paper_spec.md §4.1
+        ("released", [1.75, 0.0, 2.0]),  # 0.5 x that, docs/paper_spec.md §4.2
         ("eval", [1.5, 0.0, 2.0]),  # 0.5 C + 0.5 min(s, 3), no PR
         ("correctness_speedup", [3.0, 0.0, 4.0]),
     ],

@@ -1,4 +1,4 @@
-"""Monte-Carlo proof of paper-spec §5.2-§5.3 on softmax policies whose true policy gradient is known.
+"""Monte-Carlo proof of docs/paper_spec.md §5.2-§5.3 on softmax policies whose true policy gradient is known.
 
 Per group of N rollouts the estimate is g_hat = (1/N) sum_i sum_t A_{i,t} grad log pi(a_{i,t}). TRLOO's
 mean must match the exact gradient within its confidence interval; GRPO's must match (1 - 1/N) of it

@@ -6,7 +6,7 @@ REWARDS = torch.tensor([[0.0, 1.0, 2.0], [1.0, 0.0, 0.0], [1.0, 0.0, 3.0], [0.0,
 PRESENT = torch.tensor([[True, True, True], [True, True, True], [True, True, True], [True, True, False]])
 
 
-def test_void_turns_after_a_success_are_masked():  # paper-spec §5.4
+def test_void_turns_after_a_success_are_masked():  # docs/paper_spec.md §5.4
     expected = [
         [True, True, True],  # improving turns are kept
         [True, False, False],  # failures after a success are void

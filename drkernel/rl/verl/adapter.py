@@ -1,7 +1,8 @@
 """verl's batch (token_level_rewards, response_mask, index) -> drkernel's advantages and policy loss.
 
-Rows are turn-samples, as in the authors' fork (paper-spec §5.3): pass index[i] = (uid, trajectory, turn)
-for multi-turn TRLOO; a plain uid makes each row a one-turn trajectory (TRLOO is then RLOO per prompt).
+Rows are turn-samples, as in the authors' fork (docs/paper_spec.md §5.3): pass
+index[i] = (uid, trajectory, turn) for multi-turn TRLOO; a plain uid makes each row a one-turn
+trajectory (TRLOO is then RLOO per prompt).
 A row without response tokens is an empty (prompt-overlong) turn: it has no gradient but stays in its
 group's baseline, as in the own trainer. `algorithm.baseline_members` ("kept" or "valid") is read from
 the algorithm config when present. Multi-turn agent-loop training does not go through these functions
@@ -131,7 +132,7 @@ def verl_grpo_advantage(
     """verl advantage estimator "drkernel_grpo": the paper's per-(prompt, turn) GRPO ablation, mean only.
 
     verl's norm_adv_by_std_in_grpo (True by default) is ignored: the paper's GRPO has no std division
-    (paper-spec §5.2); "drkernel_grpo_std" is the std-scaled variant.
+    (docs/paper_spec.md §5.2); "drkernel_grpo_std" is the std-scaled variant.
     """
     return _turn_sample_advantages(token_level_rewards, response_mask, index, _advantage_config(config, "grpo"))
 

@@ -5,7 +5,7 @@ extracts the code, judges it (HttpExecutor against `drkernel serve`, or any drke
 renders the feedback; repeat for rollout.max_turns. The token history is extended with verl's
 Continuous Token builder, never re-tokenised, so the trainer scores exactly the sampled tokens (MRS's
 [0.999, 1.001] bounds need that). A prompt longer than rollout.prompt_length is an empty turn with
-reward 0 (paper-spec §2.7): one masked pad token, since verl's rows need a response token.
+reward 0 (docs/paper_spec.md §2.7): one masked pad token, since verl's rows need a response token.
 
 Each output carries its turn's reward and the (prompt, trajectory, turn) key in `extra_fields`
 (`drkernel_*`), because verl's post-processing overwrites `reward_score` and `uid` per trajectory;
@@ -113,7 +113,7 @@ class KernelAgentLoop(AgentLoopBase):
         error: str | None = None
         for turn in range(self.env_config.max_turns):
             prompt_ids = list(runtime)
-            if len(prompt_ids) > self.prompt_length:  # paper-spec §2.7: an empty turn, reward 0
+            if len(prompt_ids) > self.prompt_length:  # docs/paper_spec.md §2.7: an empty turn, reward 0
                 ids: list[int] = []
                 logprobs = None
                 completion = Completion(text="", finish_reason="prompt_overlong", token_ids=[], logprobs=[])

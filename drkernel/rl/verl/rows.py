@@ -1,5 +1,5 @@
 """Turn rows (one per (prompt, trajectory, turn), in any order) -> the masks, advantages and loss mask of
-one update, in the own trainer's order (paper-spec §8, drkernel.rl.step.prepare_step).
+one update, in the own trainer's order (docs/paper_spec.md §8, drkernel.rl.step.prepare_step).
 
 Void-turn masks -> reward-to-go -> group filter -> MRS (trajectory level) -> PRS -> advantages -> the
 token loss mask. Only the RL core functions do the maths; this module only lays rows out on the

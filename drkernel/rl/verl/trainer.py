@@ -181,7 +181,7 @@ class DrKernelTrainer(PPOTrainerSync):
             "distillation_use_topk": False,
             "distillation_only": False,
             "global_batch_size": self._trained_rows,  # the own trainer's seq-mean divisor
-            "mini_batch_size": len(batch),  # one update per step (paper-spec §5.5)
+            "mini_batch_size": len(batch),  # one update per step (docs/paper_spec.md §5.5)
             "epochs": 1,
             "seed": actor.data_loader_seed,
             "dataloader_kwargs": {"shuffle": False},
