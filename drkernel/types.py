@@ -1,7 +1,8 @@
 """Shared nouns of the data flow: problems, evaluation requests and results.
 
 No logic lives here beyond (de)serialisation. Every stage imports these types; this module imports
-nothing from the rest of the package except the error tree.
+nothing from the rest of the package except the error tree and, when an EvalOptions checks its
+reward fields, drkernel.reward (which imports this module).
 """
 
 from __future__ import annotations
@@ -105,10 +106,18 @@ class EvalOptions:
     seed: int | None = None  # None: fresh random trial seeds per evaluation
     memory_limit_mb: int = 8192  # host memory (RSS) per sandbox
     gpu_memory_fraction: float = 0.9
-    reward_preset: str = "paper"  # "paper" | "released" | "eval" (reward/speedup.py)
+    # the turn reward (drkernel.reward.reward_config): a REWARD_PRESETS name ("paper" | "released" |
+    # "eval" | "correctness_speedup"), its speedup cap, and a factor on its coverage weight
+    reward_preset: str = "paper"
     speedup_cap: float = 3.0  # docs/paper_spec.md §4.1
     coverage_weight: float = 1.0
     entry_point: str = "Model"
+
+    def __post_init__(self) -> None:
+        # an unknown reward preset (or a cap <= 0) is refused here, before any judge sees it
+        from drkernel.reward.speedup import reward_config
+
+        reward_config(self)
 
     @classmethod
     def paper(cls, **overrides: Any) -> EvalOptions:

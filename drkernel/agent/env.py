@@ -22,7 +22,7 @@ from drkernel.agent.trajectories import Trajectory, Turn, plain_prompt, prompt_e
 from drkernel.agent.tts import ContextConfig, ContextManager
 from drkernel.errors import ConfigError, ExecutorError
 from drkernel.executors.base import Executor
-from drkernel.reward.speedup import REWARD_PRESETS, turn_reward
+from drkernel.reward.speedup import RewardConfig, result_reward, reward_config
 from drkernel.types import ErrorInfo, EvalOptions, EvalOutcome, EvalRequest, EvalResult, Problem
 
 __all__ = ["EnvConfig", "KernelEnv", "StepResult"]
@@ -87,6 +87,7 @@ class KernelEnv:
         self.model = model
         self._templates = self.config.prompts.build()
         self._context = ContextManager(self.config.context, count_tokens)
+        self._reward = reward_config(self.config.eval_options)
         self.trajectory: Trajectory | None = None
         self._obs: Messages = []
         self._obs_context: list[int] | None = None
@@ -168,7 +169,8 @@ class KernelEnv:
             assert extraction.code is not None
             result = self._evaluate(extraction.code, index)
             if self.config.speedup_from == "mean":
-                result = _mean_speedup(result, self.config.eval_options)
+                result = _mean_speedup(result)
+        result = _with_reward(result, self._reward)
         evaluate_s = time.perf_counter() - t0
         feedback = render_feedback(result, self.config.feedback)
         return Turn(
@@ -177,7 +179,7 @@ class KernelEnv:
             code=extraction.code,
             extraction=extraction.method,
             result=result,
-            reward=float(result.reward) if result.correct and not result.hacks else 0.0,
+            reward=result.reward,
             feedback=later_turn_prompt(feedback, entry, self._templates),
             context=self._obs_context,
             prompt_edits=self._obs_edits,
@@ -219,15 +221,17 @@ class KernelEnv:
         raise AssertionError("unreachable")
 
 
-def _mean_speedup(result: EvalResult, options: EvalOptions) -> EvalResult:
-    """The result with speedup = reference mean / kernel mean over the timed calls, and the reward
-    recomputed from it (the judge's median-based figures stay in reference_timing/kernel_timing)."""
+def _mean_speedup(result: EvalResult) -> EvalResult:
+    """The result with speedup = reference mean / kernel mean over the timed calls (the judge's
+    median-based figures stay in reference_timing/kernel_timing); _with_reward then rewards it."""
     ref, ker = result.reference_timing, result.kernel_timing
     if not result.correct or result.hacks or ref is None or ker is None or ker.mean_ms <= 0:
         return result
-    out = dataclasses.replace(result, speedup=ref.mean_ms / ker.mean_ms)
-    preset = REWARD_PRESETS.get(options.reward_preset, REWARD_PRESETS["paper"])
-    cfg = dataclasses.replace(preset, speedup_cap=options.speedup_cap,
-                              coverage_weight=preset.coverage_weight * options.coverage_weight)  # fmt: skip
-    out.reward = turn_reward(True, out.speedup, out.coverage, cfg)
-    return out
+    return dataclasses.replace(result, speedup=ref.mean_ms / ker.mean_ms)
+
+
+def _with_reward(result: EvalResult, config: RewardConfig) -> EvalResult:
+    """The result whose `reward` is the turn reward of its facts under the env's options
+    (drkernel.reward.result_reward): what the agent, the feedback, STTS and the trainer all see."""
+    reward = result_reward(result, config)
+    return result if result.reward == reward else dataclasses.replace(result, reward=reward)

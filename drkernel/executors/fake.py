@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from drkernel.errors import ExecutorError
-from drkernel.reward.speedup import REWARD_PRESETS, turn_reward
+from drkernel.reward.speedup import result_reward, reward_config
 from drkernel.types import DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
 
 __all__ = ["FakeExecutor", "scripted_result"]
@@ -51,8 +51,7 @@ def scripted_result(request: EvalRequest) -> EvalResult:
         )
     speedup = float(marks.get("speedup") or 1.0)
     coverage = float(marks.get("coverage") or 1.0)
-    preset = REWARD_PRESETS.get(request.options.reward_preset, REWARD_PRESETS["paper"])
-    return EvalResult(
+    result = EvalResult(
         outcome=EvalOutcome.OK,
         compiled=True,
         correct=True,
@@ -60,10 +59,11 @@ def scripted_result(request: EvalRequest) -> EvalResult:
         reference_ms=1.0,
         kernel_ms=1.0 / speedup,
         coverage=coverage,
-        reward=turn_reward(True, speedup, coverage, preset),
         device=device,
         task_id=request.task_id,
     )
+    result.reward = result_reward(result, reward_config(request.options))  # the options' preset, cap and weight
+    return result
 
 
 class FakeExecutor:

@@ -1,5 +1,12 @@
 """EvalResult -> float: the turn reward."""
 
-from drkernel.reward.speedup import REWARD_PRESETS, RewardConfig, turn_reward
+from drkernel.reward.speedup import (
+    REWARD_PRESETS,
+    RewardConfig,
+    preset_config,
+    result_reward,
+    reward_config,
+    turn_reward,
+)
 
-__all__ = ["REWARD_PRESETS", "RewardConfig", "turn_reward"]
+__all__ = ["REWARD_PRESETS", "RewardConfig", "preset_config", "result_reward", "reward_config", "turn_reward"]

@@ -2,15 +2,25 @@
 
 docs/paper_spec.md §4.1 (paper, Eq. 1 and 8), §4.2 (released code: the same scaled by 0.5; at evaluation
 without the PR term). Hacked or failed results are incorrect, so they earn 0.
+
+The reward has one owner: `reward_config(options)` turns an EvalOptions' reward fields into a
+RewardConfig, and `result_reward(result, config)` turns a result's facts (outcome, correct, hacks,
+speedup, coverage) into the turn reward. The fake executor, the agent's environment and the RL
+trainer all call these two. The judge (sandbox/pipeline.py `_reward`) still spells out the same
+formula and gives the same number (tests/reward/test_reward_owner.py checks it); it is to call
+these two as well once the sandbox can change again.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
 from drkernel.errors import ConfigError
+from drkernel.types import EvalOptions, EvalOutcome, EvalResult
 
-__all__ = ["RewardConfig", "REWARD_PRESETS", "turn_reward"]
+__all__ = ["RewardConfig", "REWARD_PRESETS", "preset_config", "result_reward", "reward_config", "turn_reward"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,3 +67,49 @@ def turn_reward(
     pr = min(max(coverage or 0.0, 0.0), 1.0)
     r = config.correct_weight + config.speedup_weight * s + config.coverage_weight * pr
     return config.scale * r
+
+
+def preset_config(name: str) -> RewardConfig:
+    """The RewardConfig of a REWARD_PRESETS name; ConfigError for any other name.
+
+    >>> preset_config("released").scale
+    0.5
+    """
+    if not isinstance(name, str) or name not in REWARD_PRESETS:
+        raise ConfigError(f"reward_preset: {name!r} is not one of {', '.join(REWARD_PRESETS)}")
+    return REWARD_PRESETS[name]
+
+
+def reward_config(options: EvalOptions) -> RewardConfig:
+    """The RewardConfig an evaluation's options ask for: their preset with `speedup_cap` in place of
+    the preset's cap and the preset's coverage weight times `coverage_weight`.
+
+    ConfigError for an unknown preset, a cap that is not a number > 0 or a weight that is not a
+    finite number.
+
+    >>> reward_config(EvalOptions(reward_preset="eval", speedup_cap=5.0)).speedup_cap
+    5.0
+    """
+    preset = preset_config(options.reward_preset)
+    cap, weight = options.speedup_cap, options.coverage_weight
+    if not _number(cap) or not cap > 0:
+        raise ConfigError(f"speedup_cap: {cap!r} is not a number > 0")
+    if not _number(weight) or not math.isfinite(weight):
+        raise ConfigError(f"coverage_weight: {weight!r} is not a finite number")
+    return dataclasses.replace(preset, speedup_cap=cap, coverage_weight=preset.coverage_weight * weight)
+
+
+def result_reward(result: EvalResult, config: RewardConfig) -> float:
+    """The turn reward of one verdict: 0 unless it is correct (outcome ok, no hacks), else
+    turn_reward of its speedup and coverage.
+
+    >>> r = EvalResult(outcome=EvalOutcome.OK, compiled=True, correct=True, speedup=4.0, coverage=1.0)
+    >>> result_reward(r, reward_config(EvalOptions(speedup_cap=5.0, coverage_weight=0.5)))
+    5.5
+    """
+    correct = result.correct and result.outcome is EvalOutcome.OK and not result.hacks
+    return turn_reward(correct, result.speedup, result.coverage, config)
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)

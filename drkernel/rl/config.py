@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from drkernel.errors import ConfigError
+from drkernel.reward import RewardConfig, reward_config
 from drkernel.rl.advantages import AdvantageConfig
 from drkernel.rl.filters import DynamicSamplingConfig
 from drkernel.rl.losses import LossConfig
@@ -123,7 +124,21 @@ class JudgeConfig:
     device: str | None = None  # None: cuda when present
     workers: int | None = None  # judge workers (CPU: default cores // 2)
     reward: Literal["paper", "released", "eval", "correctness_speedup"] = "paper"  # docs/paper_spec.md §4
+    # every request's options; their reward_preset is replaced by `reward`, their speedup_cap and
+    # coverage_weight are kept (see eval_options)
     eval: EvalOptions = field(default_factory=EvalOptions)
+
+    def __post_init__(self) -> None:
+        self.reward_config()  # validates `reward` (a Literal that Python code could still miss)
+
+    def eval_options(self) -> EvalOptions:
+        """The options every request of the run carries: `eval` with `reward` as its preset."""
+        return self.eval.replace(reward_preset=self.reward)
+
+    def reward_config(self) -> RewardConfig:
+        """The turn reward the run trains on: the one the judge and the agent report for the same
+        options (drkernel.reward.reward_config: the preset, eval.speedup_cap, eval.coverage_weight)."""
+        return reward_config(self.eval_options())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

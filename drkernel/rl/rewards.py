@@ -1,7 +1,9 @@
 """Evaluation results of trajectories' turns -> reward, correctness, speedup and PR tensors [B, T].
 
-The turn reward is drkernel.reward.turn_reward (docs/paper_spec.md §4: the paper's R = C(1 + min(s, 3) + PR),
-the released 0.5-scaled variant, and the correctness-plus-speedup reward used at evaluation).
+The turn reward is drkernel.reward.result_reward (docs/paper_spec.md §4: the paper's
+R = C(1 + min(s, 3) + PR), the released 0.5-scaled variant, and the correctness-plus-speedup reward used
+at evaluation), with the RewardConfig the trainer passes: JudgeConfig.reward_config() (the agent uses the
+same; the judge writes the same formula out, docs/rl.md).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from drkernel.reward import REWARD_PRESETS, RewardConfig, turn_reward
+from drkernel.reward import RewardConfig, preset_config, result_reward
 from drkernel.types import EvalResult
 
 __all__ = ["TurnRewards", "turn_rewards"]
@@ -35,15 +37,16 @@ def turn_rewards(
 ) -> TurnRewards:
     """One row per trajectory, one column per turn; a None result or a missing turn is padding.
 
-    `config` is a RewardConfig or a REWARD_PRESETS name ("paper", "released", "eval",
-    "correctness_speedup"). A hacked or failed result is incorrect and earns 0.
+    `config` is a RewardConfig (a run's: `JudgeConfig.reward_config()`, with its speedup cap and
+    coverage weight) or a REWARD_PRESETS name ("paper", "released", "eval", "correctness_speedup"),
+    which is that preset as it is. A hacked or failed result is incorrect and earns 0.
 
     >>> from drkernel.types import EvalOutcome
     >>> ok = EvalResult(outcome=EvalOutcome.OK, compiled=True, correct=True, speedup=2.0, coverage=0.5)
     >>> turn_rewards([[ok, None]]).rewards
     tensor([[3.5000, 0.0000]])
     """
-    cfg = REWARD_PRESETS[config] if isinstance(config, str) else config
+    cfg = preset_config(config) if isinstance(config, str) else config
     t = max_turns if max_turns is not None else max((len(row) for row in results), default=0)
     b = len(results)
     rewards = torch.zeros(b, t)
@@ -61,5 +64,5 @@ def turn_rewards(
                 speedup[i, j] = res.speedup
             if res.coverage is not None:
                 coverage[i, j] = res.coverage
-            rewards[i, j] = turn_reward(res.correct, res.speedup, res.coverage, cfg)
+            rewards[i, j] = result_reward(res, cfg)
     return TurnRewards(rewards=rewards, correct=correct, speedup=speedup, coverage=coverage, present=present)

@@ -96,7 +96,7 @@ class Trainer:
         self.sampler = given.sampler or build_sampler(cfg.rollout, self.model, self.tokenizer)
         self.env_config = EnvConfig(
             max_turns=cfg.rollout.max_turns,
-            eval_options=cfg.judge.eval.replace(reward_preset=cfg.judge.reward),
+            eval_options=cfg.judge.eval_options(),
             feedback=FeedbackConfig(max_chars=cfg.rollout.feedback_chars),
             executor_retries=2,
         )
@@ -187,7 +187,7 @@ class Trainer:
     def _groups_ok(self, batch: RolloutBatch) -> torch.Tensor:
         """Trajectories [B] whose prompt group survives the dynamic-sampling filter."""
         ds = self.config.rl.dynamic_sampling
-        tr = turn_rewards(batch.results(), self.config.judge.reward, max_turns=self.config.rollout.max_turns)
+        tr = turn_rewards(batch.results(), self.config.judge.reward_config(), max_turns=self.config.rollout.max_turns)
         alive = ~torch.tensor(batch.aborted(), dtype=torch.bool)
         if not ds.enabled:
             return alive

@@ -164,6 +164,20 @@ def test_invalid_options_are_refused_at_submit_not_after_queueing(serve) -> None
     assert srv.http.get("/queue/status").json()["pending"] == 0
 
 
+def test_an_unknown_reward_preset_is_refused_at_submit(serve) -> None:
+    """The judge would have turned it into "paper" silently; EvalOptions refuses it first."""
+    srv = serve()
+    for bad in ({"reward_preset": "papr"}, {"speedup_cap": 0.0}):
+        body = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"), "options": bad}}
+        r = srv.http.post("/v1/tasks", json=body)
+        assert r.status_code == 400 and r.json()["error_code"] == "VALIDATION_ERROR"
+        assert next(iter(bad)) in r.json()["message"]
+    assert "'papr' is not one of paper, released, eval, correctness_speedup" in srv.http.post(
+        "/v1/tasks", json={"request": {"reference_code": REF, "kernel_code": kernel(""),
+                                       "options": {"reward_preset": "papr"}}}).json()["message"]  # fmt: skip
+    assert srv.http.get("/queue/status").json()["pending"] == 0
+
+
 def test_metrics_and_health_report_real_numbers(serve) -> None:
     srv = serve(workers=2)
     for i, marks in enumerate(["# fake: speedup=2", "# fake: incorrect", "# fake: compile_error"]):

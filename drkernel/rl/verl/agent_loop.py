@@ -71,7 +71,7 @@ class KernelAgentLoop(AgentLoopBase):
         ro = self.run_cfg.rollout
         self.env_config = EnvConfig(
             max_turns=ro.max_turns,
-            eval_options=self.run_cfg.judge.eval.replace(reward_preset=self.run_cfg.judge.reward),
+            eval_options=self.run_cfg.judge.eval_options(),
             feedback=FeedbackConfig(max_chars=ro.feedback_chars),
             executor_retries=2,
         )
@@ -157,7 +157,7 @@ class KernelAgentLoop(AgentLoopBase):
         if error is not None:
             traj.error = error
         max_turns = self.env_config.max_turns
-        tr = turn_rewards([[t.result for t in traj.turns]], self.run_cfg.judge.reward, max_turns=max_turns)
+        tr = turn_rewards([[t.result for t in traj.turns]], self.run_cfg.judge.reward_config(), max_turns=max_turns)
         n = len(turns)
         last_reward = float(tr.rewards[0, n - 1]) if n else 0.0
         outputs = []
