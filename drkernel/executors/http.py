@@ -2,7 +2,7 @@
 
 Input: a batch of EvalRequests; output: their EvalResults in request order, judged by the server's
 workers. Every wait has a deadline; 429/503 are retried with backoff; httpx errors become
-ExecutorError subclasses in `drkernel.server.client.http_errors`, the one translation point.
+ExecutorError subclasses in `drkernel.executors.http_client.http_errors`, the one translation point.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import httpx
 
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError
-from drkernel.server.client import Client, ClientConfig
+from drkernel.executors.http_client import Client, ClientConfig
 from drkernel.types import EvalRequest, EvalResult
 
 __all__ = ["HttpExecutor"]

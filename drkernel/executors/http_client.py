@@ -1,4 +1,4 @@
-"""Python client of `drkernel serve` (native /v1 API), sync and async, for agents and trainers.
+"""Python client of `drkernel serve` (native /v1 API), sync and async: the HTTP executor's transport.
 
 Input: EvalRequests; output: EvalResults. Every call has a deadline; 429/503 and dropped
 connections are retried with backoff (submissions are idempotent: the client picks task ids);
