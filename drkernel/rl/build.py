@@ -26,20 +26,11 @@ __all__ = [
     "load_pretrained",
     "load_problems",
     "load_tokenizer",
-    "resolve_device",
     "training_problems",
     "validation_problems",
 ]
 
 log = logging.getLogger(__name__)
-
-
-def resolve_device(device: str | None) -> str:
-    import torch
-
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def load_problems(suite: str, names: Sequence[str] = (), levels: Sequence[int] = (), limit: int | None = None) -> list[Problem]:
@@ -78,6 +69,8 @@ def validation_problems(data: DataConfig) -> list[Problem]:
 def build_model(cfg: ModelConfig, problems: Sequence[Problem] = (), *, seed: int = 0) -> tuple[Any, Any]:
     """(model, tokenizer) on cfg.device in cfg.dtype: a tiny random model or a pretrained one."""
     import torch
+
+    from drkernel.sandbox.judge import resolve_device  # the one resolver: None -> cuda:0 or cpu
 
     dtype = getattr(torch, cfg.dtype)
     if cfg.tiny is not None:
