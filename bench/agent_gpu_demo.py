@@ -223,8 +223,8 @@ def main() -> int:
         concurrency=args.concurrency,
         model="scripted-demo",
     )
-    executor = build_executor(executor_config_from_flags(args.executor, server=args.server, device=args.device,
-                                                         workers=args.workers))
+    executor = build_executor(executor_config_from_flags(
+        args.executor, server=args.server, device=args.device, workers=args.workers))
     out = Path(args.out)
     script = DemoScript(problems, plans)
     if args.resume:

@@ -19,7 +19,9 @@ from drkernel.executors.ray import RayExecutor
 
 __all__ = ["EXECUTORS", "ExecutorConfig", "build_executor", "executor_config"]
 
-ExecutorConfig: TypeAlias = LocalExecutor.Config | RayExecutor.Config | HttpExecutor.Config | FakeExecutor.Config
+ExecutorConfig: TypeAlias = (
+    LocalExecutor.Config | RayExecutor.Config | HttpExecutor.Config | FakeExecutor.Config
+)
 
 EXECUTORS: dict[str, type[ExecutorConfig]] = {
     "local": LocalExecutor.Config,  # a pool of sandboxed judges on this machine
