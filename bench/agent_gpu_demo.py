@@ -24,12 +24,13 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from drkernel.agent.cli_bench import run_bench
-from drkernel.agent.cli_options import build_executor
+from drkernel.agent.cli_options import executor_config_from_flags
 from drkernel.agent.env import EnvConfig
 from drkernel.agent.loop import LoopConfig
 from drkernel.agent.policy import ScriptedPolicy
 from drkernel.agent.report import render_table
 from drkernel.agent.trajectories import iter_jsonl
+from drkernel.executors.build import build_executor
 from drkernel.problems.suite import builtin_solution, load_builtin_suite
 from drkernel.types import EvalOptions, Problem
 
@@ -222,7 +223,8 @@ def main() -> int:
         concurrency=args.concurrency,
         model="scripted-demo",
     )
-    executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers)
+    executor = build_executor(executor_config_from_flags(
+        args.executor, server=args.server, device=args.device, workers=args.workers))
     out = Path(args.out)
     script = DemoScript(problems, plans)
     if args.resume:

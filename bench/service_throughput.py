@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 
 from drkernel.executors.contract import CONTRACT_REFERENCE, contract_requests
-from drkernel.server.client import Client
+from drkernel.executors.http_client import Client
 from drkernel.server.launch import ServerProcess
 from drkernel.types import EvalOptions, EvalRequest
 

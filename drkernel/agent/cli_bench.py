@@ -17,9 +17,9 @@ from typing import Any
 
 from drkernel.agent.cli_options import (
     add_run_options,
-    build_executor,
     build_loop_config,
     build_policy,
+    executor_config_from_flags,
     server_token,
 )
 from drkernel.agent.loop import LoopConfig, run_episodes
@@ -29,6 +29,7 @@ from drkernel.agent.report import INTERPRETER_CAVEAT, render_table, write_report
 from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
+from drkernel.executors.build import build_executor
 from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.problems.loaders import load_suite
 from drkernel.types import Problem
@@ -220,8 +221,9 @@ def run(args: argparse.Namespace) -> int:
         check = getattr(policy, "check_endpoint", None)
         if callable(check):  # a model server that is down: one line now, not retries and an all-zero table
             check()
-        executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers,
-                                  token=server_token(args))  # fmt: skip
+        executor = build_executor(executor_config_from_flags(
+            args.executor, server=args.server, device=args.device, workers=args.workers,
+            token=server_token(args)))
     except BaseException:
         _close(policy)
         raise

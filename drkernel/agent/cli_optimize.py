@@ -17,9 +17,9 @@ from typing import Any
 
 from drkernel.agent.cli_options import (
     add_run_options,
-    build_executor,
     build_loop_config,
     build_policy,
+    executor_config_from_flags,
     server_token,
 )
 from drkernel.agent.env import KernelEnv
@@ -27,6 +27,7 @@ from drkernel.agent.loop import LoopConfig, run_episode
 from drkernel.agent.policy import Policy, token_counter
 from drkernel.agent.trajectories import Trajectory, save_trajectories
 from drkernel.executors.base import Executor
+from drkernel.executors.build import build_executor
 from drkernel.problems.loaders import load_problem_file
 from drkernel.types import Problem
 
@@ -140,8 +141,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"optimize-{problem.name}")
     config = build_loop_config(args, default_turns=3)
     policy = build_policy(args)
-    executor = build_executor(args.executor, server=args.server, device=args.device, workers=args.workers,
-                              token=server_token(args))  # fmt: skip
+    executor = build_executor(executor_config_from_flags(
+        args.executor, server=args.server, device=args.device, workers=args.workers,
+        token=server_token(args)))
     try:
         traj = optimize(problem, policy, executor, config, out)
     finally:

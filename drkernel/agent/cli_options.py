@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 # the `agent` extra, imported here so that `drkernel` can name what is missing for bench/optimize
 import httpx  # noqa: F401
@@ -23,14 +24,17 @@ from drkernel.agent.policy import Policy, SamplingParams
 from drkernel.agent.prompts import PromptConfig
 from drkernel.agent.tts import ContextConfig
 from drkernel.errors import ConfigError
-from drkernel.executors.base import Executor
 from drkernel.types import EvalOptions
 
+if TYPE_CHECKING:
+    from drkernel.executors.build import ExecutorConfig
+
 __all__ = [
+    "AGENT_EXECUTORS",
     "add_run_options",
-    "build_executor",
     "build_loop_config",
     "build_policy",
+    "executor_config_from_flags",
     "prompt_budget",
     "reward_preset",
     "tts_defaults",
@@ -39,6 +43,7 @@ __all__ = [
 TTS_TURNS = 14  # docs/paper_spec.md §10: 5 turns, then 9 iterations of +1 turn
 TTS_BUDGET = 20480  # docs/paper_spec.md §11: the authors' eval max prompt length
 PAPER_PERF_TRIALS = 10  # docs/paper_spec.md §3.2: timed calls in the released eval scripts
+AGENT_EXECUTORS = ("local", "http", "fake")  # --executor: the EXECUTORS (executors/build.py) judged through
 
 
 def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
@@ -72,7 +77,7 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g.add_argument("--feedback-chars", type=int, default=3000)
     g.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     g = p.add_argument_group("judge")
-    g.add_argument("--executor", choices=("local", "http", "fake"), default="local")
+    g.add_argument("--executor", choices=AGENT_EXECUTORS, default="local")
     g.add_argument("--server", help="drkernel server URL for --executor http")
     g.add_argument("--server-token-env", default=None,
                    help="name of the environment variable holding the server's bearer token")  # fmt: skip
@@ -163,29 +168,27 @@ def build_policy(args: argparse.Namespace) -> Policy:
     ).build()
 
 
-def build_executor(
+def executor_config_from_flags(
     kind: str = "local",
     *,
     server: str | None = None,
     device: str | None = None,
     workers: int | None = None,
     token: str | None = None,
-) -> Executor:
-    """An executor by name: "local" (a judge pool here), "http" (a drkernel server) or "fake"."""
-    if kind == "fake":
-        from drkernel.executors.fake import FakeExecutor
+) -> ExecutorConfig:
+    """--executor and its flags: "local" (a judge pool here), "http" (a drkernel server) or "fake"."""
+    from drkernel.executors.build import executor_config
 
-        return FakeExecutor()
+    if kind not in AGENT_EXECUTORS:
+        raise ConfigError(f"unknown executor {kind!r} (local | http | fake)")
+    if kind == "fake":
+        return executor_config("fake")
     if kind == "http":
         if not server:
             raise ConfigError("--executor http needs --server URL")
-        return _http_executor(server, token)
-    if kind != "local":
-        raise ConfigError(f"unknown executor {kind!r} (local | http | fake)")
-    from drkernel.executors.local import LocalExecutor
-
+        return executor_config("http", base_url=server, token=token)
     devices = (device,) * (workers or 1) if device is not None else None
-    return LocalExecutor(LocalExecutor.Config(devices=devices, num_cpu_workers=workers))
+    return executor_config("local", devices=devices, num_cpu_workers=workers)
 
 
 def server_token(args: argparse.Namespace) -> str | None:
@@ -197,9 +200,3 @@ def server_token(args: argparse.Namespace) -> str | None:
     if not token:
         raise ConfigError(f"--server-token-env {name}: that environment variable is not set")
     return token
-
-
-def _http_executor(server: str, token: str | None) -> Executor:
-    from drkernel.executors.http import HttpExecutor
-
-    return HttpExecutor(HttpExecutor.Config(base_url=server, token=token))

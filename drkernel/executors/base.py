@@ -1,6 +1,6 @@
 """The executor seam: a batch of EvalRequests in, one EvalResult per request out, in order.
 
-Implementations: local.py (warm sandbox pool), ray.py, http.py (client of drkernel serve), fake.py.
+Implementations (build.py builds one from its Config): local.py (warm sandbox pool), ray.py, http.py, fake.py.
 A bad kernel never raises: it comes back as a result. Infrastructure failures raise ExecutorError.
 """
 

@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from drkernel.errors import ExecutorError
 from drkernel.reward.speedup import result_reward, reward_config
@@ -68,6 +69,13 @@ def scripted_result(request: EvalRequest) -> EvalResult:
 
 class FakeExecutor:
     """Executor whose results come from `handler` (default: `scripted_result`)."""
+
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Config:
+        """The fake has no settings: its answers come from the `# fake:` markers."""
+
+        def build(self) -> FakeExecutor:
+            return FakeExecutor()
 
     def __init__(self, handler: Callable[[EvalRequest], EvalResult] = scripted_result) -> None:
         self.handler = handler

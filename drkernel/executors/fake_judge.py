@@ -14,6 +14,7 @@ the scripted EvalResult. Extra markers model the judge's own failures and the wa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -70,10 +71,7 @@ class FakeJudge:
         else:
             time.sleep(sleep)
             body = "\n".join(f"# fake: {k}={v}" if v else f"# fake: {k}" for k, v in marks.items())
-            result = scripted_result(EvalRequest(
-                reference_code=request.reference_code, kernel_code=body, options=request.options,
-                task_id=request.task_id,
-            ))
+            result = scripted_result(dataclasses.replace(request, kernel_code=body))
         self.evaluated += 1
         kind = "cuda" if self.device.startswith("cuda") else "cpu"
         result.device = DeviceInfo(kind=kind, name=f"fake:{self.device}", interpreter=kind == "cpu")

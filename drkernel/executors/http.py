@@ -2,7 +2,7 @@
 
 Input: a batch of EvalRequests; output: their EvalResults in request order, judged by the server's
 workers. Every wait has a deadline; 429/503 are retried with backoff; httpx errors become
-ExecutorError subclasses in `drkernel.server.client.http_errors`, the one translation point.
+ExecutorError subclasses in `drkernel.executors.http_client.http_errors`, the one translation point.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-
-import httpx
+from typing import TYPE_CHECKING
 
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError
-from drkernel.server.client import Client, ClientConfig
 from drkernel.types import EvalRequest, EvalResult
+
+if TYPE_CHECKING:  # the Config is importable without httpx (the `server`/`agent` extras)
+    import httpx
 
 __all__ = ["HttpExecutor"]
 
@@ -45,6 +46,8 @@ class HttpExecutor:
 
     def __init__(self, config: Config | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
+        from drkernel.executors.http_client import Client, ClientConfig
+
         self.config = config or HttpExecutor.Config()
         self._client = Client(ClientConfig(
             base_url=self.config.base_url, token=self.config.token,

@@ -15,6 +15,7 @@ worker columns); every result carries where it ran (host, Ray node, worker, devi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import queue
 import socket
@@ -259,11 +260,7 @@ class SlotPool:
                 return self._placed(infra_result(request, "cancelled",
                                                  "task cancelled before this try"), where)
             opts = request.options.replace(device=slot.state.device)
-            local = EvalRequest(
-                reference_code=request.reference_code, kernel_code=request.kernel_code,
-                options=opts, task_id=request.task_id, problem_name=request.problem_name,
-                shape_variants=request.shape_variants,
-            )
+            local = dataclasses.replace(request, options=opts)  # every other field kept as sent
             deadline = self.deadline_factor * opts.timeout_s + self.deadline_grace_s
             try:
                 result = self._call(slot, local, deadline)

@@ -36,14 +36,20 @@ __all__ = ["RayExecutor", "check_ray_auth", "ray_errors"]
 
 logger = logging.getLogger(__name__)
 
-# Ray reads this when it is first imported: with it, a cluster started for 127.0.0.1 binds every
-# server (GCS, raylet, workers, agents) to loopback instead of all interfaces.
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+def _loopback_default() -> None:
+    """Ray reads this when it is first imported: with it, a cluster started for 127.0.0.1 binds
+    every server (GCS, raylet, workers, agents) to loopback instead of all interfaces. Set before
+    this module first imports Ray, not when it is imported: executors/build.py names every
+    executor's Config, and naming one must not change the environment of the process (a Ray
+    cluster that a trainer starts later would refuse other nodes)."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 @contextlib.contextmanager
 def ray_errors(what: str) -> Iterator[None]:
     """Translate Ray's exceptions into the ExecutorError tree at the seam (one place)."""
+    _loopback_default()
     import ray.exceptions as rex
 
     try:
@@ -87,6 +93,7 @@ def check_ray_auth(address: str, timeout_s: float = 10.0) -> None:
     """Ask the cluster's GCS once, in a child process with the environment ray.init would use,
     whether we may connect: a missing or wrong token raises ExecutorError at once (ray.init
     itself retries InvalidAuthToken for 20 s, then says only "Failed to connect")."""
+    _loopback_default()
     env = dict(os.environ)
     if "RAY_AUTH_MODE" not in env and _token_available(env):
         env["RAY_AUTH_MODE"] = "token"  # what ray.init does when a token is at hand
@@ -164,6 +171,7 @@ class RayExecutor(SlotPool):
             return RayExecutor(self, judge_factory)
 
     def __init__(self, config: Config | None = None, judge_factory: JudgeFactory | None = None):
+        _loopback_default()
         import ray as ray_module
 
         ray: Any = ray_module  # Ray's stubs lack actor options such as max_concurrency

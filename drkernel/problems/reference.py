@@ -56,12 +56,6 @@ class ReferenceModule:
         torch.manual_seed(seed)
         return move_inputs(list(self.namespace["get_inputs"]()), device)
 
-    def input_numel(self) -> int:
-        """Elements in one call's inputs, measured on the meta device (no memory is touched)."""
-        with torch.device("meta"):
-            inputs = self.namespace["get_inputs"]()
-        return sum(t.numel() for t in flatten_tensors(inputs))
-
     def call_numel(self) -> int:
         """Elements in one call's inputs plus outputs, on the meta device; the outputs are left out
         when some operator of the reference has no meta implementation."""

@@ -9,35 +9,28 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drkernel.errors import ConfigError
-from drkernel.executors.base import Executor
 from drkernel.rl.config import DataConfig, JudgeConfig, ModelConfig, RolloutConfig
 from drkernel.rl.rollout import ModelSampler, PolicySampler, Sampler
 from drkernel.types import Problem
 
+if TYPE_CHECKING:
+    from drkernel.executors.build import ExecutorConfig
+
 __all__ = [
-    "build_executor",
     "build_model",
     "build_sampler",
+    "judge_executor_config",
     "load_pretrained",
     "load_problems",
     "load_tokenizer",
-    "resolve_device",
     "training_problems",
     "validation_problems",
 ]
 
 log = logging.getLogger(__name__)
-
-
-def resolve_device(device: str | None) -> str:
-    import torch
-
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def load_problems(suite: str, names: Sequence[str] = (), levels: Sequence[int] = (), limit: int | None = None) -> list[Problem]:
@@ -76,6 +69,8 @@ def validation_problems(data: DataConfig) -> list[Problem]:
 def build_model(cfg: ModelConfig, problems: Sequence[Problem] = (), *, seed: int = 0) -> tuple[Any, Any]:
     """(model, tokenizer) on cfg.device in cfg.dtype: a tiny random model or a pretrained one."""
     import torch
+
+    from drkernel.sandbox.judge import resolve_device  # the one resolver: None -> cuda:0 or cpu
 
     dtype = getattr(torch, cfg.dtype)
     if cfg.tiny is not None:
@@ -123,22 +118,18 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
     return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
 
 
-def build_executor(cfg: JudgeConfig) -> Executor:
+def judge_executor_config(cfg: JudgeConfig) -> ExecutorConfig:
     """The judge: a local pool of sandboxed judges, a drkernel server over HTTP, or the fake."""
-    if cfg.executor == "fake":
-        from drkernel.executors.fake import FakeExecutor
+    from drkernel.executors.build import executor_config
 
-        return FakeExecutor()
+    if cfg.executor == "fake":
+        return executor_config("fake")
     if cfg.executor == "http":
         if not cfg.server:
             raise ConfigError("judge.server: the http executor needs a drkernel server URL")
-        from drkernel.executors.http import HttpExecutor
-
-        return HttpExecutor(HttpExecutor.Config(base_url=cfg.server))
-    from drkernel.executors.local import LocalExecutor
-
+        return executor_config("http", base_url=cfg.server)
     devices = (cfg.device,) * (cfg.workers or 1) if cfg.device is not None else None
-    return LocalExecutor(LocalExecutor.Config(devices=devices, num_cpu_workers=cfg.workers))
+    return executor_config("local", devices=devices, num_cpu_workers=cfg.workers)
 
 
 def build_sampler(cfg: RolloutConfig, model: Any, tokenizer: Any) -> Sampler:

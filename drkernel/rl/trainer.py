@@ -22,11 +22,12 @@ from drkernel.agent.feedback import FeedbackConfig
 from drkernel.agent.policy import SamplingParams
 from drkernel.agent.trajectories import save_trajectories
 from drkernel.executors.base import Executor
+from drkernel.executors.build import build_executor
 from drkernel.executors.caching import CachingExecutor
 from drkernel.rl.build import (
-    build_executor,
     build_model,
     build_sampler,
+    judge_executor_config,
     load_pretrained,
     training_problems,
     validation_problems,
@@ -89,7 +90,9 @@ class Trainer:
         self.state = load_checkpoint(ckpt, self.optimizer) if ckpt is not None else TrainState()
         if ckpt is not None:
             log.info("resumed from %s (step %d)", ckpt, self.state.step)
-        executor = given.executor if given.executor is not None else build_executor(cfg.judge)
+        executor = given.executor
+        if executor is None:
+            executor = build_executor(judge_executor_config(cfg.judge))
         if cfg.rollout.cache_evaluations:
             executor = CachingExecutor(executor, self.run_dir / "eval_cache.jsonl")
         self.executor = executor
@@ -114,7 +117,7 @@ class Trainer:
         ckpt = latest_checkpoint(self.ckpt_dir)
         if ckpt is not None:  # the checkpoint's weights and tokenizer win over anything given
             model, tokenizer = load_pretrained(str(ckpt / "model"), dtype=cfg.dtype)
-            from drkernel.rl.build import resolve_device
+            from drkernel.sandbox.judge import resolve_device
 
             return model.to(resolve_device(cfg.device)), tokenizer
         if given.model is not None:

@@ -12,7 +12,7 @@ import hmac
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -42,7 +42,10 @@ from drkernel.server.settings import Settings
 from drkernel.server.store import TaskRecord, TaskStore
 from drkernel.server.workflow import anchor_tasks, parse, submit_anchor, wait_finished
 
-__all__ = ["ExecutorFactory", "create_app", "default_executor"]
+if TYPE_CHECKING:
+    from drkernel.executors.build import ExecutorConfig
+
+__all__ = ["ExecutorFactory", "create_app", "default_executor", "serve_executor_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,28 +55,34 @@ _OPEN_PATHS = {"/health"}
 
 def default_executor(settings: Settings) -> Executor:
     """The executor `drkernel serve` builds: local pool or Ray, real judge or the scripted double."""
+    from drkernel.executors.build import build_executor
     from drkernel.executors.fake_judge import fake_judge
     from drkernel.executors.judge_host import SharedGpuJudge, sandbox_judge
-    from drkernel.server.settings import SECRET_VARS
 
     k = settings.judges_per_gpu
     factory = fake_judge if settings.judge == "fake" else sandbox_judge if k == 1 else SharedGpuJudge(k)
-    if settings.executor == "ray":
-        from drkernel.executors.ray import RayExecutor
+    return build_executor(serve_executor_config(settings), factory)
 
-        return RayExecutor.Config(address=settings.ray_address, num_workers=settings.num_workers,
-                                  heartbeat_timeout_s=settings.heartbeat_timeout_s,
-                                  heartbeat_s=max(0.5, settings.heartbeat_timeout_s / 3),
-                                  deadline_grace_s=settings.deadline_grace_s).build(factory)
-    from drkernel.executors.local import LocalExecutor, detect_devices
+
+def serve_executor_config(settings: Settings) -> ExecutorConfig:
+    """The settings' executor config: local or ray, the names serve takes (settings.py checks)."""
+    from drkernel.executors.build import executor_config
+    from drkernel.server.settings import SECRET_VARS
+
+    if settings.executor == "ray":
+        return executor_config("ray", address=settings.ray_address, num_workers=settings.num_workers,
+                               heartbeat_timeout_s=settings.heartbeat_timeout_s,
+                               heartbeat_s=max(0.5, settings.heartbeat_timeout_s / 3),
+                               deadline_grace_s=settings.deadline_grace_s)
+    from drkernel.executors.local import detect_devices
 
     devices = settings.devices or detect_devices(settings.num_workers)
     if settings.num_workers and devices[0] != "cpu":
         devices = devices[: settings.num_workers]
-    return LocalExecutor.Config(devices=devices, isolation=settings.isolation,
-                                heartbeat_timeout_s=settings.heartbeat_timeout_s,
-                                deadline_grace_s=settings.deadline_grace_s, judges_per_gpu=k,
-                                scrub_env=SECRET_VARS).build(factory)
+    return executor_config("local", devices=devices, isolation=settings.isolation,
+                           heartbeat_timeout_s=settings.heartbeat_timeout_s,
+                           deadline_grace_s=settings.deadline_grace_s,
+                           judges_per_gpu=settings.judges_per_gpu, scrub_env=SECRET_VARS)
 
 
 async def evaluate(request: Request) -> JSONResponse:

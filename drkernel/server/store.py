@@ -194,10 +194,6 @@ class TaskStore:
             row = db.execute(f"SELECT {_COLUMNS} FROM tasks WHERE task_id=?", (task_id,)).fetchone()
         return _record(row)
 
-    def set_worker(self, task_id: str, worker: str) -> None:
-        with self._tx() as db:
-            db.execute("UPDATE tasks SET worker=? WHERE task_id=?", (worker, task_id))
-
     def record_attempt(self, task_id: str, placement: dict[str, Any], retry: bool,
                        why: str | None = None) -> bool:
         """A worker took the running task: record where; a retry inside the executor counts as

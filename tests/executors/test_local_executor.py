@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from drkernel.errors import ConfigError, ExecutorError
 from drkernel.executors.fake_judge import FakeJudge, fake_judge
 from drkernel.executors.local import LocalExecutor, detect_devices
-from drkernel.types import EvalOptions, EvalOutcome, EvalRequest
+from drkernel.types import EvalOptions, EvalOutcome, EvalRequest, EvalResult
 
 REF = "class Model: pass  # reference"
 
@@ -133,3 +134,24 @@ def _wait_busy(ex: LocalExecutor) -> int:
                 return i
         time.sleep(0.02)
     raise AssertionError("no worker became busy")
+
+
+def test_the_pool_sends_the_request_as_given_but_for_the_worker_device() -> None:
+    seen: list[EvalRequest] = []
+
+    class Recording:
+        def evaluate(self, request: EvalRequest) -> EvalResult:
+            seen.append(request)
+            return fake_judge("cpu").evaluate(request)
+
+        def close(self) -> None:
+            pass
+
+    sent = EvalRequest(reference_code=REF, kernel_code="# fake: speedup=2", task_id="t",
+                       problem_name="L1/relu", shape_variants=("N = 7",),
+                       options=EvalOptions(timeout_s=30, device="cuda:3", num_perf_trials=4))
+    with LocalExecutor(LocalExecutor.Config(devices=("cpu",), isolation="thread"),
+                       lambda device: Recording()) as ex:
+        (res,) = ex.evaluate([sent])
+    assert res.outcome is EvalOutcome.OK
+    assert seen == [dataclasses.replace(sent, options=sent.options.replace(device="cpu"))]

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from drkernel.executors.contract import CONTRACT_REFERENCE, contract_requests
-from drkernel.server.client import AsyncClient, Client
+from drkernel.executors.http_client import AsyncClient, Client
 from drkernel.server.launch import ServerProcess
 from drkernel.types import EvalOptions, EvalOutcome, EvalRequest
 

@@ -43,3 +43,21 @@ def test_a_bad_judges_per_gpu_is_a_one_line_usage_error(capsys: pytest.CaptureFi
     assert main(["serve", "--judges-per-gpu", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["drkernel serve: serve.judges_per_gpu: 0 not in 1..16"]
+
+
+def test_serve_builds_its_executor_from_the_one_table() -> None:
+    from drkernel.executors.ray import RayExecutor
+    from drkernel.server.app import serve_executor_config
+
+    ray = serve_executor_config(Settings(executor="ray", ray_address="auto", num_workers=2,
+                                         heartbeat_timeout_s=3.0, deadline_grace_s=5.0))
+    assert ray == RayExecutor.Config(address="auto", num_workers=2, heartbeat_timeout_s=3.0,
+                                     heartbeat_s=1.0, deadline_grace_s=5.0)
+    local = serve_executor_config(Settings(devices=("cuda:0", "cuda:1", "cuda:2"), num_workers=2,
+                                           isolation="thread"))
+    assert isinstance(local, LocalExecutor.Config)
+    assert local.devices == ("cuda:0", "cuda:1") and local.isolation == "thread"
+    assert local.scrub_env == ("DRKERNEL_AUTH_TOKEN",)
+    for name in ("http", "fake"):  # serve's vocabulary is narrower than the table's
+        with pytest.raises(ConfigError, match=f"serve.executor: '{name}' not in local\\|ray"):
+            Settings(executor=name)

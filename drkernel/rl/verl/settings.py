@@ -43,10 +43,11 @@ def run_config(verl_config: Any) -> RunConfig:
 
 def shared_executor(cfg: RunConfig) -> Executor:
     """One judge client per (executor, server) per process: agent loops are built per episode."""
-    from drkernel.rl.build import build_executor
+    from drkernel.executors.build import build_executor
+    from drkernel.rl.build import judge_executor_config
 
     key = (cfg.judge.executor, cfg.judge.server)
     with _lock:
         if key not in _executors:
-            _executors[key] = build_executor(cfg.judge)
+            _executors[key] = build_executor(judge_executor_config(cfg.judge))
         return _executors[key]

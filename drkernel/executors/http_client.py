@@ -1,4 +1,4 @@
-"""Python client of `drkernel serve` (native /v1 API), sync and async, for agents and trainers.
+"""Python client of `drkernel serve` (native /v1 API), sync and async: the HTTP executor's transport.
 
 Input: EvalRequests; output: EvalResults. Every call has a deadline; 429/503 and dropped
 connections are retried with backoff (submissions are idempotent: the client picks task ids);
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import Iterator
@@ -73,10 +74,8 @@ def _delay(config: ClientConfig, attempt: int, response: httpx.Response | None) 
 
 def _prepare(requests: list[EvalRequest]) -> list[EvalRequest]:
     """Give each request a task id (idempotent resubmission), keeping the caller's ids."""
-    return [r if r.task_id else EvalRequest(
-        reference_code=r.reference_code, kernel_code=r.kernel_code, options=r.options,
-        task_id=f"client-{uuid.uuid4().hex}", problem_name=r.problem_name,
-        shape_variants=r.shape_variants) for r in requests]
+    return [r if r.task_id else dataclasses.replace(r, task_id=f"client-{uuid.uuid4().hex}")
+            for r in requests]
 
 
 def _batch_body(chunk: list[EvalRequest], priority: str) -> dict[str, Any]:
