@@ -1,17 +1,19 @@
 """Shared nouns of the data flow: problems, evaluation requests and results.
 
 No logic lives here beyond (de)serialisation. Every stage imports these types; this module imports
-nothing from the rest of the package except the error tree and, when an EvalOptions checks its
-reward fields, drkernel.reward (which imports this module).
+nothing from the rest of the package except the error tree.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from drkernel.errors import ConfigError
 
 __all__ = [
     "DeviceInfo",
@@ -24,6 +26,7 @@ __all__ = [
     "KernelTime",
     "MAX_SOURCE_BYTES",
     "Problem",
+    "REWARD_PRESET_NAMES",
     "SpeedOfLight",
     "TimingStats",
     "TrialReport",
@@ -83,6 +86,14 @@ class Problem:
         return hashlib.sha256(self.reference_code.encode()).hexdigest()[:16]
 
 
+# the turn reward's presets, by name (drkernel.reward.REWARD_PRESETS holds what each one is)
+REWARD_PRESET_NAMES = ("paper", "released", "eval", "correctness_speedup")
+
+
+def _real(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvalOptions:
     """Knobs of one evaluation. Defaults are ours; `paper()` gives the paper's preset."""
@@ -114,10 +125,15 @@ class EvalOptions:
     entry_point: str = "Model"
 
     def __post_init__(self) -> None:
-        # an unknown reward preset (or a cap <= 0) is refused here, before any judge sees it
-        from drkernel.reward.speedup import reward_config
-
-        reward_config(self)
+        # the reward fields are refused here, before any judge sees them (drkernel.reward turns them
+        # into a RewardConfig and relies on this check)
+        if not isinstance(self.reward_preset, str) or self.reward_preset not in REWARD_PRESET_NAMES:
+            raise ConfigError(f"reward_preset: {self.reward_preset!r} is not one of {', '.join(REWARD_PRESET_NAMES)}")
+        cap, weight = self.speedup_cap, self.coverage_weight
+        if not _real(cap) or not cap > 0:
+            raise ConfigError(f"speedup_cap: {cap!r} is not a number > 0")
+        if not _real(weight) or not math.isfinite(weight):
+            raise ConfigError(f"coverage_weight: {weight!r} is not a finite number")
 
     @classmethod
     def paper(cls, **overrides: Any) -> EvalOptions:

@@ -14,7 +14,6 @@ these two as well once the sandbox can change again.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 from drkernel.errors import ConfigError
@@ -82,21 +81,15 @@ def preset_config(name: str) -> RewardConfig:
 
 def reward_config(options: EvalOptions) -> RewardConfig:
     """The RewardConfig an evaluation's options ask for: their preset with `speedup_cap` in place of
-    the preset's cap and the preset's coverage weight times `coverage_weight`.
-
-    ConfigError for an unknown preset, a cap that is not a number > 0 or a weight that is not a
-    finite number.
+    the preset's cap and the preset's coverage weight times `coverage_weight`. (EvalOptions refuses
+    an unknown preset, a cap that is not > 0 and a weight that is not finite when it is built.)
 
     >>> reward_config(EvalOptions(reward_preset="eval", speedup_cap=5.0)).speedup_cap
     5.0
     """
     preset = preset_config(options.reward_preset)
-    cap, weight = options.speedup_cap, options.coverage_weight
-    if not _number(cap) or not cap > 0:
-        raise ConfigError(f"speedup_cap: {cap!r} is not a number > 0")
-    if not _number(weight) or not math.isfinite(weight):
-        raise ConfigError(f"coverage_weight: {weight!r} is not a finite number")
-    return dataclasses.replace(preset, speedup_cap=cap, coverage_weight=preset.coverage_weight * weight)
+    return dataclasses.replace(preset, speedup_cap=options.speedup_cap,
+                               coverage_weight=preset.coverage_weight * options.coverage_weight)
 
 
 def result_reward(result: EvalResult, config: RewardConfig) -> float:
@@ -109,7 +102,3 @@ def result_reward(result: EvalResult, config: RewardConfig) -> float:
     """
     correct = result.correct and result.outcome is EvalOutcome.OK and not result.hacks
     return turn_reward(correct, result.speedup, result.coverage, config)
-
-
-def _number(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)

@@ -160,3 +160,11 @@ def test_reward_config_is_a_plain_reward_config():
 def test_doctests():
     failed, attempted = doctest.testmod(drkernel.reward.speedup)
     assert attempted > 0 and failed == 0
+
+
+def test_the_preset_names_of_the_options_are_the_reward_presets():
+    """drkernel.types names the presets (so EvalOptions can check one without importing the reward);
+    drkernel.reward says what each is. The two lists are one list."""
+    from drkernel.types import REWARD_PRESET_NAMES
+
+    assert tuple(REWARD_PRESETS) == REWARD_PRESET_NAMES
