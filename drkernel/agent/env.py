@@ -8,7 +8,6 @@ rendered as feedback, and the next prompt is built by the context manager (tts.p
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +26,6 @@ from drkernel.types import ErrorInfo, EvalOptions, EvalOutcome, EvalRequest, Eva
 
 __all__ = ["EnvConfig", "KernelEnv", "StepResult"]
 
-log = logging.getLogger(__name__)
 
 Messages = list[dict[str, str]]
 
@@ -49,16 +47,14 @@ class EnvConfig:
     # "median": the judge's speedup (median over the timed calls, ours); "mean": reference mean /
     # kernel mean and the reward recomputed from it, as the authors time (docs/paper_spec.md §3.2)
     speedup_from: str = "median"
-    executor_retries: int = 2  # ExecutorError or infra_error results, retried this many times
-    retry_backoff_s: float = 1.0
+    # no retries here: the executor is the one retry layer (its pool retries a dead or faulty judge,
+    # its HTTP client a dropped connection); an infra_error result that is left ends the episode
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ConfigError("env.max_turns: must be >= 1")
         if self.speedup_from not in ("median", "mean"):
             raise ConfigError("env.speedup_from: must be 'median' or 'mean'")
-        if self.executor_retries < 0:
-            raise ConfigError("env.executor_retries: must be >= 0")
 
 
 class StepResult(NamedTuple):
@@ -204,21 +200,13 @@ class KernelEnv:
             problem_name=self.problem.name,
             shape_variants=self.problem.shape_variants if self.config.held_out else (),
         )
-        attempts = self.config.executor_retries + 1
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            try:
-                result = self.executor.evaluate([request])[0]
-            except ExecutorError as exc:
-                if last:
-                    raise
-                log.warning("evaluation of %s failed (%s); retrying", request.task_id, exc)
-            else:
-                if result.outcome is not EvalOutcome.INFRA_ERROR or last:
-                    return result
-                log.warning("infra error judging %s; retrying", request.task_id)
-            time.sleep(self.config.retry_backoff_s * 2**attempt)
-        raise AssertionError("unreachable")
+        result = self.executor.evaluate([request])[0]
+        if result.outcome is EvalOutcome.INFRA_ERROR:  # no verdict, after the executor's own retries: the
+            # episode ends here (trajectory.error), so no turn is rewarded or trained for a fault of ours
+            err = result.error
+            raise ExecutorError(f"no verdict for {request.task_id}: "
+                                f"{err.kind + ': ' + err.message if err else 'infra_error'}")  # fmt: skip
+        return result
 
 
 def _mean_speedup(result: EvalResult) -> EvalResult:

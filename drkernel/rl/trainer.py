@@ -101,7 +101,6 @@ class Trainer:
             max_turns=cfg.rollout.max_turns,
             eval_options=cfg.judge.eval_options(),
             feedback=FeedbackConfig(max_chars=cfg.rollout.feedback_chars),
-            executor_retries=2,
         )
         self.runlog = RunLog(self.run_dir, resume_step=self.state.step, tensorboard=cfg.log.tensorboard,
                              wandb=cfg.log.wandb, wandb_project=cfg.log.wandb_project, run_name=cfg.name,

@@ -80,29 +80,30 @@ def test_hacked_turn_earns_nothing_even_if_the_result_has_a_reward():
     assert env.step(code("speedup=2")).reward == 0.0
 
 
-def test_executor_errors_and_infra_results_are_retried():
+def test_the_env_retries_nothing_the_executor_is_the_one_retry_layer():
+    """One call per turn: the executor's pool has retried a faulty judge already. An infra_error left
+    after that is no verdict: the episode ends (ExecutorError), so no turn is rewarded 0 for it."""
     calls = {"n": 0}
 
-    def flaky(req):
+    def infra(req):
         calls["n"] += 1
-        if calls["n"] == 1:
-            raise ExecutorError("worker lost")
-        if calls["n"] == 2:
-            return EvalResult.failure(EvalOutcome.INFRA_ERROR, "reference", "reference failed")
-        return scripted_result(req)
+        return EvalResult.failure(EvalOutcome.INFRA_ERROR, "reference_error", "reference failed")
 
-    env = KernelEnv(PROBLEM, FakeExecutor(flaky), EnvConfig(max_turns=1, retry_backoff_s=0.0))
+    env = KernelEnv(PROBLEM, FakeExecutor(infra), EnvConfig(max_turns=1))
     env.reset()
-    assert env.step(code("speedup=1.0")).info["result"].outcome is EvalOutcome.OK
-    assert calls["n"] == 3
+    with pytest.raises(ExecutorError, match="no verdict for .*reference_error: reference failed"):
+        env.step(code("speedup=1.0"))
+    assert calls["n"] == 1 and env.trajectory is not None and env.trajectory.turns == []
 
     def dead(req):
+        calls["n"] += 1
         raise ExecutorError("down")
 
-    env = KernelEnv(PROBLEM, FakeExecutor(dead), EnvConfig(max_turns=1, executor_retries=1, retry_backoff_s=0.0))
+    env = KernelEnv(PROBLEM, FakeExecutor(dead), EnvConfig(max_turns=1))
     env.reset()
     with pytest.raises(ExecutorError):
         env.step(code("speedup=1.0"))
+    assert calls["n"] == 2
 
 
 def test_eval_options_reach_the_executor():

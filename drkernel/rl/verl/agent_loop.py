@@ -73,7 +73,6 @@ class KernelAgentLoop(AgentLoopBase):
             max_turns=ro.max_turns,
             eval_options=self.run_cfg.judge.eval_options(),
             feedback=FeedbackConfig(max_chars=ro.feedback_chars),
-            executor_retries=2,
         )
 
     @property
