@@ -42,7 +42,9 @@ for part in "$@"; do
   overhead) overhead ;;
   tests) tests ;;
   service)
-    timeout 100 python3 bench/service_throughput.py --batch 24 --rounds 1 --latency-samples 3 > "$OUT/service.log" 2>&1 ;;
+    # SERVICE_ARGS adds options, e.g. SERVICE_ARGS="--judges-per-gpu 4"
+    timeout "${SERVICE_TIMEOUT:-100}" python3 bench/service_throughput.py --batch 24 --rounds 1 --latency-samples 3 \
+      ${SERVICE_ARGS:-} > "$OUT/service.log" 2>&1 ;;
   rl)
     timeout 240 python3 experiments/rl_gpu_demo/run.py --device cuda --out "$OUT/rl_gpu_demo" > "$OUT/rl.log" 2>&1 ;;
   suite)

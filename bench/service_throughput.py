@@ -80,6 +80,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--executor", choices=["local", "ray"], default="local")
     ap.add_argument("--workers", type=int, default=None, help="default: one per GPU")
+    ap.add_argument("--judges-per-gpu", type=int, default=1, help="judges sharing each GPU (local executor)")
     ap.add_argument("--judge", choices=["sandbox", "fake"], default="sandbox")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
@@ -92,11 +93,14 @@ def main() -> int:
     extra = ["--judge", args.judge, "--executor", args.executor]
     if args.workers:
         extra += ["--workers", str(args.workers)]
+    if args.judges_per_gpu != 1:
+        extra += ["--judges-per-gpu", str(args.judges_per_gpu)]
     rows: list[tuple[str, str]] = []
     with ServerProcess(tmp / "bench.db", extra=extra, start_timeout_s=600) as server:
         health = httpx.get(f"{server.url}/health").json()
         workers = health["workers"]["total"]
-        rows.append(("executor / judge / workers", f"{args.executor} / {args.judge} / {workers}"))
+        rows.append(("executor / judge / workers (judges per GPU)",
+                     f"{args.executor} / {args.judge} / {workers} ({args.judges_per_gpu})"))
         rows.append(("server RSS at start (MB)", f"{rss_mb(server.pid or 0):.0f}"))
         with Client(base_url=server.url, request_timeout_s=120) as client:
             measure_latency(client, 1, args.perf_trials)  # warm caches (reference timings, JIT)
