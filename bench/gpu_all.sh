@@ -13,6 +13,7 @@
 #            SPEED_ARGS narrows it, e.g. SPEED_ARGS="--shapes 1024x1024 --judges 4 --throughput 24"
 #   probe    bench/timing_probe.py at 1024²: which part of the judge's window makes small kernels
 #            slow (25-call windows, the flush, the refill; issue 14)                      (~1 min)
+#   seccomp  bench/seccomp_cost.py: what the sandbox's seccomp filter costs CPU-bound work   (~1 min)
 #   extra    KernelGYM coverage fields on the GPU, isolation attacks on the GPU host,
 #            and two single `drkernel eval` runs from the shell, timed (issues 13-15)     (~2 min)
 # Logs and tables go to $OUT (or ./gpu-out). Parts may run side by side on different GPUs:
@@ -64,6 +65,8 @@ for part in "$@"; do
   probe)
     timeout "${PROBE_TIMEOUT:-150}" python3 bench/timing_probe.py --procs 3 --shapes 1024x1024 \
       --methods graph,graph25,graphidle,graphidle25,graphspin25,graphrefill25 --json "$OUT/probe.json" > "$OUT/probe.log" 2>&1 ;;
+  seccomp)
+    timeout 120 python3 bench/seccomp_cost.py --procs 3 > "$OUT/seccomp.log" 2>&1 ;;
   extra)
     timeout 200 python3 -m pytest -m gpu tests/server/test_kernelgym_gpu.py -v -s -p no:cacheprovider -W ignore::pytest.PytestConfigWarning \
       -o timeout=150 > "$OUT/extra.log" 2>&1
@@ -73,7 +76,7 @@ for part in "$@"; do
       { TIMEFORMAT="eval $k wall %R s"; time timeout 120 python3 -m drkernel.cli eval \
         drkernel/examples/relu_scale/reference.py drkernel/examples/relu_scale/kernel.py; } >> "$OUT/extra.log" 2>&1
     done ;;
-  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe)" >&2
+  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp)" >&2
      exit 2 ;;
   esac
 done

@@ -175,6 +175,7 @@ _DENIED_X86_64 = {
 _NR_CLONE, _NR_CLONE3 = 56, 435
 _NS_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x02000000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+_NR_SECCOMP, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_SPEC_ALLOW = 317, 1, 4
 _RET_ALLOW, _RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 
 
@@ -218,12 +219,26 @@ def seccomp_program() -> list[tuple[int, int, int, int]]:
     return prog
 
 
-def install_seccomp() -> None:
+def install_seccomp(spec_allow: bool = True) -> None:
     """Load the filter into the calling process (inherited by every thread and child it makes later).
-    Needs no_new_privs (set by `enter`) or root. Raises IsolationError if the kernel refuses it."""
+    Needs no_new_privs (set by `enter`) or root. Raises IsolationError if the kernel refuses it.
+
+    `spec_allow`: load it with SECCOMP_FILTER_FLAG_SPEC_ALLOW, so that the filter does not also switch
+    on the speculative-store-bypass and STIBP mitigations for the process. Kernels before 5.16 do that
+    by default, and it slows every CPU-bound step of the sandbox (the Triton compile, the Python of
+    the correctness trials); both mitigations guard a process against itself or its own sibling
+    thread, not the judge, which runs in another address space (docs/errors.md, threat model).
+    Kernels without the seccomp(2) call or the flag (before 4.17) get the plain prctl."""
     prog = seccomp_program()
     insns = (_SockFilter * len(prog))(*[_SockFilter(c, t, f, k) for c, t, f, k in prog])
     fprog = _SockFprog(len(prog), ctypes.cast(insns, ctypes.POINTER(_SockFilter)))
+    if spec_allow:
+        libc = _c()
+        rc = libc.syscall(_NR_SECCOMP, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_SPEC_ALLOW, ctypes.byref(fprog))
+        if rc == 0:
+            return
+        if ctypes.get_errno() not in (errno.EINVAL, errno.ENOSYS):
+            _check(rc, "seccomp(SET_MODE_FILTER)")
     _check(_c().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "prctl(SECCOMP)")
 
 
