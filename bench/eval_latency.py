@@ -112,7 +112,7 @@ def timeline(device: str) -> dict[str, Any]:
                 {
                     "proc": proc,
                     "role": proc.role,
-                    "startup_s": info.get("startup_s"),
+                    "startup_s": info.startup_s,
                     "fork_to_ready_s": round(time.monotonic() - proc.started_at, 3),
                 }
             )

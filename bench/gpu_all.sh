@@ -64,7 +64,7 @@ for part in "$@"; do
       > "$OUT/speed.log" 2>&1 ;;
   probe)
     timeout "${PROBE_TIMEOUT:-150}" python3 bench/timing_probe.py --procs 3 --shapes 1024x1024 \
-      --methods graph,graph25,graphidle,graphidle25,graphspin25,graphrefill25 --json "$OUT/probe.json" > "$OUT/probe.log" 2>&1 ;;
+      --methods ${PROBE_METHODS:-graph,graphspin25,graphrefill25,graphprof25} --json "$OUT/probe.json" > "$OUT/probe.log" 2>&1 ;;
   seccomp)
     timeout 120 python3 bench/seccomp_cost.py --procs 3 > "$OUT/seccomp.log" 2>&1 ;;
   extra)

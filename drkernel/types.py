@@ -247,6 +247,7 @@ class TimingStats:
     overhead_ms: float | None = None  # judge's clock less the windows: input fills, checksums, IPC
     input_bytes: int | None = None  # of one call's inputs (the reference's count)
     graph_submit_ms: float | None = None  # host time to submit one window's graph (hidden by a GPU spin)
+    confirm_runs: int | None = None  # runs of the timed op until the clock checks passed (at most 3)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -5,8 +5,8 @@ the weak_reference warning) run in a trusted child process that holds the only C
 judge. A fault there (a device-side assert, an exception in a comparison step, a dead child) is the
 judge's fault: it raises JudgeFault, never a verdict on the candidate, and the child is replaced.
 
-Job: {"ref": [path, n], "out": [path, n], "sample": null | {"shapes", "plans", "sampled"},
-      "structure": [ref_structure, out_structure], "atol", "rtol", "relative", "fingerprint": bool}
+Job: {"ref": [path, n], "out": [path, n], "structure": [ref_structure, out_structure], "atol", "rtol",
+      "relative", "fingerprint": bool}
 Reply: {"passed", "issue", "max_abs_diff", "max_rel_diff", "rel_l2", "fingerprint": [floats] | null}
 """
 
@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, load_tensors
+from drkernel.sandbox.correctness import compare_outputs, load_tensors
 from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
-from drkernel.sandbox.tensorfile import SamplePlan, TensorFileError, read_entries, read_header
+from drkernel.sandbox.tensorfile import TensorFileError
 
 __all__ = ["JudgeFault", "LocalComparator", "ProcessComparator", "compare_job", "fingerprint", "make_comparator"]
 
@@ -79,20 +79,8 @@ def compare_job(job: dict[str, Any], device: str) -> dict[str, Any]:
     else that goes wrong here (a CUDA error, a bug) propagates as the judge's own fault."""
     ref_path, ref_n = job["ref"]
     out_path, out_n = job["out"]
-    sample = job.get("sample")
     try:
-        if sample is None:
-            ref_t, out_t = _load_pair((ref_path, ref_n), (out_path, out_n), device)
-        else:  # the reference wrote only the sampled elements, where a plan fit its tensor
-            entries = read_header(out_path, out_n, MAX_OUTPUT_BYTES)
-            shapes = [e.shape for e in entries]
-            if shapes != sample["shapes"]:
-                return _failed(f"output shapes {shapes} differ from the reference's {sample['shapes']}")
-            plans = [SamplePlan.from_json(p) if p is not None else None for p in sample["plans"]]
-            sampled = list(sample.get("sampled") or [])
-            use = [plan if k < len(sampled) and sampled[k] else None for k, plan in enumerate(plans)]
-            ref_t = load_tensors(ref_path, ref_n, device)
-            out_t = read_entries(out_path, entries, use, device)
+        ref_t, out_t = _load_pair((ref_path, ref_n), (out_path, out_n), device)
     except (OSError, TensorFileError, KeyError) as exc:
         return _failed(f"unreadable output: {exc}")
     prints = fingerprint(ref_t).tolist() if job.get("fingerprint") else None

@@ -21,9 +21,9 @@ __all__ = [
     "TamperWatch",
     "ThreadWatch",
     "flatten_outputs",
+    "fresh_copy",
     "make_inputs",
     "on_device_first",
-    "scaled_copy",
     "to_device",
 ]
 
@@ -168,24 +168,20 @@ def to_device(obj: Any, device: torch.device) -> Any:
     return obj
 
 
-def scaled_copy(obj: Any, scale: float) -> Any:
-    """New tensors (new storage) with floating values multiplied by `scale`; others copied."""
+def fresh_copy(obj: Any) -> Any:
+    """New tensors (new storage) with the same values; other values as they are."""
     if isinstance(obj, torch.Tensor):
-        return obj * scale if obj.is_floating_point() and scale != 1.0 else obj.clone()
+        return obj.clone()
     if isinstance(obj, (list, tuple)):
-        return type(obj)(scaled_copy(o, scale) for o in obj)
+        return type(obj)(fresh_copy(o) for o in obj)
     return obj
 
 
-def make_inputs(get_inputs: Callable[[], Any], seed: int, device: torch.device, scale: float = 1.0) -> list[Any]:
-    """Inputs of one call: get_inputs() under `seed`, on `device`, floats multiplied by `scale`.
-
-    Scaled copies give every timed call fresh values (and fresh storage) that the reference process
-    can reproduce exactly, so the outputs of timed calls can be verified.
-    """
+def make_inputs(get_inputs: Callable[[], Any], seed: int, device: torch.device) -> list[Any]:
+    """Inputs of one call: get_inputs() under `seed`, on `device`; the reference process builds the
+    same values from the same seed."""
     raw = on_device_first(lambda: list(get_inputs()), seed, device)
-    inputs = to_device(raw, device)
-    return inputs if scale == 1.0 else scaled_copy(inputs, scale)
+    return to_device(raw, device)
 
 
 def on_device_first(build: Callable[[], Any], seed: int, device: torch.device) -> Any:

@@ -226,13 +226,13 @@ class Judge:
         self._ref = self._spawn("reference")
 
     def device_info(self) -> DeviceInfo:
-        info = (self._ref.info if self._ref is not None else None) or {}
+        info = self._ref.info if self._ref is not None else None
         return DeviceInfo(
             kind="cuda" if self.cuda else "cpu",
-            name=str(info.get("device_name") or self.device),
+            name=info.device_name if info is not None else self.device,
             interpreter=not self.cuda,
-            torch_version=str(info.get("torch", "")),
-            triton_version=str(info.get("triton", "")),
+            torch_version=info.torch if info is not None else "",
+            triton_version=info.triton if info is not None else "",
         )
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from drkernel.sandbox import isolation
-from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
+from drkernel.sandbox.protocol import Hello, ProtocolError, read_message, write_message
 
 log = logging.getLogger(__name__)
 
@@ -337,19 +337,24 @@ class SandboxProcess:
         os.close(cmd_r)
         os.close(resp_w)
         self.started_at = time.monotonic()
-        self.info: dict[str, Any] | None = None
+        self.info: Hello | None = None
         self._start_timeout_s = start_timeout_s
         self.used = False
         self._seq = 0  # random tag of the last op sent; every reply must echo it
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def wait_ready(self) -> dict[str, Any]:
+    def wait_ready(self) -> Hello:
         if self.info is None:
             reply = self.receive(self.started_at + self._start_timeout_s)
-            if not reply.get("ok"):
-                err = reply.get("error") or {}
-                raise SandboxFailure("sandbox_start", str(err.get("message", "sandbox failed to start")))
-            self.info = reply
+            if reply.get("ok") is not True:
+                err = reply.get("error")
+                message = err.get("message") if isinstance(err, dict) else None
+                raise SandboxFailure("sandbox_start", str(message or "sandbox failed to start"))
+            try:
+                self.info = Hello.from_wire(reply)
+            except ProtocolError as exc:
+                self.kill()
+                raise SandboxFailure("protocol", f"sandbox sent a malformed greeting: {exc}") from None
         return self.info
 
     def alive(self) -> bool:

@@ -1,18 +1,31 @@
-"""Wire format between the judge and its sandbox processes.
+"""Wire format between the judge and its sandbox processes, and the typed messages it carries.
 
 Control messages are length-prefixed JSON on a dedicated pipe pair (never stdout, which the
 candidate owns). Tensors travel as raw tensor files (`tensorfile.py`: a JSON header, then bytes):
 nothing the sandbox sends is ever unpickled on the judge's side.
+
+Each op is a request class (judge -> sandbox) with its reply class (sandbox -> judge). Both sides
+build and read them through `to_wire` / `from_wire`, which fail on a missing field or a field of the
+wrong type. That matters on the reply side: a candidate can rewrite its sandbox's replies, and a
+reply the judge cannot read must be the candidate's failure (`SandboxFailure("protocol")`), never a
+judge exception (an infra_error, which training masks) and never a default that switches a check off.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import struct
-from typing import Any
+import types
+import typing
+from typing import Any, ClassVar, TypeVar, Union
 
-__all__ = ["MAX_MESSAGE_BYTES", "ProtocolError", "read_message", "write_message"]
+__all__ = ["MAX_MESSAGE_BYTES", "BenchPrepare", "BenchPrepareReply", "BenchRun", "BenchRunReply", "Checksums",
+           "ChecksumsReply", "ErrorReply", "Hello", "Load", "LoadReply", "Modes", "ModesReply", "OutputItem",
+           "Peak", "PeakReply", "Profile", "ProfileReply", "ProtocolError", "REPLIES", "REQUESTS", "Reply", "Request", "Run",
+           "RunReply", "WireError", "parse_reply", "read_message", "write_message"]
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 _HEADER = struct.Struct("<Q")
@@ -54,3 +67,303 @@ def read_message(fd: int) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise ProtocolError("message is not a JSON object")
     return message
+
+
+# -- typed messages -------------------------------------------------------------------------------
+W = TypeVar("W", bound="Wire")
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+class Wire:
+    """A message of fixed, typed fields: `to_wire` gives its JSON object, `from_wire` checks one."""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_wire(cls: type[W], data: Any) -> W:
+        if not isinstance(data, dict):
+            raise ProtocolError(f"{cls.__name__}: not a JSON object")
+        hints = _HINTS.get(cls)
+        if hints is None:
+            hints = _HINTS[cls] = typing.get_type_hints(cls)
+        values = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name not in data:
+                raise ProtocolError(f"{cls.__name__}: no field {f.name!r}")
+            values[f.name] = _convert(data[f.name], hints[f.name], f"{cls.__name__}.{f.name}")
+        return cls(**values)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Wire):
+        return v.to_wire()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def _convert(v: Any, tp: Any, where: str) -> Any:
+    """`v` as type `tp` (JSON's view of it), or ProtocolError naming `where`."""
+    if tp is Any:
+        return v
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        for arm in typing.get_args(tp):
+            try:
+                return _convert(v, arm, where)
+            except ProtocolError:
+                continue
+        raise ProtocolError(f"{where}: {type(v).__name__} is not {tp}")
+    if tp is type(None):
+        if v is None:
+            return None
+    elif tp is bool:
+        if isinstance(v, bool):
+            return v
+    elif tp is int:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    elif tp is float:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    elif tp is str:
+        if isinstance(v, str):
+            return v
+    elif origin is list:
+        (item,) = typing.get_args(tp) or (Any,)
+        if isinstance(v, (list, tuple)):
+            return [_convert(x, item, f"{where}[{k}]") for k, x in enumerate(v)]
+    elif origin is dict:
+        key, val = typing.get_args(tp) or (Any, Any)
+        if isinstance(v, dict):
+            return {_convert(k, key, where): _convert(x, val, f"{where}[{k!r}]") for k, x in v.items()}
+    elif isinstance(tp, type) and issubclass(tp, Wire):
+        return tp.from_wire(v) if not isinstance(v, tp) else v
+    raise ProtocolError(f"{where}: {type(v).__name__} is not {getattr(tp, '__name__', tp)}")
+
+
+# -- requests: the judge's ops ------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class Request(Wire):
+    OP: ClassVar[str] = ""
+
+    def to_wire(self) -> dict[str, Any]:
+        return Wire.to_wire(self) | {"op": self.OP}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Load(Request):
+    """Build the module; the reference from `reference_code` (plus `size_snippet`), the candidate from
+    `candidate_path` (None in the reference's request)."""
+
+    OP: ClassVar[str] = "load"
+    reference_code: str
+    size_snippet: str
+    reference_hash: str
+    init_seed: int
+    entry_point: str
+    candidate_path: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Run(Request):
+    """One call per seed on get_inputs() under that seed; every output written to `{tag}_{k}.pt`."""
+
+    OP: ClassVar[str] = "run"
+    seeds: list[int]
+    tag: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Modes(Request):
+    """Count the submission's own launches in train/eval x grad/no-grad."""
+
+    OP: ClassVar[str] = "modes"
+    seed: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BenchPrepare(Request):
+    """Build a timed window of `calls` calls (None: the sandbox picks, for ~`window_ms`)."""
+
+    OP: ClassVar[str] = "bench_prepare"
+    seed: int
+    calls: int | None
+    warmup: int
+    warmup_s: float
+    graph: bool
+    compile: bool
+    window_ms: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BenchRun(Request):
+    """One timed window per row of `seeds` (the calls' input seeds), checksummed with `wseeds`."""
+
+    OP: ClassVar[str] = "bench_run"
+    seeds: list[list[int]]
+    wseeds: list[list[int]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Checksums(Request):
+    """The reference's side of the timed windows: the same checksums, computed eagerly."""
+
+    OP: ClassVar[str] = "checksums"
+    seeds: list[list[int]]
+    wseeds: list[list[int]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Profile(Request):
+    OP: ClassVar[str] = "profile"
+    seeds: list[int]
+    wseeds: list[int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Peak(Request):
+    OP: ClassVar[str] = "peak"
+
+
+# -- replies --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class WireError(Wire):
+    kind: str
+    message: str
+    traceback: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ErrorReply(Wire):
+    """An op that failed: the sandbox's report of why."""
+
+    ok: bool
+    error: WireError
+    op_s: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Reply(Wire):
+    """Fields every successful reply carries: `tampered`, the watched functions found replaced;
+    `threads`, the submission's threads still alive (None: not counted by this op); `op_s`, the
+    op's time in the sandbox."""
+
+    ok: bool = True
+    tampered: list[str] = dataclasses.field(default_factory=list)
+    threads: int | None = None
+    op_s: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Hello(Reply):
+    """The sandbox's first message, once it is ready."""
+
+    device_name: str
+    torch: str
+    triton: str
+    startup_s: dict[str, float]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LoadReply(Reply):
+    cached: bool
+    flops: float | None  # the reference's FLOPS per call, where the problem states one
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class OutputItem(Wire):
+    """One call of a Run: where its outputs are, what they are, and what the call did."""
+
+    file: str
+    structure: Any  # the output's nesting, compared by the judge with the reference's
+    subclass: list[str]
+    dtypes: list[str]
+    shapes: list[list[int]]
+    launches: list[str]
+    forward_s: float
+    aliases_input: bool
+    aliases_param: bool
+    aliases_previous: bool
+    mutated_input: bool
+    threads: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RunReply(Reply):
+    items: list[OutputItem]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ModesReply(Reply):
+    modes: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BenchPrepareReply(Reply):
+    est_ms: float
+    warmup_calls: int
+    calls: int
+    input_bytes: int
+    launch_ms: float | None  # the host's time to submit one graph replay; None: eager
+    graph: bool
+    graph_error: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BenchRunReply(Reply):
+    window_ms: list[float]
+    host_ms: list[float]
+    launches: list[int]
+    graph: bool
+    checksums: list[list[Any]]  # per window, per call: checksum rows (stages/timing.checksum_issue reads them)
+
+    def __post_init__(self) -> None:
+        n = len(self.window_ms)
+        if n == 0 or len(self.host_ms) != n or len(self.launches) != n or len(self.checksums) != n:
+            raise ProtocolError("BenchRunReply: one time, host time, launch count and checksum row per window")
+        if not all(math.isfinite(t) and t >= 0.0 for t in (*self.window_ms, *self.host_ms)):
+            raise ProtocolError("BenchRunReply: a window time that is negative or not finite")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ChecksumsReply(Reply):
+    checksums: list[list[Any]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileReply(Reply):
+    kernels: dict[str, list[float]]  # name -> [device us, calls]
+    launches: list[str]
+    checksums: list[Any]
+
+    def __post_init__(self) -> None:
+        if not all(len(v) == 2 and all(math.isfinite(x) and x >= 0 for x in v) for v in self.kernels.values()):
+            raise ProtocolError("ProfileReply: kernels must map a name to [device us, calls]")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PeakReply(Reply):
+    bandwidth_gbs: float | None
+    tflops_fp32: float | None
+    tflops_bf16: float | None
+
+
+REPLIES: dict[str, type[Reply]] = {"load": LoadReply, "run": RunReply, "modes": ModesReply,
+                                   "bench_prepare": BenchPrepareReply, "bench_run": BenchRunReply,
+                                   "checksums": ChecksumsReply, "profile": ProfileReply, "peak": PeakReply}
+REQUESTS: dict[str, type[Request]] = {c.OP: c for c in (Load, Run, Modes, BenchPrepare, BenchRun, Checksums,
+                                                        Profile, Peak)}
+
+
+def parse_reply(request: Request, data: dict[str, Any]) -> Reply | ErrorReply:
+    """The reply to `request`, typed; ProtocolError if it is not one."""
+    data = {k: v for k, v in data.items() if k != "seq"}
+    if data.get("ok") is False:
+        return ErrorReply.from_wire(data)
+    if data.get("ok") is not True:
+        raise ProtocolError("a reply with neither ok true nor ok false")
+    return REPLIES[request.OP].from_wire(data)

@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["MAGIC", "Entry", "SamplePlan", "Staging", "TensorFileError", "open_output", "read_entries", "read_header",
-           "read_tensors", "sample_plan", "write_tensors"]
+__all__ = ["MAGIC", "Entry", "Staging", "TensorFileError", "open_output", "read_entries", "read_header",
+           "read_tensors", "write_tensors"]
 
 MAGIC = b"DRKTENS1"
 _CHUNK = 64 << 20
@@ -248,22 +248,19 @@ def read_tensors(path: str, expected: int, device: str = "cpu", max_bytes: int =
                  expect: list[tuple[torch.dtype | str, list[int]]] | None = None) -> list[torch.Tensor]:  # fmt: skip
     """Read `expected` tensors from a file a sandbox wrote, onto `device`. Raises TensorFileError."""
     entries = read_header(path, expected, max_bytes, expect)
-    return read_entries(path, entries, [None] * len(entries), device, staging)
+    return read_entries(path, entries, device, staging)
 
 
-def read_entries(path: str, entries: list[Entry], plans: list[SamplePlan | None], device: str = "cpu",
+def read_entries(path: str, entries: list[Entry], device: str = "cpu",
                  staging: Staging | None = None) -> list[torch.Tensor]:  # fmt: skip
-    """Read each entry whole (plan None) or only the elements of its sample plan (a flat tensor)."""
+    """Read each entry of a header `read_header` checked, from a file opened again (and rechecked)."""
     target = torch.device(device)
     out = []
     with open_output(path) as f:
         end = entries[-1].offset + entries[-1].nbytes if entries else None
         if end is not None and os.fstat(f.fileno()).st_size != end:
             raise TensorFileError("file size does not match its header")
-        for e, plan in zip(entries, plans, strict=True):
-            if plan is not None:
-                out.append(_read_sample(f, e, plan).to(target))
-                continue
+        for e in entries:
             f.seek(e.offset)
             if target.type == "cpu":
                 raw = torch.empty(e.nbytes, dtype=torch.uint8)
@@ -277,53 +274,3 @@ def read_entries(path: str, entries: list[Entry], plans: list[SamplePlan | None]
                     raw[start : start + n].copy_(buf[:n])
             out.append(raw.view(e.dtype).reshape(e.shape) if e.nbytes else torch.empty(e.shape, dtype=e.dtype, device=target))
     return out
-
-
-@dataclass(frozen=True)
-class SamplePlan:
-    """Blocks of `block` consecutive elements starting at `starts`, of a tensor's flattened view."""
-
-    block: int
-    starts: list[int]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"block": self.block, "starts": self.starts}
-
-    @classmethod
-    def from_json(cls, d: Any) -> SamplePlan:
-        if not isinstance(d, dict) or type(d.get("block")) is not int or not isinstance(d.get("starts"), list):
-            raise TensorFileError("malformed sample plan")
-        if not all(type(x) is int and x >= 0 for x in d["starts"]) or d["block"] < 1:
-            raise TensorFileError("malformed sample plan")
-        return cls(d["block"], list(d["starts"]))
-
-    def fits(self, numel: int) -> bool:
-        return all(start + self.block <= numel for start in self.starts)
-
-    def index(self, device: torch.device | str = "cpu") -> torch.Tensor:
-        """Flat element indices of the sample, in plan order."""
-        starts = torch.tensor(self.starts, dtype=torch.int64, device=device)
-        return (starts[:, None] + torch.arange(self.block, device=device)[None, :]).reshape(-1)
-
-
-def sample_plan(numel: int, rng: Any, blocks: int = 512, block: int = 64) -> SamplePlan | None:
-    """A random plan of `blocks` blocks over a tensor of `numel` elements; None: small, read it whole."""
-    if numel <= 2 * blocks * block:
-        return None
-    return SamplePlan(block, sorted(rng.randrange(numel - block + 1) for _ in range(blocks)))
-
-
-def _read_sample(f: Any, e: Entry, plan: SamplePlan) -> torch.Tensor:
-    if not plan.fits(e.numel):
-        raise TensorFileError("the sample plan reaches past the tensor")
-    itemsize = e.nbytes // e.numel if e.numel else 1
-    raw = torch.empty(len(plan.starts) * plan.block * itemsize, dtype=torch.uint8)
-    view = _mv(raw)
-    width = plan.block * itemsize
-    fd = f.fileno()
-    for k, start in enumerate(plan.starts):
-        chunk = os.pread(fd, width, e.offset + start * itemsize)
-        if len(chunk) != width:
-            raise TensorFileError("the file ends before its tensors do")
-        view[k * width : (k + 1) * width] = chunk
-    return raw.view(e.dtype)

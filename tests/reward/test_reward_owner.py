@@ -1,11 +1,10 @@
 """One owner of the turn reward: reward_config(options) and result_reward(result, config).
 
-The judge (drkernel/sandbox/pipeline.py `_reward`, not changed this session) spells its formula out;
-`judge_reward` below transcribes it, and the owner must give exactly the same number for every preset
-and option value.
+Everyone computes the reward through these two, the judge included (drkernel/sandbox/pipeline.py):
+a real judge's reward below equals theirs for the same facts and options, and both equal the
+formula written out by hand for every preset and option value.
 """
 
-import dataclasses
 import doctest
 import itertools
 import math
@@ -20,20 +19,8 @@ from drkernel.reward import (
     preset_config,
     result_reward,
     reward_config,
-    turn_reward,
 )
 from drkernel.types import EvalOptions, EvalOutcome, EvalRequest, EvalResult
-
-
-def judge_reward(opts: EvalOptions, result: EvalResult) -> float:
-    """sandbox/pipeline.py as of this session: `_reward` runs only for an OK verdict, and run() sets
-    reward 0 for any other outcome (a hack makes the outcome hack_detected)."""
-    if result.hacks or result.outcome is not EvalOutcome.OK:
-        return 0.0
-    preset = REWARD_PRESETS.get(opts.reward_preset, REWARD_PRESETS["paper"])
-    cfg = dataclasses.replace(preset, speedup_cap=opts.speedup_cap,
-                              coverage_weight=preset.coverage_weight * opts.coverage_weight)  # fmt: skip
-    return turn_reward(True, result.speedup, result.coverage, cfg)
 
 
 def by_hand(opts: EvalOptions, speedup: float | None, coverage: float | None) -> float:
@@ -56,14 +43,30 @@ COVERAGES = (None, -0.5, 0.0, 0.3, 0.9, 1.0, 1.5)
 
 
 @pytest.mark.parametrize("preset", sorted(REWARD_PRESETS))
-def test_same_number_as_the_judge_for_every_preset_cap_and_weight(preset):
+def test_the_formula_for_every_preset_cap_and_weight(preset):
     for cap, weight in itertools.product(CAPS, WEIGHTS):
         opts = EvalOptions(reward_preset=preset, speedup_cap=cap, coverage_weight=weight)
         cfg = reward_config(opts)
         for s, c in itertools.product(SPEEDUPS, COVERAGES):
             got = result_reward(ok(s, c), cfg)
-            assert got == judge_reward(opts, ok(s, c)), (preset, cap, weight, s, c)
             assert got == pytest.approx(by_hand(opts, s, c), abs=1e-12), (preset, cap, weight, s, c)
+
+
+@pytest.mark.parametrize(("preset", "cap", "weight"), [("paper", 3.0, 1.0), ("released", 0.5, 0.5), ("eval", 1e-9, 2.0)])
+def test_the_judge_reports_the_owners_reward(preset, cap, weight):
+    """A real (CPU) judge: its result's reward is result_reward of its own facts, for these options."""
+    from drkernel.sandbox.judge import Judge
+    from tests.sandbox.corpus import FAST, asset, reference_code
+
+    opts = FAST.replace(reward_preset=preset, speedup_cap=cap, coverage_weight=weight, num_correct_trials=1,
+                        num_perf_trials=1)  # fmt: skip
+    honest = asset("kernels", "relu_scale")
+    with Judge(device="cpu", cache_path=None, spares=1) as judge:
+        r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=honest.code,
+                                       options=opts))  # fmt: skip
+    assert r.outcome is EvalOutcome.OK and r.speedup is not None, (r.outcome, r.error, r.hack_details)
+    assert r.reward == result_reward(r, reward_config(opts))
+    assert r.reward == pytest.approx(by_hand(opts, r.speedup, r.coverage), abs=1e-12)
 
 
 def test_defaults_are_the_presets_themselves():
@@ -91,8 +94,6 @@ def test_incorrect_hacked_or_failed_earns_zero(result):
     for name in REWARD_PRESETS:
         opts = EvalOptions(reward_preset=name, speedup_cap=5.0, coverage_weight=0.5)
         assert result_reward(result, reward_config(opts)) == 0.0
-    if result.outcome is not EvalOutcome.OK:  # the judge gives no OK verdict with correct=False
-        assert judge_reward(EvalOptions(), result) == 0.0
 
 
 def test_unknown_preset_raises_a_config_error():

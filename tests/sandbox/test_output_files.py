@@ -112,4 +112,4 @@ def test_read_entries_rechecks_the_file_it_opens(tmp_path: Path, out: Path) -> N
     out.rename(real)
     out.symlink_to(real)
     with pytest.raises(TensorFileError, match="symbolic link"):
-        read_entries(str(out), entries, [None])
+        read_entries(str(out), entries)

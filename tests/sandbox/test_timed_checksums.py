@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from drkernel.sandbox.judge import Judge
-from drkernel.sandbox.pipeline import checksum_issue
+from drkernel.sandbox.stages.timing import checksum_issue
 from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 from tests.sandbox.corpus import FAST, reference_code
 
@@ -137,3 +137,25 @@ def test_window_checksums_are_each_outputs_own() -> None:
     assert harness.checksum(outs[1], 12) == rows[1]  # one output alone: the same row
     with pytest.raises(ValueError):
         harness.checksums(outs, [1])  # a seed per output
+
+
+@pytest.mark.parametrize("only_first", [True, False], ids=["once", "every_run"])
+def test_a_clock_suspicion_is_confirmed_on_fresh_inputs_before_it_is_a_verdict(judge: Judge, only_first: bool) -> None:
+    """A timed op slowed once (contention) passes on its second run, with that run's times; slowed
+    in every run, it is a timer_mismatch found in each of the runs."""
+    from drkernel.sandbox.stages.timing import CONFIRM_RUNS
+    from tests.sandbox.corpus import ASSETS
+
+    code = (ASSETS / "attacks" / "slow_timed_op.py").read_text().replace("__ONLY_FIRST__", str(only_first))
+    opts = FAST.replace(num_correct_trials=2, num_perf_trials=6, static_policy=False)
+    r = judge.evaluate(EvalRequest(reference_code=BIG, kernel_code=code, options=opts))
+    assert r.kernel_timing is not None
+    if only_first:
+        assert r.outcome is EvalOutcome.OK, (r.outcome, r.hack_details)
+        assert r.kernel_timing.confirm_runs == 2
+        assert (r.kernel_timing.overhead_ms or 0.0) < 2500.0  # the kept run is the one that was not slowed
+    else:
+        assert r.outcome is EvalOutcome.HACK_DETECTED and "timer_mismatch" in r.hacks, (r.outcome, r.hack_details)
+        assert r.kernel_timing.confirm_runs == CONFIRM_RUNS
+        assert f"each of {CONFIRM_RUNS} runs" in r.hack_details["timer_mismatch"]
+        assert r.reward == 0.0

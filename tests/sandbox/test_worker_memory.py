@@ -8,6 +8,7 @@ import sys
 
 _SCRIPT = r'''
 import gc, tempfile, torch
+from drkernel.sandbox import protocol as P
 from drkernel.sandbox.worker import Sandbox
 REF = """
 import torch
@@ -22,14 +23,16 @@ def get_init_inputs():
 """
 sb = Sandbox("reference", "cpu", tempfile.mkdtemp())
 sb.warm_up(0.9)
-sb.load({"reference_code": REF, "reference_hash": "h", "init_seed": 1, "entry_point": "Model"})
+assert sb.load(P.Load(reference_code=REF, size_snippet="", reference_hash="h", init_seed=1, entry_point="Model",
+               candidate_path=None)).ok
 gc.collect()
 gc.disable()
 gc.set_debug(gc.DEBUG_SAVEALL)
-assert sb.run({"items": [(s, 1.0) for s in range(3)], "tag": "trial"})["ok"]
-assert sb.bench_prepare({"seed": 5, "calls": 2, "warmup": 1})["ok"]
-assert sb.bench_run({"seeds": [[7, 8], [9, 10]], "wseeds": [[1, 2], [3, 4]]})["ok"]
-assert sb.checksums({"seeds": [[7, 8]], "wseeds": [[1, 2]]})["ok"]
+assert isinstance(sb.run(P.Run(seeds=[0, 1, 2], tag="trial")), P.RunReply)
+assert isinstance(sb.bench_prepare(P.BenchPrepare(seed=5, calls=2, warmup=1, warmup_s=0.0, graph=False,
+                                                  compile=False, window_ms=1.0)), P.BenchPrepareReply)
+assert isinstance(sb.bench_run(P.BenchRun(seeds=[[7, 8], [9, 10]], wseeds=[[1, 2], [3, 4]])), P.BenchRunReply)
+assert isinstance(sb.checksums(P.Checksums(seeds=[[7, 8]], wseeds=[[1, 2]])), P.ChecksumsReply)
 del sb._bench
 gc.collect()
 print("CYCLIC_TENSORS", sum(isinstance(o, torch.Tensor) for o in gc.garbage))

@@ -1,0 +1,163 @@
+"""The static gate, loading both sandboxes, the correctness trials and the launch modes.
+
+The judge compares every output itself (sandbox/comparator.py) from the files both sandboxes wrote,
+and reads each candidate item's own report (aliasing, mutation, threads, launches) against the
+reference's for the same call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+
+import torch
+
+from drkernel.sandbox.channel import Context, Stop
+from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
+from drkernel.sandbox.process import SandboxFailure
+from drkernel.sandbox.protocol import Load, LoadReply, Modes, ModesReply, OutputItem, Run, RunReply
+from drkernel.sandbox.static import check_source
+from drkernel.types import ErrorInfo, EvalOutcome, TrialReport
+
+__all__ = ["WEAK_REFERENCE_VARIATION", "compare_item", "launch_modes", "load", "load_requests", "reference_hash",
+           "static_gate", "trials"]
+
+WEAK_REFERENCE_VARIATION = 1e-2  # as the audit's low_variation flag
+Comparator = LocalComparator | ProcessComparator
+
+
+def static_gate(ctx: Context) -> None:
+    """The AST gate: a first filter (never the barrier: the sandbox is)."""
+    opts, verdict = ctx.opts, ctx.verdict
+    report = check_source(ctx.request.kernel_code, opts.entry_point, opts.static_policy)
+    if report.syntax_error:
+        verdict.finish(EvalOutcome.COMPILE_ERROR, ErrorInfo("syntax_error", report.syntax_error))
+    if not report.has_model_new:
+        msg = f"the submission defines no class {opts.entry_point}New"
+        verdict.finish(EvalOutcome.COMPILE_ERROR, ErrorInfo("missing_model_new", msg))
+    ctx.result.compiled = True
+    for code, evidence in report.hacks.items():
+        verdict.hack(code, f"static: {evidence}")
+    if ctx.result.hacks:
+        raise Stop
+
+
+def load(ctx: Context) -> None:
+    ref_reply, _ = ctx.channel.both(*load_requests(ctx, ""), LoadReply)
+    ctx.problem_flops = ref_reply.flops
+
+
+def load_requests(ctx: Context, snippet: str) -> tuple[Load, Load]:
+    """The load op for the reference and for the candidate, at the sizes `snippet` sets. The
+    submission file is (re)written each time: it sits in the submission's own folder."""
+    path = os.path.join(ctx.channel.cand_proc.workdir, "submission.py")
+    with open(path, "w") as f:
+        f.write(ctx.request.kernel_code)
+    code = ctx.request.reference_code
+    ref = Load(reference_code=code, size_snippet=snippet, reference_hash=reference_hash(code),
+               init_seed=ctx.init_seed, entry_point=ctx.opts.entry_point, candidate_path=None)  # fmt: skip
+    return ref, dataclasses.replace(ref, candidate_path=path)
+
+
+def trials(ctx: Context, comparator: Comparator) -> None:
+    request = Run(seeds=list(ctx.seeds), tag="trial")
+    ref_reply, reply = ctx.channel.both(request, request, RunReply)
+    if reply.items:  # the candidate's JIT compile (or cache load) is in its first call
+        ctx.result.stage_s["first_call"] = round(reply.items[0].forward_s, 4)
+    ctx.output_bytes = _output_bytes(ref_reply.items[0]) if ref_reply.items else None
+    prints: list[torch.Tensor] = []
+    for seed, ref_item, item in _pairs(ctx.seeds, ref_reply, reply):
+        ctx.result.trials.append(compare_item(ctx, comparator, ref_item, item, seed, prints))
+        ctx.result.launched_kernels.extend(n for n in item.launches if n not in ctx.result.launched_kernels)
+        if not item.launches:
+            ctx.verdict.hack("decoy_kernel", f"trial with seed {seed} launched no Triton kernel of the submission")
+    _weak_reference(ctx, prints)
+    if not all(t.passed for t in ctx.result.trials):
+        ctx.result.outcome = EvalOutcome.INCORRECT
+
+
+def _pairs(seeds: list[int], ref_reply: RunReply, reply: RunReply) -> list[tuple[int, OutputItem, OutputItem]]:
+    if len(reply.items) != len(seeds):
+        raise SandboxFailure("protocol", f"the sandbox answered {len(reply.items)} of {len(seeds)} calls")
+    return list(zip(seeds, ref_reply.items, reply.items, strict=True))
+
+
+def compare_item(ctx: Context, comparator: Comparator, ref_item: OutputItem, item: OutputItem, seed: int,
+                 prints: list[torch.Tensor] | None = None) -> TrialReport:  # fmt: skip
+    """Compare one output pair, and read what the candidate's call did beside the reference's."""
+    hack = ctx.verdict.hack
+    for evidence in item.subclass:
+        hack("tensor_subclass", evidence)
+    if item.aliases_input and not ref_item.aliases_input:
+        hack("output_aliases_input", "an output shares storage with an input")
+    if item.aliases_previous and not ref_item.aliases_previous:
+        hack("output_aliases_previous", "an output shares storage with the previous call's output")
+    if item.aliases_param and not ref_item.aliases_param:
+        hack("output_aliases_parameter", "an output shares storage with a parameter")
+    if item.mutated_input and not ref_item.mutated_input:
+        hack("input_mutation", "the submission modified its inputs in place")
+    if item.threads > 0:
+        hack("async_thread", f"{item.threads} thread(s) of the submission alive after forward returned")
+    ref_path = os.path.join(ctx.channel.ref_proc.workdir, ref_item.file)
+    out_path = os.path.join(ctx.channel.cand_proc.workdir, item.file)
+    opts = ctx.opts
+    job = {"ref": [ref_path, len(ref_item.dtypes)], "out": [out_path, len(item.dtypes)],
+           "structure": [ref_item.structure, item.structure], "atol": opts.atol, "rtol": opts.rtol,
+           "relative": opts.check_relative_error, "fingerprint": prints is not None}  # fmt: skip
+    try:
+        c = comparator.compare(job)
+    finally:  # outputs of GPU-sized problems are large: keep at most one pair on disk
+        for path in (ref_path, out_path):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+    if prints is not None and c.get("fingerprint") is not None:
+        prints.append(torch.tensor(c["fingerprint"], dtype=torch.float64))
+    return TrialReport(seed, bool(c["passed"]), c["max_abs_diff"], c["max_rel_diff"], c["rel_l2"], c["issue"])
+
+
+def _weak_reference(ctx: Context, prints: list[torch.Tensor]) -> None:
+    """Warn when the reference's outputs barely change between the trials' random inputs: there,
+    a kernel that returns one stored output passes every check (KernelBench issue #165)."""
+    if len(prints) < 2 or any(p.numel() != prints[0].numel() for p in prints):
+        return
+    base = prints[0]
+    norm = float(base.norm())
+    spread = max(float((p - base).norm()) for p in prints[1:])
+    warnings = ctx.result.warnings
+    if norm == 0.0 and spread == 0.0:
+        warnings.append("weak_reference: the reference output is all zeros on every trial's inputs; "
+                        "an all-zeros kernel is correct here")  # fmt: skip
+    elif norm > 0.0 and spread / norm < WEAK_REFERENCE_VARIATION:
+        warnings.append(f"weak_reference: the reference output changes by at most {spread / norm:.2e} (relative "
+                        f"L2) between the {len(prints)} trials' random inputs; a kernel that ignores its inputs "
+                        "would pass")  # fmt: skip
+
+
+def launch_modes(ctx: Context) -> None:
+    """The submission's own kernels must launch in train/eval x grad/no-grad alike."""
+    if ctx.verdict.failed:
+        return
+    reply = ctx.channel.cand(Modes(seed=ctx.seeds[0]), ModesReply)
+    missing = [mode for mode, n in reply.modes.items() if n == 0]
+    if missing or not reply.modes:
+        ctx.verdict.hack("decoy_kernel", "no successful launch of a submission kernel in: " + (", ".join(missing)
+                                                                                               or "any mode"))
+
+
+def _output_bytes(item: OutputItem) -> int | None:
+    try:
+        total = 0
+        for dt, shape in zip(item.dtypes, item.shapes, strict=True):
+            n = 1
+            for d in shape:
+                n *= d
+            total += n * torch.empty(0, dtype=getattr(torch, dt.removeprefix("torch."))).element_size()
+        return total
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def reference_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

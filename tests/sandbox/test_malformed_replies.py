@@ -1,0 +1,60 @@
+"""Issue 13 / 19: a candidate that rewrites its sandbox's replies (gate off) cannot turn a malformed
+reply into the judge's own failure. Each reply is read through the typed classes of
+sandbox/protocol.py; a missing field or one of the wrong type is the candidate's runtime_error
+(protocol), never an infra_error (which training masks and the pool retries), and never a pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from drkernel.sandbox.judge import Judge
+from drkernel.types import EvalOutcome, EvalRequest
+from tests.sandbox.corpus import ASSETS, FAST, reference_code
+
+TEMPLATE = (ASSETS / "attacks" / "malformed_reply.py").read_text()
+
+CASES = [  # op, key, value ("DROP": the field removed)
+    ("run", "items", "DROP"),
+    ("run", "launches", "DROP"),
+    ("run", "launches", "'relu_scale_kernel'"),
+    ("run", "threads", "'many'"),
+    ("run", "dtypes", "DROP"),
+    ("run", "file", "None"),
+    ("modes", "modes", "DROP"),
+    ("modes", "modes", "{'train/grad': 'x'}"),
+    ("bench_prepare", "calls", "DROP"),
+    ("bench_run", "window_ms", "DROP"),
+    ("bench_run", "window_ms", "['0.001']"),
+    ("bench_run", "window_ms", "[]"),
+    ("bench_run", "host_ms", "None"),
+    ("bench_run", "launches", "DROP"),
+    ("bench_run", "checksums", "{}"),
+    ("bench_run", "tampered", "'nothing'"),
+]
+
+
+@pytest.fixture(scope="module")
+def judge() -> Iterator[Judge]:
+    with Judge(device="cpu", cache_path=None, spares=1) as j:
+        yield j
+
+
+@pytest.mark.parametrize(("op", "key", "value"), CASES, ids=[f"{o}.{k}={v}" for o, k, v in CASES])
+def test_a_malformed_candidate_reply_is_the_candidates_failure(judge: Judge, op: str, key: str, value: str) -> None:
+    code = TEMPLATE.replace("__OP__", op).replace("__KEY__", key).replace("__VALUE__", value)
+    opts = FAST.replace(num_correct_trials=2, num_perf_trials=3, static_policy=False)
+    r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code, options=opts))
+    assert r.outcome in (EvalOutcome.RUNTIME_ERROR, EvalOutcome.HACK_DETECTED), (r.outcome, r.error, r.hack_details)
+    assert r.reward == 0.0 and not r.correct
+    if r.outcome is EvalOutcome.RUNTIME_ERROR:
+        assert r.error is not None and r.error.kind == "protocol", r.error
+
+
+def test_the_template_unchanged_is_honest(judge: Judge) -> None:
+    """The attack's kernel is honest: with a corruption that changes nothing, it passes."""
+    code = TEMPLATE.replace("__OP__", "bench_run").replace("__KEY__", "unused_field").replace("__VALUE__", "1")
+    opts = FAST.replace(num_correct_trials=2, num_perf_trials=3, static_policy=False)
+    r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code, options=opts))
+    assert r.outcome is EvalOutcome.OK, (r.outcome, r.error, r.hack_details)
