@@ -1,9 +1,18 @@
-"""One timing window per GPU at a time, host-wide.
+"""The device to itself for timing, host-wide: a reader-writer lock per physical GPU.
 
 Judges that share a GPU (several per device, or judges of two servers) compile, load and check
-correctness side by side; the stages whose numbers depend on having the device to themselves
-(timing windows, the profiled window, the peak measurement) take an exclusive flock on a file named
-after the physical GPU. The lock ends with its holder, even one that crashed.
+correctness side by side. The stages whose numbers depend on having the device to themselves
+(the timed windows, the profiled window, the peak measurement, the reference's timing) hold the lock exclusively
+(`timing_lock`); other heavy GPU work of the judges' sandboxes (the reference's checksums of timed
+inputs, the launch modes, building the candidate's window) holds it shared (`gpu_work`), so it never runs inside
+another judge's timing window. Writers are preferred: a timing window that waits keeps new shared
+holders out (they queue on a gate file the writer holds), so a stream of shared work cannot starve
+it. The steps that may compile the candidate's kernels (seconds of CPU: the correctness trials, the held-out
+shapes) take no lock: a shared holder that compiles would keep every timing window waiting.
+
+Both are flocks on files named after the GPU: they end with their holder, even one that crashed.
+A thread that holds the timing lock passes through `gpu_work` (the same thread must not wait on
+itself).
 """
 
 from __future__ import annotations
@@ -13,10 +22,13 @@ import fcntl
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["device_key", "lock_dir", "timing_lock"]
+__all__ = ["device_key", "gpu_work", "lock_dir", "timing_lock"]
+
+_held = threading.local()  # .timing: this thread holds a timing lock
 
 
 def lock_dir() -> Path:
@@ -35,18 +47,50 @@ def device_key(device: str, visible: str | None = None) -> str | None:
     return "gpu-" + re.sub(r"[^A-Za-z0-9_.-]", "_", physical)
 
 
-@contextlib.contextmanager
-def timing_lock(device: str) -> Iterator[None]:
-    """Hold the device's timing lock for the block; nothing on a CPU device."""
-    key = device_key(device)
-    if key is None:
-        yield
-        return
+def _open(key: str, kind: str) -> int:
     folder = lock_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(folder / f"{key}.timing.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    return os.open(folder / f"{key}.{kind}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+@contextlib.contextmanager
+def timing_lock(device: str) -> Iterator[None]:
+    """Hold the device exclusively for the block; nothing on a CPU device."""
+    key = device_key(device)
+    if key is None or getattr(_held, "timing", False):
+        yield
+        return
+    gate = _open(key, "gate")
+    data = -1
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(gate, fcntl.LOCK_EX)  # from here on, no new shared holder gets in
+        data = _open(key, "timing")
+        fcntl.flock(data, fcntl.LOCK_EX)  # the shared holders already in have finished
+        _held.timing = True
         yield
     finally:
-        os.close(fd)  # closing the descriptor drops the flock
+        _held.timing = False
+        if data >= 0:
+            os.close(data)  # closing the descriptor drops the flock
+        os.close(gate)
+
+
+@contextlib.contextmanager
+def gpu_work(device: str) -> Iterator[None]:
+    """Hold the device shared for the block: it waits for timing windows, and timing windows for it."""
+    key = device_key(device)
+    if key is None or getattr(_held, "timing", False):
+        yield
+        return
+    gate = _open(key, "gate")
+    data = -1
+    try:
+        fcntl.flock(gate, fcntl.LOCK_SH)  # waits while a timing window is held or waiting
+        data = _open(key, "timing")
+        fcntl.flock(data, fcntl.LOCK_SH)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+    finally:
+        if data >= 0:
+            os.close(data)
+        os.close(gate)

@@ -35,3 +35,65 @@ def test_the_timing_lock_is_exclusive_across_processes(tmp_path: Path, monkeypat
     assert (tmp_path / "gpu-7.timing.lock").exists()
     with timing_lock("cpu"):  # no file, no wait
         pass
+
+
+_HOLD = ("import sys, time\nfrom drkernel.sandbox.devicelock import gpu_work, timing_lock\n"
+         "lock = timing_lock if sys.argv[1] == 'timing' else gpu_work\n"
+         "with lock('cuda:0'):\n    print('held', flush=True)\n    time.sleep(float(sys.argv[2]))\n")
+
+
+def _holder(kind: str, seconds: float) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, kind, str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_shared_gpu_work_runs_side_by_side_but_waits_for_a_timing_window(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from drkernel.sandbox.devicelock import gpu_work
+
+    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    other = _holder("shared", 1.0)
+    t0 = time.monotonic()
+    with gpu_work("cuda:0"):  # two shared holders at once: no wait
+        assert time.monotonic() - t0 < 0.5
+    t0 = time.monotonic()
+    with timing_lock("cuda:0"):  # the timing window waits for the shared holder to finish
+        assert time.monotonic() - t0 > 0.5
+    other.wait(timeout=10)
+    timing = _holder("timing", 1.0)
+    t0 = time.monotonic()
+    with gpu_work("cuda:0"):  # and shared work waits for the timing window
+        assert time.monotonic() - t0 > 0.5
+    timing.wait(timeout=10)
+
+
+def test_a_waiting_timing_window_keeps_new_shared_work_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writer preference: while a timing window waits for one shared holder, a second shared holder
+    that arrives later waits behind the window, not beside the first holder."""
+    from drkernel.sandbox.devicelock import gpu_work
+
+    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4")
+    first = _holder("shared", 1.5)
+    window = subprocess.Popen([sys.executable, "-c", _HOLD, "timing", "1.0"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # the window is now waiting for `first`, holding the gate
+    t0 = time.monotonic()
+    with gpu_work("cuda:0"):  # gets in only after `first` (~1 s more) and the window (1 s)
+        waited = time.monotonic() - t0
+    assert window.stdout is not None and window.stdout.readline().strip() == "held"
+    first.wait(timeout=10)
+    window.wait(timeout=10)
+    assert waited > 1.5
+
+
+def test_the_thread_holding_the_timing_lock_passes_through_shared_work(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from drkernel.sandbox.devicelock import gpu_work
+
+    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
+    with timing_lock("cuda:0"), gpu_work("cuda:0"):
+        pass
+    with gpu_work("cpu"):
+        pass

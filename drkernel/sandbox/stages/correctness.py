@@ -16,6 +16,7 @@ import torch
 
 from drkernel.sandbox.channel import Context, Stop
 from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
+from drkernel.sandbox.devicelock import gpu_work
 from drkernel.sandbox.process import SandboxFailure
 from drkernel.sandbox.protocol import Load, LoadReply, Modes, ModesReply, OutputItem, Run, RunReply
 from drkernel.sandbox.static import check_source
@@ -139,7 +140,8 @@ def launch_modes(ctx: Context) -> None:
     """The submission's own kernels must launch in train/eval x grad/no-grad alike."""
     if ctx.verdict.failed:
         return
-    reply = ctx.channel.cand(Modes(seed=ctx.seeds[0]), ModesReply)
+    with gpu_work(ctx.device):
+        reply = ctx.channel.cand(Modes(seed=ctx.seeds[0]), ModesReply)
     missing = [mode for mode, n in reply.modes.items() if n == 0]
     if missing or not reply.modes:
         ctx.verdict.hack("decoy_kernel", "no successful launch of a submission kernel in: " + (", ".join(missing)
