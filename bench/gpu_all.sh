@@ -13,6 +13,10 @@
 #            SPEED_ARGS narrows it, e.g. SPEED_ARGS="--shapes 1024x1024 --judges 4 --throughput 24"
 #   probe    bench/timing_probe.py at 1024²: which part of the judge's window makes small kernels
 #            slow (25-call windows, the flush, the refill; issue 14)                      (~1 min)
+#   bisect   bench/timing_bisect.py: the judge's own timing ops in plain processes at 1024², beside
+#            graph replay: is the small-kernel bias in the timing code or around it (issue 14) (~1 min)
+#            with SPEED_ARGS="--shapes 1024x1024 --throughput 0 --pause 6", `speed` tells whether the
+#            spares that start beside a timed candidate cause it
 #   seccomp  bench/seccomp_cost.py: what the sandbox's seccomp filter costs CPU-bound work   (~1 min)
 #   extra    KernelGYM coverage fields on the GPU, isolation attacks on the GPU host,
 #            and two single `drkernel eval` runs from the shell, timed (issues 13-15)     (~2 min)
@@ -65,6 +69,8 @@ for part in "$@"; do
   probe)
     timeout "${PROBE_TIMEOUT:-150}" python3 bench/timing_probe.py --procs 3 --shapes 1024x1024 \
       --methods ${PROBE_METHODS:-graph,graphspin25,graphrefill25,graphprof25} --json "$OUT/probe.json" > "$OUT/probe.log" 2>&1 ;;
+  bisect)
+    timeout "${BISECT_TIMEOUT:-150}" python3 bench/timing_bisect.py --procs 3 --json "$OUT/bisect.json" > "$OUT/bisect.log" 2>&1 ;;
   seccomp)
     timeout 120 python3 bench/seccomp_cost.py --procs 3 > "$OUT/seccomp.log" 2>&1 ;;
   extra)
@@ -76,7 +82,7 @@ for part in "$@"; do
       { TIMEFORMAT="eval $k wall %R s"; time timeout 120 python3 -m drkernel.cli eval \
         drkernel/examples/relu_scale/reference.py drkernel/examples/relu_scale/kernel.py; } >> "$OUT/extra.log" 2>&1
     done ;;
-  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp)" >&2
+  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect)" >&2
      exit 2 ;;
   esac
 done

@@ -106,11 +106,12 @@ class Load:
         return self.done
 
 
-def precision(evals: int, shapes: list[tuple[int, int]], under_load: int = 0) -> list[dict]:
+def precision(evals: int, shapes: list[tuple[int, int]], under_load: int = 0, pause_s: float = 0.0,
+              spares: int = 2) -> list[dict]:
     table = []
     load = Load(under_load) if under_load else None
     try:
-        table = _precision(evals, shapes)
+        table = _precision(evals, shapes, pause_s, spares)
     finally:
         if load is not None:
             print(f"under load: {load.close()} evaluations by {under_load} other judge(s) meanwhile", flush=True)
@@ -119,15 +120,20 @@ def precision(evals: int, shapes: list[tuple[int, int]], under_load: int = 0) ->
     return table
 
 
-def _precision(evals: int, shapes: list[tuple[int, int]]) -> list[dict]:
+def _precision(evals: int, shapes: list[tuple[int, int]], pause_s: float, spares: int) -> list[dict]:
+    """`pause_s`: wait this long before each evaluation, so that the spare sandboxes the pool starts
+    after each one (a CUDA context, a profiler session) are up before the next is timed."""
     table = []
     for rows, cols in shapes:
         ref, ker = REF.format(rows=rows, cols=cols), KERNEL.format(cols=cols, salt=0)
-        sp, kms, submit = [], [], []
+        sp, kms, rms, submit = [], [], [], []
         frac = None
-        with Judge(device="cuda", cache_path=None, spares=2) as judge:
-            results = [judge.evaluate(EvalRequest(reference_code=ref + f"\n# evaluation {k}\n", kernel_code=ker,
-                                                  options=EvalOptions(device="cuda"))) for k in range(evals)]  # fmt: skip
+        results = []
+        with Judge(device="cuda", cache_path=None, spares=spares) as judge:
+            for k in range(evals):
+                time.sleep(pause_s)
+                results.append(judge.evaluate(EvalRequest(reference_code=ref + f"\n# evaluation {k}\n",
+                                                          kernel_code=ker, options=EvalOptions(device="cuda"))))
         for r in results:
             if r.outcome.value != "ok":
                 print(f"{rows}x{cols}: NOT OK: {r.outcome.value} {r.hack_details} {r.error}", flush=True)
@@ -135,13 +141,16 @@ def _precision(evals: int, shapes: list[tuple[int, int]]) -> list[dict]:
                 continue
             sp.append(r.speedup)
             kms.append(r.kernel_ms or 0.0)
+            rms.append(r.reference_ms or 0.0)
             kt, rt = r.kernel_timing, r.reference_timing
             submit.append([kt.graph_submit_ms if kt else None, rt.graph_submit_ms if rt else None,
                            kt.window_calls if kt else None])
             sol = r.speed_of_light
             frac = sol.kernel_bandwidth_fraction if sol else None
         truth = graph_ratio(rows, cols)
-        row = {"shape": f"{rows}x{cols}", "kernel_us": statistics.median(kms) * 1e3 if kms else None,
+        row = {"shape": f"{rows}x{cols}", "pause_s": pause_s, "spares": spares,
+               "kernel_us": statistics.median(kms) * 1e3 if kms else None,
+               "kernel_us_each": [round(v * 1e3, 3) for v in kms], "reference_us_each": [round(v * 1e3, 3) for v in rms],
                "speedups": sp, "spread": max(sp) / min(sp) if sp else None,
                "median": statistics.median(sp) if sp else None, "graph_ratio": truth,
                "kernel_bandwidth_fraction": frac if sp else None,
@@ -197,10 +206,13 @@ def main() -> None:
     ap.add_argument("--throughput", type=int, default=24, help="distinct kernels per throughput run (0: none)")
     ap.add_argument("--judges", default="1,4", help="judges sharing the GPU, one throughput run each")
     ap.add_argument("--under-load", type=int, default=0, help="other judges working on the GPU meanwhile")
+    ap.add_argument("--pause", type=float, default=0.0,
+                    help="seconds before each precision evaluation (the pool's new spares are up by then)")
+    ap.add_argument("--spares", type=int, default=2, help="warm spare sandboxes of the precision judge")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
-    result = {"precision": precision(args.evals, shapes, args.under_load)}  # type: ignore[arg-type]
+    result = {"precision": precision(args.evals, shapes, args.under_load, args.pause, args.spares)}  # type: ignore[arg-type]
     runs = []
     for k in (int(v) for v in args.judges.split(",") if v) if args.throughput else ():
         runs.append(throughput(args.throughput, k))
