@@ -120,10 +120,14 @@ class Channel:
         self._account("sandbox", reply)
         if isinstance(reply, ErrorReply):
             err = reply.error
+            message = err.message[:4000]
             if err.kind == "reference_error":
-                raise ReferenceFailure(err.kind, err.message)
+                # Only the reference's own sandbox witnesses a reference failure (it answers first in
+                # every op both run, and raised already if it failed): from the candidate's sandbox,
+                # which the candidate controls, the claim is the candidate's failure, never infra.
+                message = f"the reference code failed in the submission's sandbox only: {message}"[:4000]
             outcome = EvalOutcome.COMPILE_ERROR if err.kind in COMPILE_KINDS else EvalOutcome.RUNTIME_ERROR
-            self.verdict.finish(outcome, ErrorInfo(err.kind, err.message[:4000], err.traceback))
+            self.verdict.finish(outcome, ErrorInfo(err.kind, message, err.traceback))
             raise AssertionError("unreachable")  # finish raised Stop
         self.verdict.check_flags(reply)
         return _expect(reply, kind, "candidate")

@@ -58,3 +58,13 @@ def test_the_template_unchanged_is_honest(judge: Judge) -> None:
     opts = FAST.replace(num_correct_trials=2, num_perf_trials=3, static_policy=False)
     r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code, options=opts))
     assert r.outcome is EvalOutcome.OK, (r.outcome, r.error, r.hack_details)
+
+
+def test_a_reference_error_forged_by_the_candidates_sandbox_is_the_candidates_failure(judge: Judge) -> None:
+    """Only the reference's own sandbox can report a reference failure (infra_error)."""
+    code = (ASSETS / "attacks" / "forged_reference_error.py").read_text()
+    opts = FAST.replace(num_correct_trials=2, num_perf_trials=3, static_policy=False)
+    r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code, options=opts))
+    assert r.outcome is EvalOutcome.RUNTIME_ERROR, (r.outcome, r.error)
+    assert r.error is not None and r.error.kind == "reference_error" and r.reward == 0.0
+    assert "submission's sandbox" in r.error.message
