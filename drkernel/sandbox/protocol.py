@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import struct
 import types
 import typing
@@ -126,8 +127,8 @@ def _convert(v: Any, tp: Any, where: str) -> Any:
     elif tp is int:
         if isinstance(v, int) and not isinstance(v, bool):
             return v
-    elif tp is float:
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
+    elif tp is float:  # a finite number: NaN or Inf would make every result that shows it invalid JSON
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
             return float(v)
     elif tp is str:
         if isinstance(v, str):
@@ -290,6 +291,13 @@ class OutputItem(Wire):
     aliases_previous: bool
     mutated_input: bool
     threads: int
+
+    def __post_init__(self) -> None:
+        if not _FILE_NAME.fullmatch(self.file):  # a bare name in the sandbox's own folder, nothing else
+            raise ProtocolError(f"OutputItem.file: {self.file[:200]!r} is not a file name of the sandbox's folder")
+
+
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -153,7 +153,9 @@ class Sandbox:
             return _error("reference_error", exc)
         if self.role == "reference":
             flops = ns.get("FLOPS")  # a problem may state the FLOPs of one call (speed of light)
-            self._flops = float(flops) if isinstance(flops, (int, float)) and not isinstance(flops, bool) else None
+            self._flops = None
+            if isinstance(flops, (int, float)) and not isinstance(flops, bool) and math.isfinite(flops) and flops > 0:
+                self._flops = float(flops)
             reply = self._build(ns[entry], init_inputs, msg.init_seed, "reference_error", key)
             if isinstance(reply, P.ErrorReply) or self.cuda:
                 return reply

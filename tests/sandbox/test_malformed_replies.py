@@ -5,6 +5,7 @@ sandbox/protocol.py; a missing field or one of the wrong type is the candidate's
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -32,6 +33,10 @@ CASES = [  # op, key, value ("DROP": the field removed)
     ("bench_run", "launches", "DROP"),
     ("bench_run", "checksums", "{}"),
     ("bench_run", "tampered", "'nothing'"),
+    # numbers that are not numbers: a NaN in a result makes its JSON invalid for every strict reader
+    ("run", "forward_s", "float('inf')"),
+    ("bench_prepare", "launch_ms", "float('nan')"),
+    ("bench_prepare", "est_ms", "float('-inf')"),
 ]
 
 
@@ -48,6 +53,7 @@ def test_a_malformed_candidate_reply_is_the_candidates_failure(judge: Judge, op:
     r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code, options=opts))
     assert r.outcome in (EvalOutcome.RUNTIME_ERROR, EvalOutcome.HACK_DETECTED), (r.outcome, r.error, r.hack_details)
     assert r.reward == 0.0 and not r.correct
+    json.dumps(r.to_dict(), allow_nan=False)  # the verdict is still strict JSON
     if r.outcome is EvalOutcome.RUNTIME_ERROR:
         assert r.error is not None and r.error.kind == "protocol", r.error
 
@@ -68,3 +74,21 @@ def test_a_reference_error_forged_by_the_candidates_sandbox_is_the_candidates_fa
     assert r.outcome is EvalOutcome.RUNTIME_ERROR, (r.outcome, r.error)
     assert r.error is not None and r.error.kind == "reference_error" and r.reward == 0.0
     assert "submission's sandbox" in r.error.message
+
+
+@pytest.mark.parametrize("name", ["ABS", "../ABS_NAME", "trial_1.pt"], ids=["absolute", "up_and_over", "another_call"])
+def test_an_output_file_named_by_the_candidate_is_never_read_or_removed_elsewhere(judge: Judge, tmp_path, name: str) -> None:
+    """The judge reads each call's output file and removes it after the comparison. A sandbox that
+    names another path for it (an absolute path, a way up and out of its folder, another call's file)
+    must get neither: the judge would read the reference's outputs there, or delete a file of the
+    host as root. The file's name is the judge's, `{tag}_{k}.pt`; any other is a protocol failure."""
+    canary = tmp_path / "canary.pt"
+    canary.write_bytes(b"keep me")
+    forged = {"ABS": str(canary), "../ABS_NAME": "../../../../../../.." + str(canary)}.get(name, name)
+    code = TEMPLATE.replace("__OP__", "run").replace("__KEY__", "file").replace("__VALUE__", repr(forged))
+    opts = FAST.replace(num_correct_trials=2, num_perf_trials=3, static_policy=False)
+    r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code, options=opts))
+    assert canary.read_bytes() == b"keep me"
+    assert r.outcome is EvalOutcome.RUNTIME_ERROR and r.error is not None and r.error.kind == "protocol", (
+        r.outcome, r.error)
+    assert r.reward == 0.0

@@ -77,6 +77,15 @@ def test_a_field_of_the_wrong_type_is_refused(message: P.Wire) -> None:
     assert checked or not dataclasses.fields(message)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_float_field_is_a_finite_number(bad: float) -> None:
+    wire = P.BenchPrepareReply(est_ms=0.01, warmup_calls=10, calls=25, input_bytes=4096, launch_ms=0.02, graph=True,
+                               graph_error=None).to_wire()  # fmt: skip
+    for field in ("est_ms", "launch_ms", "op_s"):
+        with pytest.raises(P.ProtocolError):
+            P.BenchPrepareReply.from_wire(wire | {field: bad})
+
+
 def test_bool_is_not_a_number_and_a_number_is_not_a_bool() -> None:
     wire = P.Modes(seed=3).to_wire()
     with pytest.raises(P.ProtocolError):

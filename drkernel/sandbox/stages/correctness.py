@@ -101,8 +101,13 @@ def compare_item(ctx: Context, comparator: Comparator, ref_item: OutputItem, ite
         hack("input_mutation", "the submission modified its inputs in place")
     if item.threads > 0:
         hack("async_thread", f"{item.threads} thread(s) of the submission alive after forward returned")
+    if item.file != ref_item.file:  # the judge names the files: `{tag}_{k}.pt` in each sandbox's folder
+        # another name would make the judge read (the reference's outputs) or remove (as root) a file
+        # the candidate chose: never follow it
+        ctx.channel.cand_proc.kill()
+        raise SandboxFailure("protocol", f"the sandbox named its output {item.file[:200]!r}, not {ref_item.file!r}")
     ref_path = os.path.join(ctx.channel.ref_proc.workdir, ref_item.file)
-    out_path = os.path.join(ctx.channel.cand_proc.workdir, item.file)
+    out_path = os.path.join(ctx.channel.cand_proc.workdir, ref_item.file)
     opts = ctx.opts
     job = {"ref": [ref_path, len(ref_item.dtypes)], "out": [out_path, len(item.dtypes)],
            "structure": [ref_item.structure, item.structure], "atol": opts.atol, "rtol": opts.rtol,
