@@ -21,6 +21,7 @@ from drkernel.types import ErrorInfo, EvalOptions, EvalOutcome, EvalRequest, Eva
 __all__ = ["COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "Verdict"]
 
 COMPILE_KINDS = {"syntax_error", "import_error", "missing_model_new", "triton_compile_error"}
+EVIDENCE_CHARS = 1000  # of one hack's evidence in the result; the sandbox may report megabytes
 R = TypeVar("R", bound=Reply)
 
 
@@ -48,7 +49,7 @@ class Verdict:
             evidence = f"held-out shape {self.variant_index + 1}: {evidence}"
         if code not in self.result.hacks:
             self.result.hacks.append(code)
-            self.result.hack_details[code] = evidence
+            self.result.hack_details[code] = evidence[:EVIDENCE_CHARS]  # a sandbox's strings, bounded
 
     def finish(self, outcome: EvalOutcome, error: ErrorInfo | None = None) -> None:
         """Stop here with `outcome`."""
@@ -127,7 +128,8 @@ class Channel:
                 # which the candidate controls, the claim is the candidate's failure, never infra.
                 message = f"the reference code failed in the submission's sandbox only: {message}"[:4000]
             outcome = EvalOutcome.COMPILE_ERROR if err.kind in COMPILE_KINDS else EvalOutcome.RUNTIME_ERROR
-            self.verdict.finish(outcome, ErrorInfo(err.kind, message, err.traceback))
+            self.verdict.finish(outcome, ErrorInfo(err.kind[:100], message,
+                                                   err.traceback[-8000:] if err.traceback else None))
             raise AssertionError("unreachable")  # finish raised Stop
         self.verdict.check_flags(reply)
         return _expect(reply, kind, "candidate")

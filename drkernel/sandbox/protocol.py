@@ -63,8 +63,8 @@ def read_message(fd: int) -> dict[str, Any]:
         raise ProtocolError(f"message of {length} bytes exceeds the {MAX_MESSAGE_BYTES} limit")
     try:
         message = json.loads(_read_exact(fd, length))
-    except ValueError as exc:
-        raise ProtocolError(f"malformed message: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # nested past the parser's depth: RecursionError
+        raise ProtocolError(f"malformed message: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(message, dict):
         raise ProtocolError("message is not a JSON object")
     return message
@@ -295,6 +295,22 @@ class OutputItem(Wire):
     def __post_init__(self) -> None:
         if not _FILE_NAME.fullmatch(self.file):  # a bare name in the sandbox's own folder, nothing else
             raise ProtocolError(f"OutputItem.file: {self.file[:200]!r} is not a file name of the sandbox's folder")
+        if not _is_structure(self.structure, 0):
+            raise ProtocolError("OutputItem.structure: not an output structure (harness.flatten_outputs)")
+
+
+def _is_structure(node: Any, depth: int) -> bool:
+    """harness.flatten_outputs' form: {"t": index} | {"seq": [node, ...]} | {"v": scalar} | {"bad": name}."""
+    if depth > 64 or not isinstance(node, dict) or len(node) != 1:
+        return False
+    ((key, value),) = node.items()
+    if key == "t":
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if key == "seq":
+        return isinstance(value, list) and all(_is_structure(x, depth + 1) for x in value)
+    if key == "v":
+        return value is None or isinstance(value, (bool, int, float, str))
+    return key == "bad" and isinstance(value, str)
 
 
 _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")

@@ -37,6 +37,11 @@ CASES = [  # op, key, value ("DROP": the field removed)
     ("run", "forward_s", "float('inf')"),
     ("bench_prepare", "launch_ms", "float('nan')"),
     ("bench_prepare", "est_ms", "float('-inf')"),
+    # an output structure the comparison cannot read would fail inside the judge: an infra_error
+    ("run", "structure", "5"),
+    ("run", "structure", "{'seq': 5}"),
+    ("run", "structure", "{'seq': [{'t': 0}], 'v': 1}"),
+    ("run", "structure", "{'t': 'zero'}"),
 ]
 
 
@@ -56,6 +61,31 @@ def test_a_malformed_candidate_reply_is_the_candidates_failure(judge: Judge, op:
     json.dumps(r.to_dict(), allow_nan=False)  # the verdict is still strict JSON
     if r.outcome is EvalOutcome.RUNTIME_ERROR:
         assert r.error is not None and r.error.kind == "protocol", r.error
+
+
+def test_a_reply_nested_past_the_parsers_depth_is_a_protocol_error() -> None:
+    """JSON nested 100,000 deep makes Python's parser raise RecursionError, not ValueError."""
+    import os
+
+    from drkernel.sandbox.protocol import ProtocolError, read_message
+
+    r, w = os.pipe()
+    try:
+        body = ("[" * 100_000 + "]" * 100_000).encode()
+        os.write(w, len(body).to_bytes(8, "little"))
+        data = body
+        while data:  # the pipe holds 64 KiB: a writer thread keeps it fed
+            import threading
+
+            t = threading.Thread(target=lambda d=data: os.write(w, d))
+            t.start()
+            with pytest.raises(ProtocolError):
+                read_message(r)
+            t.join()
+            data = b""
+    finally:
+        os.close(r)
+        os.close(w)
 
 
 def test_the_template_unchanged_is_honest(judge: Judge) -> None:
@@ -92,3 +122,15 @@ def test_an_output_file_named_by_the_candidate_is_never_read_or_removed_elsewher
     assert r.outcome is EvalOutcome.RUNTIME_ERROR and r.error is not None and r.error.kind == "protocol", (
         r.outcome, r.error)
     assert r.reward == 0.0
+
+
+@pytest.mark.parametrize(("key", "value"), [("subclass", "['x' * 100_000] * 40"), ("launches", "['k' * 1000] * 4000")],
+                         ids=["subclass_evidence", "launch_names"])
+def test_a_reply_cannot_bloat_the_verdict(judge: Judge, key: str, value: str) -> None:
+    """Strings a sandbox reports (evidence, kernel names) reach the result bounded: a 16 MB reply must
+    not become a 16 MB verdict in every store, log and HTTP answer downstream."""
+    code = TEMPLATE.replace("__OP__", "run").replace("__KEY__", key).replace("__VALUE__", value)
+    opts = FAST.replace(num_correct_trials=2, num_perf_trials=3, static_policy=False)
+    r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code, options=opts))
+    assert r.reward == 0.0 or key == "launches", (r.outcome, r.hack_details)
+    assert len(json.dumps(r.to_dict())) < 100_000, {k: len(str(v)) for k, v in r.to_dict().items()}

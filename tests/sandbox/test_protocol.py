@@ -11,7 +11,7 @@ import pytest
 
 from drkernel.sandbox import protocol as P
 
-ITEM = P.OutputItem(file="trial_0.pt", structure=["t", 0], subclass=[], dtypes=["torch.float32"], shapes=[[4, 8]],
+ITEM = P.OutputItem(file="trial_0.pt", structure={"seq": [{"t": 0}, {"v": 2}]}, subclass=[], dtypes=["torch.float32"], shapes=[[4, 8]],
                     launches=["relu"], forward_s=0.25, aliases_input=False, aliases_param=False,
                     aliases_previous=False, mutated_input=False, threads=0)  # fmt: skip
 ROW = [[[4, 8], "torch.float32", 1.5, 2.0, 0, 0, 0]]
@@ -131,3 +131,24 @@ def test_the_pipe_carries_a_typed_message_unchanged() -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_an_output_item_carries_a_structure_of_flatten_outputs_form() -> None:
+    """What harness.flatten_outputs writes passes; anything the comparison could trip on does not."""
+    import torch
+
+    from drkernel.sandbox.harness import flatten_outputs
+
+    structure, _ = flatten_outputs((torch.zeros(2), [torch.ones(1), 3, None, "x"], 1.5))
+    ok = ITEM.to_wire() | {"structure": structure}
+    assert P.OutputItem.from_wire(ok).structure == structure
+    deep: dict = {"t": 0}
+    for _ in range(100):
+        deep = {"seq": [deep]}
+    for bad in (5, "t", [], {}, {"t": -1}, {"t": True}, {"t": 0, "v": 1}, {"seq": 5}, {"seq": [{"x": 1}]},
+                {"v": [1]}, {"bad": 3}, deep):  # fmt: skip
+        with pytest.raises(P.ProtocolError, match="structure"):
+            P.OutputItem.from_wire(ok | {"structure": bad})
+    for name in ("../trial_0.pt", "/etc/passwd", "a/b.pt", ".hidden", "", "x" * 200):
+        with pytest.raises(P.ProtocolError, match="file"):
+            P.OutputItem.from_wire(ok | {"file": name})
