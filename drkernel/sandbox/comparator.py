@@ -6,7 +6,7 @@ judge. A fault there (a device-side assert, an exception in a comparison step, a
 judge's fault: it raises JudgeFault, never a verdict on the candidate, and the child is replaced.
 
 Job: {"ref": [path, n], "out": [path, n], "structure": [ref_structure, out_structure], "atol", "rtol",
-      "relative", "fingerprint": bool}
+      "relative", "fingerprint": bool, "expect": null | [[dtype, shape], ...] (the reference's outputs)}
 Reply: {"passed", "issue", "max_abs_diff", "max_rel_diff", "rel_l2", "fingerprint": [floats] | null}
 """
 
@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from drkernel.sandbox.correctness import compare_outputs, load_tensors
+from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, load_tensors
 from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
-from drkernel.sandbox.tensorfile import TensorFileError
+from drkernel.sandbox.tensorfile import Entry, TensorFileError, read_header
 
 __all__ = ["JudgeFault", "LocalComparator", "ProcessComparator", "compare_job", "fingerprint", "make_comparator"]
 
@@ -79,7 +79,12 @@ def compare_job(job: dict[str, Any], device: str) -> dict[str, Any]:
     else that goes wrong here (a CUDA error, a bug) propagates as the judge's own fault."""
     ref_path, ref_n = job["ref"]
     out_path, out_n = job["out"]
+    expect = job.get("expect")  # the reference's [dtype, shape] per output: the candidate's file must match
     try:
+        if expect is not None:  # checked from the header, before a byte of the data is read
+            issue = _header_issue(read_header(out_path, out_n, MAX_OUTPUT_BYTES), expect)
+            if issue is not None:
+                return _failed(issue)
         ref_t, out_t = _load_pair((ref_path, ref_n), (out_path, out_n), device)
     except (OSError, TensorFileError, KeyError) as exc:
         return _failed(f"unreadable output: {exc}")
@@ -89,6 +94,18 @@ def compare_job(job: dict[str, Any], device: str) -> dict[str, Any]:
                         bool(job.get("relative", True)))  # fmt: skip
     return {"passed": c.passed, "issue": c.issue, "max_abs_diff": c.max_abs_diff, "max_rel_diff": c.max_rel_diff,
             "rel_l2": c.rel_l2, "fingerprint": prints}  # fmt: skip
+
+
+def _header_issue(entries: list[Entry], expect: list[list[Any]]) -> str | None:
+    """What differs between a candidate file's tensors and the reference's, in compare_outputs' words."""
+    if len(entries) != len(expect):
+        return "output structure differs from the reference (tuple/list/tensor layout)"
+    for e, (dtype, shape) in zip(entries, expect, strict=True):
+        if str(e.dtype) != str(dtype):
+            return f"dtype mismatch: got {e.dtype}, expected {dtype}"
+        if list(e.shape) != list(shape):
+            return f"shape mismatch: got {tuple(e.shape)}, expected {tuple(shape)}"
+    return None
 
 
 def _failed(issue: str) -> dict[str, Any]:

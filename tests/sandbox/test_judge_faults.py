@@ -108,3 +108,36 @@ def test_through_drkernel_serve_a_judge_fault_still_gives_the_real_verdict(tmp_p
     result = view["result"]
     assert result["outcome"] == "ok", result.get("error")
     assert result["judge_retries"] == 1
+
+
+def test_a_candidate_file_is_checked_against_the_references_shapes_before_it_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Issue 13: a candidate's output file is size-checked against the expected dtype and shape (the
+    reference's) before a byte of its data is read: a file of another shape, however large, is a
+    failed comparison with the usual message, and never loaded."""
+    from drkernel.sandbox.tensorfile import write_tensors
+
+    ref, out = tmp_path / "ref.bin", tmp_path / "out.bin"
+    write_tensors(str(ref), [torch.ones(3, 4)])
+    loaded: list[str] = []
+    real = comparator.load_tensors
+
+    def spy(path: str, *args: object, **kwargs: object) -> list:
+        loaded.append(path)
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(comparator, "load_tensors", spy)
+    job = {"ref": [str(ref), 1], "out": [str(out), 1], "structure": [{"t": 0}, {"t": 0}], "atol": None,
+           "rtol": None, "relative": True, "fingerprint": False, "expect": [["torch.float32", [3, 4]]]}
+    for tensor, issue in ((torch.ones(1 << 20), "shape mismatch"), (torch.ones(3, 4, dtype=torch.float16),
+                                                                     "dtype mismatch")):  # fmt: skip
+        write_tensors(str(out), [tensor])
+        loaded.clear()
+        c = comparator.compare_job(job, "cpu")
+        assert c["passed"] is False and issue in c["issue"], c
+        assert str(out) not in loaded, loaded
+    write_tensors(str(out), [torch.ones(3, 4), torch.ones(2)])  # another count of outputs
+    c = comparator.compare_job(job | {"out": [str(out), 2]}, "cpu")
+    assert c["passed"] is False and "structure" in c["issue"], c
+    write_tensors(str(out), [torch.ones(3, 4)])  # the expected one is read and compared as before
+    assert comparator.compare_job(job, "cpu")["passed"] is True

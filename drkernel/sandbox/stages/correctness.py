@@ -113,7 +113,8 @@ def compare_item(ctx: Context, comparator: Comparator, ref_item: OutputItem, ite
     opts = ctx.opts
     job = {"ref": [ref_path, len(ref_item.dtypes)], "out": [out_path, len(item.dtypes)],
            "structure": [ref_item.structure, item.structure], "atol": opts.atol, "rtol": opts.rtol,
-           "relative": opts.check_relative_error, "fingerprint": prints is not None}  # fmt: skip
+           "relative": opts.check_relative_error, "fingerprint": prints is not None,
+           "expect": [[d, s] for d, s in zip(ref_item.dtypes, ref_item.shapes, strict=True)]}  # fmt: skip
     try:
         c = comparator.compare(job)
     finally:  # outputs of GPU-sized problems are large: keep at most one pair on disk

@@ -84,7 +84,8 @@ def reference_timing(ctx: Context, cache: ReferenceTimingCache) -> TimingStats:
             # enough windows for the number of timed calls asked, and on a GPU for ~10 ms of device
             # time (small kernels: a steadier median); 5 to 15 windows. Each timed call costs its
             # input fill and checksum besides its device time, all under the exclusive lock: 15
-            # windows of graph replay repeat within 0.1-0.7 % (bench/timing_probe.py, run Q).
+            # windows of graph replay agree within 0.1-0.7 % across processes (bench/timing_probe.py
+            # with 20 windows, run Q; 15 not measured apart).
             budget = math.ceil(10.0 / max(calls * prep.est_ms, 1e-3)) if ctx.cuda else 1
             windows = min(max(5 if ctx.cuda else 1, math.ceil(total / calls), budget), 15 if ctx.cuda else 100)
             seeds, wseeds = ctx.fresh(windows, calls), ctx.fresh(windows, calls)
