@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, load_tensors
+from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, layout_issue, load_tensors
 from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
 from drkernel.sandbox.tensorfile import Entry, TensorFileError, read_header
 
@@ -100,12 +100,8 @@ def _header_issue(entries: list[Entry], expect: list[list[Any]]) -> str | None:
     """What differs between a candidate file's tensors and the reference's, in compare_outputs' words."""
     if len(entries) != len(expect):
         return "output structure differs from the reference (tuple/list/tensor layout)"
-    for e, (dtype, shape) in zip(entries, expect, strict=True):
-        if str(e.dtype) != str(dtype):
-            return f"dtype mismatch: got {e.dtype}, expected {dtype}"
-        if list(e.shape) != list(shape):
-            return f"shape mismatch: got {tuple(e.shape)}, expected {tuple(shape)}"
-    return None
+    issues = (layout_issue(e.dtype, e.shape, dtype, shape) for e, (dtype, shape) in zip(entries, expect, strict=True))
+    return next((i for i in issues if i is not None), None)
 
 
 def _failed(issue: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import torch
 
 from drkernel.sandbox.tensorfile import read_tensors
 
-__all__ = ["Comparison", "Tolerance", "compare_outputs", "default_tolerance", "load_tensors"]
+__all__ = ["Comparison", "Tolerance", "compare_outputs", "default_tolerance", "layout_issue", "load_tensors"]
 
 MAX_OUTPUT_BYTES = 4 << 30
 
@@ -88,11 +88,20 @@ def _same_structure(a: Any, b: Any) -> bool:
     return "t" in a
 
 
+def layout_issue(dtype: object, shape: list[int] | tuple[int, ...], ref_dtype: object,
+                 ref_shape: list[int] | tuple[int, ...]) -> str | None:  # fmt: skip
+    """The dtype or shape of an output against the reference's (dtypes compared as "torch.float32")."""
+    if str(dtype) != str(ref_dtype):
+        return f"dtype mismatch: got {dtype}, expected {ref_dtype}"
+    if tuple(shape) != tuple(ref_shape):
+        return f"shape mismatch: got {tuple(shape)}, expected {tuple(ref_shape)}"
+    return None
+
+
 def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance) -> Comparison:
-    if out.dtype != ref.dtype:
-        return Comparison(False, f"dtype mismatch: got {out.dtype}, expected {ref.dtype}")
-    if out.shape != ref.shape:
-        return Comparison(False, f"shape mismatch: got {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    issue = layout_issue(out.dtype, out.shape, ref.dtype, ref.shape)
+    if issue is not None:
+        return Comparison(False, issue)
     if not ref.is_floating_point() and not ref.is_complex():
         ok = torch.equal(ref, out)
         return Comparison(ok, None if ok else "integer/bool outputs differ")

@@ -56,41 +56,40 @@ def _open(key: str, kind: str) -> int:
 @contextlib.contextmanager
 def timing_lock(device: str) -> Iterator[None]:
     """Hold the device exclusively for the block; nothing on a CPU device."""
-    key = device_key(device)
-    if key is None or getattr(_held, "timing", False):
+    with _device_lock(device, exclusive=True):
         yield
-        return
-    gate = _open(key, "gate")
-    data = -1
-    try:
-        fcntl.flock(gate, fcntl.LOCK_EX)  # from here on, no new shared holder gets in
-        data = _open(key, "timing")
-        fcntl.flock(data, fcntl.LOCK_EX)  # the shared holders already in have finished
-        _held.timing = True
-        yield
-    finally:
-        _held.timing = False
-        if data >= 0:
-            os.close(data)  # closing the descriptor drops the flock
-        os.close(gate)
 
 
 @contextlib.contextmanager
 def gpu_work(device: str) -> Iterator[None]:
     """Hold the device shared for the block: it waits for timing windows, and timing windows for it."""
+    with _device_lock(device, exclusive=False):
+        yield
+
+
+@contextlib.contextmanager
+def _device_lock(device: str, exclusive: bool) -> Iterator[None]:
+    """The gate, then the lock itself. A writer keeps the gate for the whole block, so no new reader
+    gets in while it waits or holds; a reader lets go of the gate once it holds the lock shared."""
     key = device_key(device)
     if key is None or getattr(_held, "timing", False):
         yield
         return
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     gate = _open(key, "gate")
     data = -1
     try:
-        fcntl.flock(gate, fcntl.LOCK_SH)  # waits while a timing window is held or waiting
+        fcntl.flock(gate, mode)  # a writer waits here for another writer; a reader, while a writer waits or holds
         data = _open(key, "timing")
-        fcntl.flock(data, fcntl.LOCK_SH)
-        fcntl.flock(gate, fcntl.LOCK_UN)
+        fcntl.flock(data, mode)
+        if exclusive:
+            _held.timing = True
+        else:
+            fcntl.flock(gate, fcntl.LOCK_UN)
         yield
     finally:
+        if exclusive:
+            _held.timing = False
         if data >= 0:
-            os.close(data)
+            os.close(data)  # closing a descriptor drops its flock
         os.close(gate)

@@ -237,28 +237,22 @@ def checksums(outs: Iterable[Any], wseeds: list[int]) -> list[list[list[Any]]]:
 
     A window has up to 100 calls: one read per output leaf would wait for the device 100 times.
     `outs` may be a generator: each output is dropped once its sums are queued."""
-    metas: list[list[tuple[list[Any], tuple[str, int] | None]]] = []
+    metas: list[list[tuple[list[Any], str, int]]] = []  # per output leaf: [shape, dtype], device, slot
     pending: dict[str, list[torch.Tensor]] = {}
     for out, wseed in zip(outs, wseeds, strict=True):
-        _, tensors = flatten_outputs(out)
-        row: list[tuple[list[Any], tuple[str, int] | None]] = []
+        _, tensors = flatten_outputs(out)  # every leaf is a tensor
+        row: list[tuple[list[Any], str, int]] = []
         for k, t in enumerate(tensors):
-            if not isinstance(t, torch.Tensor):
-                row.append(([None, type(t).__name__], None))
-                continue
             slot = pending.setdefault(str(t.device), [])
             slot.append(_leaf_sums(t, (int(wseed) * 1_000_003 + k) % (1 << 63)))
-            row.append(([list(t.shape), str(t.dtype)], (str(t.device), len(slot) - 1)))
+            row.append(([list(t.shape), str(t.dtype)], str(t.device), len(slot) - 1))
         metas.append(row)
     values = {dev: torch.stack(vecs).tolist() for dev, vecs in pending.items()}
     rows: list[list[list[Any]]] = []
     for row in metas:
         done: list[list[Any]] = []
-        for meta, where in row:
-            if where is None:
-                done.append([*meta, 0.0, 0.0, 0, 0, 0])
-                continue
-            s, q, nan, pinf, ninf = values[where[0]][where[1]]
+        for meta, dev, i in row:
+            s, q, nan, pinf, ninf = values[dev][i]
             done.append([*meta, s, q, int(nan), int(pinf), int(ninf)])
         rows.append(done)
     return rows

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import math
 import os
 
 import torch
@@ -22,8 +23,8 @@ from drkernel.sandbox.protocol import Load, LoadReply, Modes, ModesReply, Output
 from drkernel.sandbox.static import check_source
 from drkernel.types import ErrorInfo, EvalOutcome, TrialReport
 
-__all__ = ["WEAK_REFERENCE_VARIATION", "compare_item", "launch_modes", "load", "load_requests", "reference_hash",
-           "static_gate", "trials"]
+__all__ = ["WEAK_REFERENCE_VARIATION", "compare_item", "launch_modes", "load", "load_requests", "pair_items",
+           "reference_hash", "static_gate", "trials"]
 
 WEAK_REFERENCE_VARIATION = 1e-2  # as the audit's low_variation flag
 Comparator = LocalComparator | ProcessComparator
@@ -69,7 +70,7 @@ def trials(ctx: Context, comparator: Comparator) -> None:
         ctx.result.stage_s["first_call"] = round(reply.items[0].forward_s, 4)
     ctx.output_bytes = _output_bytes(ref_reply.items[0]) if ref_reply.items else None
     prints: list[torch.Tensor] = []
-    for seed, ref_item, item in _pairs(ctx.seeds, ref_reply, reply):
+    for seed, ref_item, item in pair_items(ctx.seeds, ref_reply, reply):
         ctx.result.trials.append(compare_item(ctx, comparator, ref_item, item, seed, prints))
         known = ctx.result.launched_kernels
         known.extend(n[:200] for n in dict.fromkeys(item.launches) if n[:200] not in known)
@@ -81,7 +82,9 @@ def trials(ctx: Context, comparator: Comparator) -> None:
         ctx.result.outcome = EvalOutcome.INCORRECT
 
 
-def _pairs(seeds: list[int], ref_reply: RunReply, reply: RunReply) -> list[tuple[int, OutputItem, OutputItem]]:
+def pair_items(seeds: list[int], ref_reply: RunReply, reply: RunReply) -> list[tuple[int, OutputItem, OutputItem]]:
+    """(seed, reference item, candidate item) per call; a sandbox that answered another number of
+    calls than it was asked is a protocol failure."""
     if len(reply.items) != len(seeds):
         raise SandboxFailure("protocol", f"the sandbox answered {len(reply.items)} of {len(seeds)} calls")
     return list(zip(seeds, ref_reply.items, reply.items, strict=True))
@@ -158,13 +161,8 @@ def launch_modes(ctx: Context) -> None:
 
 def _output_bytes(item: OutputItem) -> int | None:
     try:
-        total = 0
-        for dt, shape in zip(item.dtypes, item.shapes, strict=True):
-            n = 1
-            for d in shape:
-                n *= d
-            total += n * torch.empty(0, dtype=getattr(torch, dt.removeprefix("torch."))).element_size()
-        return total
+        return sum(math.prod(shape) * torch.empty(0, dtype=getattr(torch, dt.removeprefix("torch."))).element_size()
+                   for dt, shape in zip(item.dtypes, item.shapes, strict=True))
     except (AttributeError, TypeError, ValueError):
         return None
 

@@ -64,10 +64,15 @@ def _window_stats(reply: BenchRunReply, prep: BenchPrepareReply, calls: int, win
     return stats
 
 
+def _reference_identity(ctx: Context) -> tuple[str, str]:
+    """(device name, torch version) of the reference's sandbox: what a cached time is keyed by."""
+    info = ctx.channel.ref_proc.info
+    return (info.device_name, info.torch) if info is not None else ("", "")
+
+
 def reference_timing(ctx: Context, cache: ReferenceTimingCache) -> TimingStats:
     """The reference's windows, timed once per problem, device, backend and torch version."""
-    info = ctx.channel.ref_proc.info
-    device_name, torch_version = (info.device_name, info.torch) if info is not None else ("", "")
+    device_name, torch_version = _reference_identity(ctx)
     opts = ctx.opts
     backend = opts.reference_backend
     total = opts.num_perf_trials or (100 if ctx.cuda else 3)
@@ -230,8 +235,7 @@ def _speed_of_light(ctx: Context, cache: ReferenceTimingCache, ref: TimingStats,
 
 def _peaks(ctx: Context, cache: ReferenceTimingCache) -> PeakReply:
     """The device's measured ceilings, once per device and torch version (cached with the times)."""
-    info = ctx.channel.ref_proc.info
-    device_name, torch_version = (info.device_name, info.torch) if info is not None else ("", "")
+    device_name, torch_version = _reference_identity(ctx)
     key = cache.key("peak", device_name, "device", torch_version, 0, 0, method="peak-v1")
     peaks = _cached_peaks(cache.get_json(key))
     if peaks is None:

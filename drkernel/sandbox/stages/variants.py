@@ -14,7 +14,7 @@ from drkernel.sandbox.channel import Context, ReferenceFailure
 from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
 from drkernel.sandbox.process import SandboxFailure
 from drkernel.sandbox.protocol import ErrorReply, LoadReply, Run, RunReply
-from drkernel.sandbox.stages.correctness import compare_item, load_requests
+from drkernel.sandbox.stages.correctness import compare_item, load_requests, pair_items
 
 __all__ = ["shape_variants"]
 
@@ -65,9 +65,7 @@ def _variant(ctx: Context, comparator: LocalComparator | ProcessComparator, snip
     ref_reply, reply = _checked(*ctx.channel.both_lenient(run, run, RunReply))
     if isinstance(reply, str):
         return reply
-    if len(reply.items) != len(seeds):
-        raise SandboxFailure("protocol", f"the sandbox answered {len(reply.items)} of {len(seeds)} calls")
-    for seed, r, c in zip(seeds, ref_reply.items, reply.items, strict=True):
+    for seed, r, c in pair_items(seeds, ref_reply, reply):
         trial = compare_item(ctx, comparator, r, c, seed)
         if not trial.passed:
             return f"output differs: {trial.issue or 'mismatch'}"
