@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from drkernel.sandbox import harness, tensorfile
+from drkernel.sandbox import harness, peak, tensorfile
 from drkernel.sandbox import protocol as P
 from drkernel.sandbox.protocol import read_message, write_message
 
@@ -503,11 +503,11 @@ class Sandbox:
         return window, host, bench["captured_launches"] if graph is not None else taken, row
 
     def peak(self, msg: P.Peak) -> P.PeakReply:
-        """The device's own ceilings, measured once (reference role): copy bandwidth, matmul rates."""
+        """The device's own ceilings, measured once (reference role): bandwidth, matmul rates (peak.py)."""
         if not self.cuda or self.role != "reference":
             return P.PeakReply(bandwidth_gbs=None, tflops_fp32=None, tflops_bf16=None)
 
-        def best_ms(fn: Any, reps: int = 10) -> float:
+        def times_ms(fn: Any, reps: int) -> list[float]:
             fn()
             self._sync()
             times = []
@@ -518,26 +518,10 @@ class Sandbox:
                 self._record(end)
                 self._sync()
                 times.append(self._elapsed(start, end))
-            return sorted(times)[len(times) // 2]
+            return times
 
-        n = 1 << 28  # 1 GiB of fp32, far past the L2
-        src = torch.randn(n, device=self.device)
-        dst = torch.empty_like(src)
-        copy_ms = best_ms(lambda: dst.copy_(src))
-
-        m = 8192
-        a, b = torch.randn(m, m, device=self.device), torch.randn(m, m, device=self.device)
-        tf32 = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
-        try:
-            fp32_ms = best_ms(lambda: a @ b, 5)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-        a16, b16 = a.bfloat16(), b.bfloat16()
-        bf16_ms = best_ms(lambda: a16 @ b16, 10)
-        flops = 2.0 * m**3
-        return P.PeakReply(bandwidth_gbs=2 * n * 4 / (copy_ms * 1e6), tflops_fp32=flops / (fp32_ms * 1e9),
-                           tflops_bf16=flops / (bf16_ms * 1e9))
+        bandwidth, fp32, bf16, _ = peak.measure(self.device, times_ms)
+        return P.PeakReply(bandwidth_gbs=bandwidth, tflops_fp32=fp32, tflops_bf16=bf16)
 
     def checksums(self, msg: P.Checksums) -> P.ChecksumsReply | P.ErrorReply:
         """The reference's side of the check: the same checksums, computed eagerly, untimed."""

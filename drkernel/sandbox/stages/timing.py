@@ -15,6 +15,7 @@ import statistics
 import time
 from typing import Any
 
+from drkernel.sandbox import peak
 from drkernel.sandbox.channel import Context
 from drkernel.sandbox.devicelock import gpu_work, timing_lock
 from drkernel.sandbox.protocol import (
@@ -236,7 +237,7 @@ def _speed_of_light(ctx: Context, cache: ReferenceTimingCache, ref: TimingStats,
 def _peaks(ctx: Context, cache: ReferenceTimingCache) -> PeakReply:
     """The device's measured ceilings, once per device and torch version (cached with the times)."""
     device_name, torch_version = _reference_identity(ctx)
-    key = cache.key("peak", device_name, "device", torch_version, 0, 0, method="peak-v1")
+    key = cache.key("peak", device_name, "device", torch_version, 0, 0, method=peak.METHOD)
     peaks = _cached_peaks(cache.get_json(key))
     if peaks is None:
         with timing_lock(ctx.device):
