@@ -17,6 +17,8 @@
 #            graph replay: is the small-kernel bias in the timing code or around it (issue 14) (~1 min)
 #            with SPEED_ARGS="--shapes 1024x1024 --throughput 0 --pause 6", `speed` tells whether the
 #            spares that start beside a timed candidate cause it
+#   peak     bench/peak_probe.py: each way of measuring the bandwidth ceiling beside the honest
+#            read-only 107 solution that a copy-only ceiling flagged as faster_than_light   (~1 min)
 #   seccomp  bench/seccomp_cost.py: what the sandbox's seccomp filter costs CPU-bound work   (~1 min)
 #   extra    KernelGYM coverage fields on the GPU, isolation attacks on the GPU host,
 #            and two single `drkernel eval` runs from the shell, timed (issues 13-15)     (~2 min)
@@ -70,7 +72,9 @@ for part in "$@"; do
     timeout "${PROBE_TIMEOUT:-150}" python3 bench/timing_probe.py --procs 3 --shapes 1024x1024 \
       --methods ${PROBE_METHODS:-graph,graphspin25,graphrefill25,graphprof25} --json "$OUT/probe.json" > "$OUT/probe.log" 2>&1 ;;
   bisect)
-    timeout "${BISECT_TIMEOUT:-150}" python3 bench/timing_bisect.py --procs 3 --json "$OUT/bisect.json" > "$OUT/bisect.log" 2>&1 ;;
+    timeout "${BISECT_TIMEOUT:-150}" python3 bench/timing_bisect.py --procs 3 ${BISECT_ARGS:-} --json "$OUT/bisect.json" > "$OUT/bisect.log" 2>&1 ;;
+  peak)
+    timeout 150 python3 bench/peak_probe.py > "$OUT/peak.log" 2>&1 ;;
   seccomp)
     timeout 120 python3 bench/seccomp_cost.py --procs 3 > "$OUT/seccomp.log" 2>&1 ;;
   extra)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,39 +28,58 @@ from judge_speed import KERNEL, REF  # noqa: E402  (the same problem and kernel 
 
 CHILD = r"""
 import json, os, statistics, sys, tempfile
+import torch
 from drkernel.sandbox import protocol as P
 from drkernel.sandbox.worker import Sandbox
 
-role, device, ref_path, cand_path, calls, windows, seed = sys.argv[1:8]
-calls, windows, seed = int(calls), int(windows), int(seed)
+role, device, ref_path, cand_path, calls_arg, windows, seed, variants = sys.argv[1:9]
+windows, seed = int(windows), int(seed)
+given = json.loads(calls_arg)  # variant -> calls (the reference's choice, for the candidate)
 box = Sandbox(role, device, tempfile.mkdtemp())
 box.warm_up(0.45)
 ref_code = open(ref_path).read()
 reply = box.load(P.Load(reference_code=ref_code, size_snippet="", reference_hash="bisect", init_seed=seed,
                         entry_point="Model", candidate_path=cand_path if role == "candidate" else None))
 assert reply.ok, reply
-prep = box.bench_prepare(P.BenchPrepare(seed=seed + 1, calls=calls or None, warmup=3, warmup_s=0.1,
-                                        graph=device.startswith("cuda"), compile=False, window_ms=1.0))
-assert prep.ok, prep
-rows = [[seed * 1000 + w * calls + c for c in range(prep.calls)] for w in range(windows)]
-run = box.bench_run(P.BenchRun(seeds=rows, wseeds=rows))
-assert run.ok, run
-per_call = [w / prep.calls for w in run.window_ms]
-print(json.dumps({"role": role, "calls": prep.calls, "graph": run.graph, "ms": statistics.median(per_call),
-                  "spread": max(per_call) / min(per_call)}))
+cuda = device.startswith("cuda")
+for variant in variants.split(","):
+    calls = given.get(variant) or (int(variant[5:]) if variant.startswith("calls") else None)
+    prep = box.bench_prepare(P.BenchPrepare(seed=seed + 1, calls=calls, warmup=3, warmup_s=0.1,
+                                            graph=cuda, compile=False, window_ms=1.0))
+    assert prep.ok, prep
+    bench = box._bench
+    if variant == "noflush":
+        bench["flush"] = None
+    if variant == "spin1ms" and cuda:
+        bench["spin_cycles"] = box._spin_cycles(1.0)
+    if variant == "b2b" and cuda and bench["graph"] is not None:  # graph replay back to back, no window
+        g, per_call = bench["graph"], []
+        for _ in range(windows):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            g.replay(); s.record(); g.replay(); e.record(); e.synchronize()
+            per_call.append(s.elapsed_time(e) / prep.calls)
+    else:
+        rows = [[seed * 1000 + w * prep.calls + c for c in range(prep.calls)] for w in range(windows)]
+        run = box.bench_run(P.BenchRun(seeds=rows, wseeds=rows))
+        assert run.ok, run
+        per_call = [w / prep.calls for w in run.window_ms]
+    print(json.dumps({"variant": variant, "role": role, "calls": prep.calls, "graph": prep.graph,
+                      "ms": statistics.median(per_call), "spread": max(per_call) / min(per_call)}), flush=True)
 """
 
 
-def one(role: str, device: str, ref: Path, cand: Path, calls: int, windows: int, seed: int) -> dict:
+def one(role: str, device: str, ref: Path, cand: Path, calls: dict[str, int], windows: int, seed: int,
+        variants: str) -> dict[str, dict]:
     env = dict(os.environ)
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
-    cp = subprocess.run([sys.executable, "-c", CHILD, role, device, str(ref), str(cand), str(calls), str(windows),
-                         str(seed)], capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    cp = subprocess.run([sys.executable, "-c", CHILD, role, device, str(ref), str(cand), json.dumps(calls), str(windows),
+                         str(seed), variants], capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
     if cp.returncode != 0:
         raise SystemExit(f"{role} process failed:\n{cp.stderr[-3000:]}")
-    return json.loads(cp.stdout.strip().splitlines()[-1])
+    got = [json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")]
+    return {g["variant"]: g for g in got}
 
 
 def main() -> None:
@@ -70,6 +88,10 @@ def main() -> None:
     ap.add_argument("--shape", default="1024x1024")
     ap.add_argument("--windows", type=int, default=15)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--variants", default="judge",
+                    help="comma-separated, each timed in turn in every process: judge (the judge's window, "
+                         "the reference picks the calls), b2b (the same captured graph replayed back to back, "
+                         "no window: the process's own truth), callsN (N calls), noflush, spin1ms")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     rows, cols = (int(v) for v in args.shape.split("x"))
@@ -77,18 +99,27 @@ def main() -> None:
     ref, cand = folder / "reference.py", folder / "submission.py"
     ref.write_text(REF.format(rows=rows, cols=cols))
     cand.write_text(KERNEL.format(cols=cols, salt=0))
-    pairs = []
+    variants = [v for v in args.variants.split(",") if v]
+    pairs: dict[str, list[dict]] = {v: [] for v in variants}
     for p in range(args.procs):
-        r = one("reference", args.device, ref, cand, 0, args.windows, 100 + p)  # the reference picks the calls
-        c = one("candidate", args.device, ref, cand, r["calls"], args.windows, 200 + p)
-        pairs.append({"reference_us": r["ms"] * 1e3, "kernel_us": c["ms"] * 1e3, "speedup": r["ms"] / c["ms"],
-                      "calls": r["calls"], "graph": c["graph"], "window_spread": [r["spread"], c["spread"]]})
-        print(json.dumps(pairs[-1]), flush=True)
-    sp = [x["speedup"] for x in pairs]
-    print(f"\n{args.shape}: the judge's timing ops in plain processes, {args.procs} pairs, {pairs[0]['calls']} calls "
-          f"x {args.windows} windows: speedups {' '.join(f'{s:.3f}' for s in sp)}, max/min {max(sp) / min(sp):.3f}, "
-          f"kernel {statistics.median(x['kernel_us'] for x in pairs):.2f} us, "
-          f"reference {statistics.median(x['reference_us'] for x in pairs):.2f} us")
+        r = one("reference", args.device, ref, cand, {}, args.windows, 100 + p, args.variants)  # the reference picks
+        c = one("candidate", args.device, ref, cand, {v: r[v]["calls"] for v in variants}, args.windows, 200 + p,
+                args.variants)
+        for v in variants:
+            pair = {"variant": v, "reference_us": r[v]["ms"] * 1e3, "kernel_us": c[v]["ms"] * 1e3,
+                    "speedup": r[v]["ms"] / c[v]["ms"], "calls": r[v]["calls"], "graph": c[v]["graph"],
+                    "window_spread": [r[v]["spread"], c[v]["spread"]]}
+            pairs[v].append(pair)
+            print(json.dumps(pair), flush=True)
+    print(f"\n{args.shape}, the judge's timing ops in plain processes, {args.procs} pairs x {args.windows} windows")
+    print(f"{'variant':>9} {'calls':>12} {'kernel us':>22} {'reference us':>22} {'speedups':>24} {'max/min':>7}")
+    for v in variants:
+        got = pairs[v]
+        sp = [x["speedup"] for x in got]
+        def col(key: str, got: list[dict] = got) -> str:
+            return " ".join(f"{x[key]:.2f}" for x in got)
+        print(f"{v:>9} {' '.join(str(x['calls']) for x in got):>12} {col('kernel_us'):>22} "
+              f"{col('reference_us'):>22} {' '.join(f'{s:.3f}' for s in sp):>24} {max(sp) / min(sp):7.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"shape": args.shape, "pairs": pairs}, indent=1))
 
