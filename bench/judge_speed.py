@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -179,24 +181,72 @@ def throughput(n: int, judges: int) -> dict:
         print(f"{judges} judge(s) warm in {time.monotonic() - t_warm:.1f} s", flush=True)
         work = [[k for k in range(n) if k % judges == i] for i in range(judges)]
 
-        def run(i: int) -> list[str]:
+        def run(i: int) -> list[tuple[str, dict[str, float]]]:
             outcomes = []
             for k in work[i]:
                 d = pool[i].evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=k + 1)))
                 if d.outcome.value != "ok":
                     print(f"throughput: NOT OK: {d.outcome.value} {d.hack_details} {d.error}", flush=True)
-                outcomes.append(d.outcome.value)
+                outcomes.append((d.outcome.value, {**dict(d.stage_s or {}), "wall": d.wall_s or 0.0}))
             return outcomes
 
+        busy = Busy()
         t0 = time.monotonic()
         with ThreadPoolExecutor(judges) as ex:
-            outcomes = [o for part in ex.map(run, range(judges)) for o in part]
+            parts = list(ex.map(run, range(judges)))
         wall = time.monotonic() - t0
+        load = busy.stop()
     finally:
         for j in pool:
             j.close()
+    outcomes = [o for part in parts for o, _ in part]
+    stages: dict[str, list[float]] = {}
+    for _, st in (x for part in parts for x in part):
+        for name, v in st.items():
+            stages.setdefault(name, []).append(v)
     return {"evaluations": n, "judges": judges, "wall_s": wall, "per_minute": 60 * n / wall,
-            "ok": sum(o == "ok" for o in outcomes), "outcomes": sorted(set(outcomes))}
+            "ok": sum(o == "ok" for o in outcomes), "outcomes": sorted(set(outcomes)),
+            "stage_s_median": {k: round(statistics.median(v), 4) for k, v in stages.items()},
+            "stage_s_sum": {k: round(sum(v), 3) for k, v in stages.items()}, **load}
+
+
+class Busy:
+    """How busy the host's CPUs (/proc/stat) and the GPU (nvidia-smi, every 0.2 s) were meanwhile:
+    which of the two bounds the throughput."""
+
+    def __init__(self) -> None:
+        self.cpu0 = self._cpu()
+        self.samples: list[float] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _cpu() -> tuple[int, int] | None:
+        try:
+            fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+
+    def _sample(self) -> None:
+        while not self.done.wait(0.2):
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                                      "-i", "0"], capture_output=True, text=True, timeout=5).stdout
+                self.samples.append(float(out.split()[0]))
+            except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+                return
+
+    def stop(self) -> dict[str, float | None]:
+        self.done.set()
+        self.thread.join(timeout=10)
+        cpu1, cpu = self._cpu(), None
+        if self.cpu0 and cpu1 and cpu1[0] > self.cpu0[0]:
+            cpu = 1.0 - (cpu1[1] - self.cpu0[1]) / (cpu1[0] - self.cpu0[0])
+        gpu = statistics.mean(self.samples) / 100 if self.samples else None
+        return {"host_cpu_busy": cpu, "gpu_util": gpu, "cpus": os.cpu_count()}
 
 
 def main() -> None:
@@ -227,6 +277,11 @@ def main() -> None:
     for t in runs:
         print(f"throughput: {t['per_minute']:.1f} evaluations/min ({t['evaluations']} fresh compiles, {t['judges']} "
               f"judge(s) on one GPU, {t['ok']} ok)")
+        cpu, gpu = t.get("host_cpu_busy"), t.get("gpu_util")
+        print(f"  host CPUs busy {cpu if cpu is None else format(cpu, '.0%')} of {t.get('cpus')}, GPU utilization "
+              f"{gpu if gpu is None else format(gpu, '.0%')}; seconds per evaluation (median), by stage: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in sorted(t["stage_s_median"].items(), key=lambda kv: -kv[1])
+                          if v >= 0.01))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
 
