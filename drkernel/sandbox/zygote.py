@@ -116,15 +116,28 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
         os._exit(code)
 
 
+def preload() -> None:
+    """What every sandbox imports, imported once here and inherited through fork.
+
+    torch._dynamo too: a process's first torch.profiler session imports it (about 900 modules, sympy
+    and torch.distributed among them; 1.4 s of CPU on the CPU machine), which every candidate sandbox
+    paid in its profiler warm-up (5.6 s of a single `drkernel eval` on the H200, docs/benchmarks.md
+    run Y). Importing it initialises no CUDA and starts no thread, so the children still fork clean.
+    """
+    import torch  # noqa: F401 - the point of the zygote: import once, fork many
+    import torch._dynamo  # noqa: F401
+    import triton  # noqa: F401
+
+    from drkernel.sandbox import isolation, worker  # noqa: F401
+
+
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     from drkernel.sandbox.worker import die_with_parent
 
     die_with_parent(int(sys.argv[2]))
-    import torch  # noqa: F401 - the point of the zygote: import once, fork many
-    import triton  # noqa: F401
-
-    from drkernel.sandbox import isolation, worker  # noqa: F401
+    preload()
+    from drkernel.sandbox import isolation
 
     signal.signal(signal.SIGCHLD, _reap)
     while True:
