@@ -155,8 +155,8 @@ def demo_report(out: Path, summary: dict, wall_s: float, resumed: bool = False) 
         "# Agent GPU demo: `bench` over the built-in suite with a scripted policy",
         "",
         f"Device: {device}. Episodes: {len(trajs)}; wall time {wall_s:.0f} s"
-        + (" for the resumed part only (episodes of earlier runs in this folder are not timed here)." if resumed
-           else "."),
+        + (" for the resumed part only (episodes of earlier runs in this folder are not timed here)."
+           if resumed else "."),
         "",
         "## Verdicts by answer kind (every turn of every episode)",
         "",
@@ -204,7 +204,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--held-out", action="store_true", help="also check held-out shapes (bench --held-out)")
-    ap.add_argument("--plans", help=f"answer plans to replay, by index into PLANS (0-{len(PLANS) - 1}); default all")
+    ap.add_argument("--plans",
+                    help=f"answer plans to replay, by index into PLANS (0-{len(PLANS) - 1}); default all")
     args = ap.parse_args()
     try:
         plans = tuple(int(x) for x in args.plans.split(",")) if args.plans else tuple(range(len(PLANS)))

@@ -192,10 +192,13 @@ def not_ok_line(d: dict) -> str:
     def timing(t: dict | None) -> str:
         if not t:
             return "-"
-        keys = ("median_ms", "window_calls", "windows", "external_ms_per_call", "overhead_ms", "graph_submit_ms")
+        keys = ("median_ms", "window_calls", "windows", "external_ms_per_call", "overhead_ms",
+                "graph_submit_ms")
         return json.dumps({k: t.get(k) for k in keys})
-    return (f"NOT OK: {d['outcome']} hacks={json.dumps(d.get('hack_details') or {})} error={json.dumps(d.get('error'))} "
-            f"kernel_timing={timing(d.get('kernel_timing'))} reference_timing={timing(d.get('reference_timing'))}")
+    return (f"NOT OK: {d['outcome']} hacks={json.dumps(d.get('hack_details') or {})} "
+            f"error={json.dumps(d.get('error'))} "
+            f"kernel_timing={timing(d.get('kernel_timing'))} "
+            f"reference_timing={timing(d.get('reference_timing'))}")
 
 
 def main() -> None:
@@ -224,11 +227,13 @@ def main() -> None:
             stages = d["stage_s"]
             timed, first = stages.get("timing", 0.0), stages.get("first_call", 0.0)
             rows.append((d["wall_s"], timed, first, d["wall_s"] - timed - first, d["outcome"], stages))
-        lines.append(f"## Fixed overhead per evaluation (warm, Triton cache shared, {judge.spares} spares, 5 runs)\n")
+        lines.append("## Fixed overhead per evaluation "
+                     f"(warm, Triton cache shared, {judge.spares} spares, 5 runs)\n")
         lines.append("first call: the candidate's first forward, which loads its compiled kernels\n")
-        lines.append("| wall s | timing stage s | first call s | wall - timing - first call s | waited for a spare s "
-                     "| outcome |\n|---|---|---|---|---|---|")
-        lines += [f"| {w:.3f} | {t:.3f} | {c:.3f} | {f:.3f} | {st.get('spare_wait', 0.0):.3f} | {o} |"
+        lines.append("| wall s | timing stage s | first call s | wall - timing - first call s "
+                     "| waited for a spare s | outcome |\n|---|---|---|---|---|---|")
+        lines += [f"| {w:.3f} | {t:.3f} | {c:.3f} | {f:.3f} | {st.get('spare_wait', 0.0):.3f} "
+                  f"| {o} |"
                   for w, t, c, f, o, st in rows]
         lines.append(f"\nmedian fixed overhead: {statistics.median(r[3] for r in rows):.3f} s "
                      f"(with the first call: {statistics.median(r[3] + r[2] for r in rows):.3f} s); "
@@ -238,17 +243,21 @@ def main() -> None:
         return
     mix = [(ELEMENTWISE_REF.format(n=256 * (1 + i % 3)), ELEMENTWISE_KERNEL) if i % 2 == 0
            else (SOFTMAX_REF.format(rows=512 * (1 + i % 3)), SOFTMAX_KERNEL) for i in range(args.mix)]
-    lines.append("## Throughput, one GPU, mix of small problems (fresh sandbox and Triton compile each, 100 timed calls)\n")
-    lines.append("| warm spares | evaluations | seconds | evaluations/min | waited for a spare, s | outcomes |\n"
+    lines.append("## Throughput, one GPU, mix of small problems (fresh sandbox and Triton compile each, "
+                 "100 timed calls)\n")
+    lines.append("| warm spares | evaluations | seconds | evaluations/min | waited for a spare, s "
+                 "| outcomes |\n"
                  "|---|---|---|---|---|---|")
-    for spares in sorted({int(x) for x in args.spares.split(",")}, reverse=True):  # the larger pool first, as in runs E and I
+    # the larger pool first, as in runs E and I
+    for spares in sorted({int(x) for x in args.spares.split(",")}, reverse=True):
         with Judge(device=args.device, spares=spares) as judge:
             judge.warm()
             t0 = time.monotonic()
             done = [evaluate(judge, r, k) for r, k in mix]
             elapsed = time.monotonic() - t0
             waited = sum(d["stage_s"].get("spare_wait", 0.0) for d in done)
-            lines.append(f"| {spares} | {len(mix)} | {elapsed:.1f} | **{60 * len(mix) / elapsed:.1f}** | {waited:.1f} | "
+            lines.append(f"| {spares} | {len(mix)} | {elapsed:.1f} | **{60 * len(mix) / elapsed:.1f}** "
+                         f"| {waited:.1f} | "
                          f"{sorted({d['outcome'] for d in done})} |")
     lines.append("")
     with Judge(device=args.device) as judge:
@@ -268,7 +277,8 @@ def main() -> None:
                 lines.append(f"no speedup: {[(d['outcome'], d['hacks'], d['error']) for d in sp[:2]]}\n")
                 continue
             lines.append(f"speedup min {min(s):.3f}x, median {statistics.median(s):.3f}x, max {max(s):.3f}x "
-                         f"(spread {max(s) / min(s):.3f}); reference ms {sp[0]['reference_ms']:.4f}; kernel ms: "
+                         f"(spread {max(s) / min(s):.3f}); reference ms {sp[0]['reference_ms']:.4f}; "
+                         "kernel ms: "
                          + ", ".join(f"{d['kernel_ms']:.4f}" for d in sp if d["kernel_ms"]))
             lines.append(f"outcomes {sorted({d['outcome'] for d in sp})}; coverage of the honest kernel: "
                          f"{[round(d['coverage'] or 0, 4) for d in sp[:3]]}\n")
@@ -276,7 +286,8 @@ def main() -> None:
         mm_ref = MATMUL_REF.format(n=args.matmul_n)
         sp = [evaluate(judge, mm_ref, MATMUL_KERNEL) for _ in range(args.repeats)]
         s = [d["speedup"] for d in sp if d["speedup"]]
-        lines.append(f"## Speedup spread, fp32 IEEE Triton matmul, n={args.matmul_n}, {len(s)} evaluations\n")
+        lines.append(f"## Speedup spread, fp32 IEEE Triton matmul, n={args.matmul_n}, "
+                     f"{len(s)} evaluations\n")
         if s:
             lines.append(f"speedup min {min(s):.3f}x, median {statistics.median(s):.3f}x, max {max(s):.3f}x "
                          f"(spread {max(s) / min(s):.3f}); reference ms {sp[0]['reference_ms']}; kernel ms: "
@@ -286,10 +297,13 @@ def main() -> None:
         # 4. profiling ratio: honest softmax vs lazy (torch softmax + a trivial Triton copy)
         sref = SOFTMAX_REF.format(rows=8192)
         honest, lazy = evaluate(judge, sref, SOFTMAX_KERNEL), evaluate(judge, MATMUL_RELU_REF, LAZY_KERNEL)
-        lines.append("## Profiling ratio (coverage)\n\n| candidate | outcome | coverage | speedup | top kernels |\n|---|---|---|---|---|")
+        lines.append("## Profiling ratio (coverage)\n\n"
+                     "| candidate | outcome | coverage | speedup | top kernels |\n|---|---|---|---|---|")
         for name, d in (("honest softmax", honest), ("lazy: torch matmul + Triton relu", lazy)):
-            top = "; ".join(f"{k['name'][:30]}{'*' if k['own'] else ''}={k['device_us']:.0f}us" for k in d["kernels"][:3])
-            lines.append(f"| {name} | {d['outcome']} {d['hacks']} | {d['coverage']} | {d['speedup']} | {top} |")
+            top = "; ".join(f"{k['name'][:30]}{'*' if k['own'] else ''}={k['device_us']:.0f}us"
+                            for k in d["kernels"][:3])
+            lines.append(f"| {name} | {d['outcome']} {d['hacks']} | {d['coverage']} | {d['speedup']} "
+                         f"| {top} |")
     text = "\n".join(lines)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -70,8 +70,9 @@ def graph_ratio(rows: int, cols: int) -> float | None:
     """The device-time ratio by CUDA-graph replay in a separate process (bench/timing_probe.py)."""
     probe = Path(__file__).with_name("timing_probe.py")
     out = Path(tempfile.mkdtemp()) / "g.json"
-    cp = subprocess.run([sys.executable, str(probe), "--procs", "3", "--shapes", f"{rows}x{cols}", "--methods",
-                         "graph", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    cp = subprocess.run([sys.executable, str(probe), "--procs", "3", "--shapes", f"{rows}x{cols}",
+                         "--methods", "graph", "--json", str(out)],
+                        capture_output=True, text=True, timeout=300)
     if cp.returncode != 0 or not out.exists():
         print(cp.stderr[-1000:], file=sys.stderr)
         return None
@@ -98,7 +99,8 @@ class Load:
             k = 0
             while not self.stop.is_set():
                 k += 1
-                judge.evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=1000 * i + k)))
+                judge.evaluate(EvalRequest(reference_code=ref,
+                                           kernel_code=KERNEL.format(cols=2048, salt=1000 * i + k)))
                 self.done += 1
 
     def close(self) -> int:
@@ -116,7 +118,8 @@ def precision(evals: int, shapes: list[tuple[int, int]], under_load: int = 0, pa
         table = _precision(evals, shapes, pause_s, spares)
     finally:
         if load is not None:
-            print(f"under load: {load.close()} evaluations by {under_load} other judge(s) meanwhile", flush=True)
+            print(f"under load: {load.close()} evaluations by {under_load} other judge(s) meanwhile",
+                  flush=True)
     for row in table:
         row["under_load"] = under_load
     return table
@@ -135,7 +138,8 @@ def _precision(evals: int, shapes: list[tuple[int, int]], pause_s: float, spares
             for k in range(evals):
                 time.sleep(pause_s)
                 results.append(judge.evaluate(EvalRequest(reference_code=ref + f"\n# evaluation {k}\n",
-                                                          kernel_code=ker, options=EvalOptions(device="cuda"))))
+                                                          kernel_code=ker,
+                                                          options=EvalOptions(device="cuda"))))
         for r in results:
             if r.outcome.value != "ok":
                 print(f"{rows}x{cols}: NOT OK: {r.outcome.value} {r.hack_details} {r.error}", flush=True)
@@ -152,7 +156,8 @@ def _precision(evals: int, shapes: list[tuple[int, int]], pause_s: float, spares
         truth = graph_ratio(rows, cols)
         row = {"shape": f"{rows}x{cols}", "pause_s": pause_s, "spares": spares,
                "kernel_us": statistics.median(kms) * 1e3 if kms else None,
-               "kernel_us_each": [round(v * 1e3, 3) for v in kms], "reference_us_each": [round(v * 1e3, 3) for v in rms],
+               "kernel_us_each": [round(v * 1e3, 3) for v in kms],
+               "reference_us_each": [round(v * 1e3, 3) for v in rms],
                "speedups": sp, "spread": max(sp) / min(sp) if sp else None,
                "median": statistics.median(sp) if sp else None, "graph_ratio": truth,
                "kernel_bandwidth_fraction": frac if sp else None,
@@ -184,7 +189,8 @@ def throughput(n: int, judges: int) -> dict:
         def run(i: int) -> list[tuple[str, dict[str, float]]]:
             outcomes = []
             for k in work[i]:
-                d = pool[i].evaluate(EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=k + 1)))
+                d = pool[i].evaluate(EvalRequest(reference_code=ref,
+                                                 kernel_code=KERNEL.format(cols=2048, salt=k + 1)))
                 if d.outcome.value != "ok":
                     print(f"throughput: NOT OK: {d.outcome.value} {d.hack_details} {d.error}", flush=True)
                 outcomes.append((d.outcome.value, {**dict(d.stage_s or {}), "wall": d.wall_s or 0.0}))
@@ -233,8 +239,9 @@ class Busy:
     def _sample(self) -> None:
         while not self.done.wait(0.2):
             try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                                      "-i", "0"], capture_output=True, text=True, timeout=5).stdout
+                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu",
+                                      "--format=csv,noheader,nounits", "-i", "0"],
+                                     capture_output=True, text=True, timeout=5).stdout
                 self.samples.append(float(out.split()[0]))
             except (OSError, ValueError, IndexError, subprocess.SubprocessError):
                 return
@@ -253,7 +260,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--evals", type=int, default=10)
     ap.add_argument("--shapes", default="8192x8192,4096x4096,1024x1024")
-    ap.add_argument("--throughput", type=int, default=24, help="distinct kernels per throughput run (0: none)")
+    ap.add_argument("--throughput", type=int, default=24,
+                    help="distinct kernels per throughput run (0: none)")
     ap.add_argument("--judges", default="1,4", help="judges sharing the GPU, one throughput run each")
     ap.add_argument("--under-load", type=int, default=0, help="other judges working on the GPU meanwhile")
     ap.add_argument("--pause", type=float, default=0.0,
@@ -268,19 +276,23 @@ def main() -> None:
         runs.append(throughput(args.throughput, k))
         print(json.dumps(runs[-1]), flush=True)
     result["throughput"] = runs
-    print(f"\n{'shape':>10} {'kernel_us':>9} {'spread':>7} {'median':>7} {'graph':>7} {'med/graph':>9} {'BW frac':>7}")
+    print(f"\n{'shape':>10} {'kernel_us':>9} {'spread':>7} {'median':>7} {'graph':>7} "
+          f"{'med/graph':>9} {'BW frac':>7}")
     for r in result["precision"]:
         def f(v: float | None, spec: str) -> str:
             return format(v, spec) if v is not None else "-"
-        print(f"{r['shape']:>10} {f(r['kernel_us'], '9.2f')} {f(r['spread'], '7.3f')} {f(r['median'], '7.3f')} "
-              f"{f(r['graph_ratio'], '7.3f')} {f(r['median_vs_graph'], '9.3f')} {f(r['kernel_bandwidth_fraction'], '7.2f')}")
+        print(f"{r['shape']:>10} {f(r['kernel_us'], '9.2f')} {f(r['spread'], '7.3f')} "
+              f"{f(r['median'], '7.3f')} {f(r['graph_ratio'], '7.3f')} {f(r['median_vs_graph'], '9.3f')} "
+              f"{f(r['kernel_bandwidth_fraction'], '7.2f')}")
     for t in runs:
-        print(f"throughput: {t['per_minute']:.1f} evaluations/min ({t['evaluations']} fresh compiles, {t['judges']} "
-              f"judge(s) on one GPU, {t['ok']} ok)")
+        print(f"throughput: {t['per_minute']:.1f} evaluations/min ({t['evaluations']} fresh compiles, "
+              f"{t['judges']} judge(s) on one GPU, {t['ok']} ok)")
         cpu, gpu = t.get("host_cpu_busy"), t.get("gpu_util")
-        print(f"  host CPUs busy {cpu if cpu is None else format(cpu, '.0%')} of {t.get('cpus')}, GPU utilization "
-              f"{gpu if gpu is None else format(gpu, '.0%')}; seconds per evaluation (median), by stage: "
-              + ", ".join(f"{k} {v:.2f}" for k, v in sorted(t["stage_s_median"].items(), key=lambda kv: -kv[1])
+        print(f"  host CPUs busy {cpu if cpu is None else format(cpu, '.0%')} of {t.get('cpus')}, "
+              f"GPU utilization {gpu if gpu is None else format(gpu, '.0%')}; "
+              "seconds per evaluation (median), by stage: "
+              + ", ".join(f"{k} {v:.2f}"
+                          for k, v in sorted(t["stage_s_median"].items(), key=lambda kv: -kv[1])
                           if v >= 0.01))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

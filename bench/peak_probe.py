@@ -74,7 +74,8 @@ def main() -> int:
     for name, nb, t, gbs in rows:
         print(f"{name:<24}{nb:>14}{t:>10.4f}{gbs:>10.0f}{gbs / copy:>8.3f}")
     honest = rows[-1][3]
-    print(f"judge ceiling (peak.measure) {ceiling:.0f} GB/s ({', '.join(f'{k} {v:.0f}' for k, v in ways.items())}); "
+    print(f"judge ceiling (peak.measure) {ceiling:.0f} GB/s "
+          f"({', '.join(f'{k} {v:.0f}' for k, v in ways.items())}); "
           f"fp32 {fp32:.1f} TFLOP/s, bf16 {bf16:.0f} TFLOP/s")
     print(f"VERDICT: 107's honest {honest:.0f} GB/s is {honest / ceiling:.3f} of the ceiling "
           f"(flagged past 1.1): {'ok' if honest / ceiling <= 1.1 else 'FALSE FLAG'}")

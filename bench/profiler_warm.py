@@ -83,18 +83,20 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     rows = []
     for way in args.ways.split(","):
         for _ in range(args.procs):
-            cp = subprocess.run([sys.executable, "-c", CHILD, way, args.device], capture_output=True, text=True, timeout=300,
-                                env=env)
+            cp = subprocess.run([sys.executable, "-c", CHILD, way, args.device], capture_output=True,
+                                text=True, timeout=300, env=env)
             if cp.returncode != 0:
                 print(f"{way}: exit {cp.returncode}\n{cp.stderr[-1500:]}", file=sys.stderr)
                 continue
             rows.append(json.loads(cp.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{'way':>9} {'warm s':>13} {'warm CPU s':>13} {'later s':>13} {'kernels':>7}  replaced / later_replaced")
+    print(f"\n{'way':>9} {'warm s':>13} {'warm CPU s':>13} {'later s':>13} {'kernels':>7}  "
+          "replaced / later_replaced")
     for way in args.ways.split(","):
         got = [r for r in rows if r["way"] == way]
         if not got:
@@ -108,7 +110,8 @@ def main() -> None:
               f"{min(r['kernels'] for r in got):>7}  {sorted({n for r in got for n in r['replaced']})} / "
               f"{sorted({n for r in got for n in r['later_replaced']})}")
     if rows:
-        print(f"median warm-up: {statistics.median(r['warm_s'] for r in rows):.2f} s over {len(rows)} processes")
+        median = statistics.median(r["warm_s"] for r in rows)
+        print(f"median warm-up: {median:.2f} s over {len(rows)} processes")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

@@ -29,7 +29,8 @@ if mode == "prctl":
     isolation.install_seccomp(spec_allow=False)
 elif mode == "spec_allow":
     isolation.install_seccomp(spec_allow=True)
-status = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in open("/proc/self/status") if ":" in line)}
+status = {k.strip(): v.strip()
+          for k, v in (line.split(":", 1) for line in open("/proc/self/status") if ":" in line)}
 out = {"ssb": status.get("Speculation_Store_Bypass"), "ib": status.get("SpeculationIndirectBranch"),
        "seccomp": status.get("Seccomp")}
 t = time.perf_counter(); acc = 0
@@ -61,7 +62,8 @@ def main() -> None:
     rows = {}
     for _ in range(args.procs):  # interleaved, so that drift of the machine hits every mode alike
         for mode in ("none", "prctl", "spec_allow"):
-            p = subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True, text=True, timeout=300)
+            p = subprocess.run([sys.executable, "-c", CHILD, mode],
+                               capture_output=True, text=True, timeout=300)
             if p.returncode != 0:
                 print(f"{mode}: failed: {p.stderr.strip()[-400:]}")
                 continue

@@ -1,7 +1,8 @@
 """Judge every built-in solution at GPU size with the real judge and print speedup, coverage,
 kernel_ms and reference_ms per problem (run on a CUDA machine, e.g. the lent H200).
 
-    python bench/suite_gpu.py [--device cuda:0] [--only 20] [--reference-backend eager|compile] [--json out.json]
+    python bench/suite_gpu.py [--device cuda:0] [--only 20] [--reference-backend eager|compile]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def main() -> int:
     rows = []
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     held = f" {'held_out':>8s}" if args.shape_variants else ""
-    print(f"{'problem':42s} {'outcome':14s} {'speedup':>8s} {'coverage':>8s} {'kernel_ms':>10s} {'ref_ms':>10s} "
-          f"{'wall_s':>7s}{held}")
+    print(f"{'problem':42s} {'outcome':14s} {'speedup':>8s} {'coverage':>8s} {'kernel_ms':>10s} "
+          f"{'ref_ms':>10s} {'wall_s':>7s}{held}")
     with Judge(device=args.device) as judge:
         for name in names:
             problem = builtin_problem(name, args.size)
@@ -58,7 +59,8 @@ def main() -> int:
                   f"{fmt(d['kernel_ms'], '10.3f')} {fmt(d['reference_ms'], '10.3f')} {d['bench_wall_s']:7.1f}"
                   f"{_held_out(d) if args.shape_variants else ''}", flush=True)
             if args.stages:
-                print("    stages: " + " ".join(f"{k}={v:.2f}" for k, v in d["stage_s"].items() if v >= 0.05), flush=True)
+                print("    stages: " + " ".join(f"{k}={v:.2f}" for k, v in d["stage_s"].items() if v >= 0.05),
+                      flush=True)
             if d["error"]:
                 print(f"    error: {d['error']['kind']}: {d['error']['message'][:300]}", flush=True)
     ok = [r for r in rows if r["correct"]]

@@ -64,7 +64,8 @@ for variant in variants.split(","):
         assert run.ok, run
         per_call = [w / prep.calls for w in run.window_ms]
     print(json.dumps({"variant": variant, "role": role, "calls": prep.calls, "graph": prep.graph,
-                      "ms": statistics.median(per_call), "spread": max(per_call) / min(per_call)}), flush=True)
+                      "ms": statistics.median(per_call), "spread": max(per_call) / min(per_call)}),
+          flush=True)
 """
 
 
@@ -73,9 +74,11 @@ def one(role: str, device: str, ref: Path, cand: Path, calls: dict[str, int], wi
     env = dict(os.environ)
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
-    cp = subprocess.run([sys.executable, "-c", CHILD, role, device, str(ref), str(cand), json.dumps(calls), str(windows),
-                         str(seed), variants], capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                      env.get("PYTHONPATH")]))
+    cp = subprocess.run([sys.executable, "-c", CHILD, role, device, str(ref), str(cand), json.dumps(calls),
+                         str(windows), str(seed), variants],
+                        capture_output=True, text=True, timeout=600, env=env)
     if cp.returncode != 0:
         raise SystemExit(f"{role} process failed:\n{cp.stderr[-3000:]}")
     got = [json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")]
@@ -90,8 +93,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--variants", default="judge",
                     help="comma-separated, each timed in turn in every process: judge (the judge's window, "
-                         "the reference picks the calls), b2b (the same captured graph replayed back to back, "
-                         "no window: the process's own truth), callsN (N calls), noflush, spin1ms")
+                         "the reference picks the calls), b2b (the same captured graph replayed back to "
+                         "back, no window: the process's own truth), callsN (N calls), noflush, spin1ms")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     rows, cols = (int(v) for v in args.shape.split("x"))
@@ -102,17 +105,20 @@ def main() -> None:
     variants = [v for v in args.variants.split(",") if v]
     pairs: dict[str, list[dict]] = {v: [] for v in variants}
     for p in range(args.procs):
-        r = one("reference", args.device, ref, cand, {}, args.windows, 100 + p, args.variants)  # the reference picks
-        c = one("candidate", args.device, ref, cand, {v: r[v]["calls"] for v in variants}, args.windows, 200 + p,
-                args.variants)
+        # the reference picks
+        r = one("reference", args.device, ref, cand, {}, args.windows, 100 + p, args.variants)
+        c = one("candidate", args.device, ref, cand, {v: r[v]["calls"] for v in variants}, args.windows,
+                200 + p, args.variants)
         for v in variants:
             pair = {"variant": v, "reference_us": r[v]["ms"] * 1e3, "kernel_us": c[v]["ms"] * 1e3,
                     "speedup": r[v]["ms"] / c[v]["ms"], "calls": r[v]["calls"], "graph": c[v]["graph"],
                     "window_spread": [r[v]["spread"], c[v]["spread"]]}
             pairs[v].append(pair)
             print(json.dumps(pair), flush=True)
-    print(f"\n{args.shape}, the judge's timing ops in plain processes, {args.procs} pairs x {args.windows} windows")
-    print(f"{'variant':>9} {'calls':>12} {'kernel us':>22} {'reference us':>22} {'speedups':>24} {'max/min':>7}")
+    print(f"\n{args.shape}, the judge's timing ops in plain processes, "
+          f"{args.procs} pairs x {args.windows} windows")
+    print(f"{'variant':>9} {'calls':>12} {'kernel us':>22} {'reference us':>22} {'speedups':>24} "
+          f"{'max/min':>7}")
     for v in variants:
         got = pairs[v]
         sp = [x["speedup"] for x in got]

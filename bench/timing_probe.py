@@ -104,7 +104,8 @@ def measure(fn, method, W, xs):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         if method == "graph":  # back to back: the GPU is busy with the previous replay
             g.replay(); s.record(); g.replay(); e.record(); e.synchronize()
-        elif method in ("graphidle", "graphspin", "graphrefill"):  # the judge's window: after a flush and a sync
+        elif method in ("graphidle", "graphspin", "graphrefill"):
+            # the judge's window: after a flush and a sync
             if method == "graphrefill":  # fresh values written into every input, as the judge's refill does
                 for x in xs: x.copy_(torch.randn_like(x))
             flush.zero_(); torch.cuda.synchronize()
@@ -135,7 +136,8 @@ def main() -> None:
     child = os.path.join(tempfile.mkdtemp(), "probe_child.py")  # @triton.jit needs its source in a file
     with open(child, "w") as f:
         f.write(CHILD)
-    print(f"{'shape':>10} {'method':>8} {'kernel_us':>10} {'speedups (one per process)':<60} {'max/min':>7}", flush=True)
+    print(f"{'shape':>10} {'method':>8} {'kernel_us':>10} {'speedups (one per process)':<60} {'max/min':>7}",
+          flush=True)
     methods = args.methods.split(",")
     for shape in args.shapes.split(","):
         r, c = (int(v) for v in shape.split("x"))
@@ -157,7 +159,8 @@ def main() -> None:
             kus = statistics.median(g["ker_ms"] for g in got) * 1e3
             rows.append({"shape": shape, "method": method, "kernel_us": kus, "speedups": sp,
                          "spread": max(sp) / min(sp)})
-            print(f"{shape:>10} {method:>8} {kus:10.2f} {' '.join(f'{s:.3f}' for s in sp):<60} {max(sp)/min(sp):7.3f}",
+            print(f"{shape:>10} {method:>8} {kus:10.2f} {' '.join(f'{s:.3f}' for s in sp):<60} "
+                  f"{max(sp)/min(sp):7.3f}",
                   flush=True)
     if args.json:
         with open(args.json, "w") as f:

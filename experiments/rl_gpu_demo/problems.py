@@ -64,8 +64,9 @@ def _kernel(params: list[str], expr: str, pre: str = "", block: int = 4096, warp
 
 def _passthrough(name: str) -> str:
     body, _ = _REFS[name]
-    return ("import torch\nimport torch.nn as nn\nimport triton  # noqa: F401\n\n\nclass ModelNew(nn.Module):\n"
-            f"    def __init__(self):\n        super().__init__()\n\n    {body}\n")  # fmt: skip
+    return ("import torch\nimport torch.nn as nn\nimport triton  # noqa: F401\n\n\n"
+            "class ModelNew(nn.Module):\n"
+            f"    def __init__(self):\n        super().__init__()\n\n    {body}\n")
 
 
 def variants(name: str) -> dict[str, str]:

@@ -63,13 +63,14 @@ def measure_variants(executor: SharedExecutor, problems, opts: EvalOptions) -> d
         for name, src in variants(p.name).items():
             code = extract_code(macro_text(src), p.entry_point).code  # exactly what a rollout submits
             assert code is not None
-            r = executor.evaluate([EvalRequest(reference_code=p.reference_code, kernel_code=code, options=opts)])[0]
+            r = executor.evaluate([EvalRequest(reference_code=p.reference_code, kernel_code=code,
+                                               options=opts)])[0]
             table[f"{p.name}/{name}"] = {
                 "outcome": r.outcome.value, "correct": r.correct, "hacks": r.hacks,
                 "speedup": r.speedup, "coverage": r.coverage, "reward": r.reward,
             }  # fmt: skip
             print(f"  {p.name:10s} {name:7s} {r.outcome.value:14s} speedup={r.speedup} PR={r.coverage} "
-                  f"reward={r.reward:.3f}", flush=True)  # fmt: skip
+                  f"reward={r.reward:.3f}", flush=True)
     return table
 
 
@@ -116,17 +117,17 @@ def one_run(args, estimator, seed, problems, executor, opts, out: Path) -> dict:
     run_dir = out / "runs" / f"{estimator}_seed{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
     tiny = TinyModelConfig(hidden_size=64, layers=2, heads=4, max_positions=16384,
-                           filler_words=("relu_scale", "add_mul", "ok", "kernel"))  # fmt: skip
+                           filler_words=("relu_scale", "add_mul", "ok", "kernel"))
     model, tok = build_tiny(tiny, {p.name: variants(p.name) for p in problems}, seed=seed)
     cfg = run_config(args, estimator, seed, opts)
     t0 = time.time()
     with Trainer(cfg, run_dir, model=model.to(torch.device(args.device)), tokenizer=tok, problems=problems,
-                 validation=[], executor=executor) as trainer:  # fmt: skip
+                 validation=[], executor=executor) as trainer:
         metrics = trainer.fit()
     rates = choice_rates(run_dir, problems, args.turns)
     print(f"  {estimator} seed {seed}: {time.time() - t0:.0f}s, reward {metrics[0]['reward/mean']:.2f} -> "
           f"{metrics[-1]['reward/mean']:.2f}, honest {rates[0]['honest']:.2f} -> {rates[-1]['honest']:.2f}",
-          flush=True)  # fmt: skip
+          flush=True)
     return {"metrics": metrics, "choices": rates, "seconds": time.time() - t0}
 
 
@@ -148,7 +149,8 @@ def plot(results: dict, out: Path) -> None:
             mean, std = _mean_std([[m[key] for m in r["metrics"]] for r in runs.values()])
             x = range(1, len(mean) + 1)
             ax.plot(x, mean, label=est)
-            ax.fill_between(x, [a - b for a, b in zip(mean, std)], [a + b for a, b in zip(mean, std)], alpha=0.2)
+            ax.fill_between(x, [a - b for a, b in zip(mean, std)], [a + b for a, b in zip(mean, std)],
+                            alpha=0.2)
             ax.set_title(title)
         mean, _ = _mean_std([[c["honest"] for c in r["choices"]] for r in runs.values()])
         axes[2].plot(range(1, len(mean) + 1), mean, label=est)
@@ -195,7 +197,8 @@ def write_table(results: dict, measured: dict, args: argparse.Namespace, out: Pa
 def save(results: dict, measured: dict, args: argparse.Namespace, out: Path) -> None:
     (out / "results.json").write_text(json.dumps({"measured": measured, "args": vars(args), "results": {
         est: {str(s): {"choices": r["choices"], "metrics": r["metrics"], "seconds": r["seconds"]}
-              for s, r in runs.items()} for est, runs in results.items()}}, indent=1, default=str))  # fmt: skip
+              for s, r in runs.items()} for est, runs in results.items()}},
+        indent=1, default=str))
     plot(results, out)
     write_table(results, measured, args, out)
 
