@@ -128,7 +128,9 @@ class EvalOptions:
         # the reward fields are refused here, before any judge sees them (drkernel.reward turns them
         # into a RewardConfig and relies on this check)
         if not isinstance(self.reward_preset, str) or self.reward_preset not in REWARD_PRESET_NAMES:
-            raise ConfigError(f"reward_preset: {self.reward_preset!r} is not one of {', '.join(REWARD_PRESET_NAMES)}")
+            raise ConfigError(
+                f"reward_preset: {self.reward_preset!r} is not one of {', '.join(REWARD_PRESET_NAMES)}"
+            )
         cap, weight = self.speedup_cap, self.coverage_weight
         if not _real(cap) or not cap > 0:
             raise ConfigError(f"speedup_cap: {cap!r} is not a number > 0")

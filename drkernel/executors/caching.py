@@ -24,7 +24,12 @@ log = logging.getLogger(__name__)
 def request_key(request: EvalRequest) -> str:
     """Stable hash of what decides a verdict (task ids excluded)."""
     payload = json.dumps(
-        [request.reference_code, request.kernel_code, request.options.to_dict(), list(request.shape_variants)],
+        [
+            request.reference_code,
+            request.kernel_code,
+            request.options.to_dict(),
+            list(request.shape_variants),
+        ],
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()

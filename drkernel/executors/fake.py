@@ -63,7 +63,8 @@ def scripted_result(request: EvalRequest) -> EvalResult:
         device=device,
         task_id=request.task_id,
     )
-    result.reward = result_reward(result, reward_config(request.options))  # the options' preset, cap and weight
+    # the options' preset, cap and weight
+    result.reward = result_reward(result, reward_config(request.options))
     return result
 
 

@@ -106,7 +106,7 @@ class SharedGpuJudge:
 
         n = max(1, self.share)
         return _EnteredJudge(Judge(device=device, spares=max(2, 6 // n), candidate_gpu_fraction=0.6 / n,
-                                   reference_gpu_fraction=0.3 / n))  # fmt: skip
+                                   reference_gpu_fraction=0.3 / n))
 
 
 def judge_call(judge: JudgeLike, request: EvalRequest) -> EvalResult:

@@ -104,7 +104,7 @@ class LocalExecutor(SlotPool):
         host: JudgeHost
         if self.config.isolation == "thread":
             host = ThreadJudgeHost(self._factory, device, name, self.config.gpu_lock_timeout_s,
-                                   gpu_slots=self.config.judges_per_gpu)  # fmt: skip
+                                   gpu_slots=self.config.judges_per_gpu)
         else:
             host = ProcessJudgeHost(
                 self._factory, device, name, self.config.start_timeout_s, self.config.scrub_env,

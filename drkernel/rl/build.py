@@ -33,7 +33,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def load_problems(suite: str, names: Sequence[str] = (), levels: Sequence[int] = (), limit: int | None = None) -> list[Problem]:
+def load_problems(
+    suite: str, names: Sequence[str] = (), levels: Sequence[int] = (), limit: int | None = None
+) -> list[Problem]:
     """Problems of a suite spec (drkernel.problems.load_suite), filtered by name, level and count."""
     from drkernel.problems import load_suite
 
@@ -63,7 +65,9 @@ def training_problems(data: DataConfig) -> list[Problem]:
 def validation_problems(data: DataConfig) -> list[Problem]:
     if not data.validation_suite:
         return []
-    return load_problems(data.validation_suite, data.validation_problems, data.validation_levels, data.validation_limit)
+    return load_problems(
+        data.validation_suite, data.validation_problems, data.validation_levels, data.validation_limit
+    )
 
 
 def build_model(cfg: ModelConfig, problems: Sequence[Problem] = (), *, seed: int = 0) -> tuple[Any, Any]:
@@ -78,7 +82,9 @@ def build_model(cfg: ModelConfig, problems: Sequence[Problem] = (), *, seed: int
 
         model, tokenizer = build_tiny(cfg.tiny, builtin_variants(problems, cfg.tiny.variants), seed=seed)
     else:
-        model, tokenizer = load_pretrained(str(cfg.path), dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code)
+        model, tokenizer = load_pretrained(
+            str(cfg.path), dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code
+        )
     model = model.to(device=resolve_device(cfg.device), dtype=dtype)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -86,7 +92,9 @@ def build_model(cfg: ModelConfig, problems: Sequence[Problem] = (), *, seed: int
     return model, tokenizer
 
 
-def load_pretrained(path: str, *, dtype: str = "bfloat16", trust_remote_code: bool = False) -> tuple[Any, Any]:
+def load_pretrained(
+    path: str, *, dtype: str = "bfloat16", trust_remote_code: bool = False
+) -> tuple[Any, Any]:
     import torch
 
     try:
@@ -135,7 +143,9 @@ def judge_executor_config(cfg: JudgeConfig) -> ExecutorConfig:
 def build_sampler(cfg: RolloutConfig, model: Any, tokenizer: Any) -> Sampler:
     """The trainer's own model (batched generation) or an OpenAI-compatible server of its weights."""
     if cfg.backend == "model":
-        return ModelSampler(model, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens, batch_size=cfg.generation_batch)
+        return ModelSampler(
+            model, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens, batch_size=cfg.generation_batch
+        )
     from drkernel.agent.openai_policy import OpenAIPolicy
 
     policy = OpenAIPolicy.Config(
@@ -145,4 +155,6 @@ def build_sampler(cfg: RolloutConfig, model: Any, tokenizer: Any) -> Sampler:
         "rollouts come from %s: that server must serve the current weights (reload it from "
         "run_dir/checkpoints/latest after each step), or the samples are off-policy", cfg.base_url
     )
-    return PolicySampler(policy, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens, concurrency=cfg.concurrency)
+    return PolicySampler(
+        policy, tokenizer, max_prompt_tokens=cfg.max_prompt_tokens, concurrency=cfg.concurrency
+    )

@@ -31,20 +31,23 @@ from drkernel.rl.config import (
 __all__ = ["register", "resolve_config", "run"]
 
 # settings a resumed run may change (everything else must match run_dir/config.json)
-_RESUMABLE = ("trainer.steps", "trainer.validate_every", "trainer.save_every", "trainer.keep_checkpoints", "log.")
+_RESUMABLE = (
+    "trainer.steps", "trainer.validate_every", "trainer.save_every", "trainer.keep_checkpoints", "log."
+)
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("train", help="SFT and multi-turn RL (the Dr. Kernel recipe)")
     sub = p.add_subparsers(dest="train_command", metavar="{rl,sft,recipes}")
     rl = sub.add_parser("rl", help="multi-turn RL on one node (resumes from --run-dir)",
-                        formatter_class=DefaultsHelpFormatter)  # fmt: skip
+                        formatter_class=DefaultsHelpFormatter)
     _common(rl, recipe_default="debug_cpu")
-    rl.add_argument("--run-dir", help="checkpoints, metrics.jsonl, tensorboard/, rollouts/ (required to train)")
+    rl.add_argument("--run-dir",
+                    help="checkpoints, metrics.jsonl, tensorboard/, rollouts/ (required to train)")
     rl.add_argument("--force-config", action="store_true", help="resume even if the config changed")
     rl.set_defaults(func=run_rl)
     sft = sub.add_parser("sft", help="multi-turn SFT on chat trajectories (assistant tokens only)",
-                         formatter_class=DefaultsHelpFormatter)  # fmt: skip
+                         formatter_class=DefaultsHelpFormatter)
     _common(sft, recipe_default=None)
     sft.add_argument("--data", required=True, help="trajectories .jsonl or .parquet with `messages`")
     sft.add_argument("--model", help="model name or folder (overrides model.path; default: the recipe's)")
@@ -83,7 +86,8 @@ def _check_resume(cfg: RunConfig, run_dir: Path, force: bool) -> None:
     if not saved.exists() or not (run_dir / "checkpoints").exists() or force:
         return
     old, new = _flatten(json.loads(saved.read_text())), _flatten(to_dict(cfg))
-    diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and not k.startswith(_RESUMABLE)]
+    diff = [k for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k) and not k.startswith(_RESUMABLE)]
     if diff:
         raise ConfigError(
             f"{run_dir} holds a run with another config ({', '.join(diff[:6])}): use a new --run-dir, "
@@ -115,7 +119,9 @@ def run_rl(args: argparse.Namespace) -> int:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0
     if not args.run_dir:
-        raise ConfigError("--run-dir is required to train (it holds checkpoints, metrics.jsonl, tensorboard/)")
+        raise ConfigError(
+            "--run-dir is required to train (it holds checkpoints, metrics.jsonl, tensorboard/)"
+        )
     run_dir = Path(args.run_dir)
     _check_resume(cfg, run_dir, args.force_config)
     _line_buffered()
@@ -129,7 +135,7 @@ def run_rl(args: argparse.Namespace) -> int:
             print(f"resuming {run_dir} after step {start}", file=sys.stderr)
         for m in trainer.fit_iter():
             print(f"step {m['step']}: reward {m['reward/mean']:.4f}  fast@1 {m['batch/fast@1']:.3f}  "
-                  f"groups {m['filter/groups_kept']}/{m['filter/groups']}  loss {m['actor/loss']:.4g}")  # fmt: skip
+                  f"groups {m['filter/groups_kept']}/{m['filter/groups']}  loss {m['actor/loss']:.4g}")
     print(f"run finished at step {cfg.trainer.steps}: {run_dir}")
     return 0
 
@@ -137,7 +143,8 @@ def run_rl(args: argparse.Namespace) -> int:
 def run_sft_command(args: argparse.Namespace) -> int:
     if not args.recipe and not args.config:
         raise ConfigError(
-            "choose the settings: --recipe dr_kernel_8b (the paper's SFT: bfloat16, lr 2e-5, batch 64, 4 epochs; "
+            "choose the settings: --recipe dr_kernel_8b "
+            "(the paper's SFT: bfloat16, lr 2e-5, batch 64, 4 epochs; "
             "give --model) or --recipe debug_cpu (a toy: tiny random model, float32 on the CPU, lr 1e-3), "
             "or --config FILE"
         )
@@ -159,21 +166,21 @@ def run_sft_command(args: argparse.Namespace) -> int:
     earlier = [n for n in ("model", "metrics.jsonl", "config.json") if (out / n).exists()]
     if earlier and not args.overwrite:
         raise ConfigError(f"--out {out} already holds a run ({', '.join(earlier)}): choose a new folder, "
-                          "or --overwrite to replace it")  # fmt: skip
+                          "or --overwrite to replace it")
     _line_buffered()
     _quiet_progress_bars()
     conversations = load_conversations(args.data)
     if cfg.model.tiny is not None:
         print(f"note: recipe {cfg.name} trains a tiny random model with toy settings "
-              f"({cfg.model.device}, {cfg.model.dtype}, lr {cfg.sft.lr:g})", file=sys.stderr)  # fmt: skip
+              f"({cfg.model.device}, {cfg.model.dtype}, lr {cfg.sft.lr:g})", file=sys.stderr)
     problems = training_problems(cfg.data) if cfg.model.tiny is not None else []
     model, tokenizer = build_model(cfg.model, problems, seed=cfg.sft.seed)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.json")
     print(f"sft: {len(conversations)} conversations, {cfg.sft.epochs} epochs, batch {cfg.sft.batch_size}, "
-          f"lr {cfg.sft.lr:g}, {cfg.model.dtype} -> {out}", file=sys.stderr)  # fmt: skip
+          f"lr {cfg.sft.lr:g}, {cfg.model.dtype} -> {out}", file=sys.stderr)
     summary = run_sft(cfg.sft, conversations, model, tokenizer, out, tensorboard=cfg.log.tensorboard,
-                      wandb=cfg.log.wandb, run_config=to_dict(cfg), progress=Progress())  # fmt: skip
+                      wandb=cfg.log.wandb, run_config=to_dict(cfg), progress=Progress())
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -110,7 +110,9 @@ class RolloutConfig:
     cache_evaluations: bool = False  # reuse the verdict of an identical (reference, kernel) pair
 
     def __post_init__(self) -> None:
-        for name in ("n", "max_turns", "max_new_tokens", "max_prompt_tokens", "generation_batch", "concurrency"):
+        for name in (
+            "n", "max_turns", "max_new_tokens", "max_prompt_tokens", "generation_batch", "concurrency"
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"rollout.{name}: must be >= 1")
         if not 0 < self.top_p <= 1 or self.temperature < 0:
@@ -370,7 +372,12 @@ def _coerce_text(value: Any, tp: Any) -> Any:
         return json.dumps(value) if not isinstance(value, (int, float)) else str(value)
     if origin is tuple and not isinstance(value, (list, tuple)):
         return [value]
-    if origin in (typing.Union, types.UnionType) and str in args and not isinstance(value, str) and value is not None:
+    if (
+        origin in (typing.Union, types.UnionType)
+        and str in args
+        and not isinstance(value, str)
+        and value is not None
+    ):
         return str(value)
     return value
 

@@ -40,7 +40,7 @@ class Bar:
             from tqdm import tqdm
 
             self._tqdm = tqdm(total=total, desc=desc, unit=unit, file=progress.stream, leave=False,
-                              dynamic_ncols=True)  # fmt: skip
+                              dynamic_ncols=True)
 
     def update(self, n: int = 1) -> None:
         with self._lock:
@@ -85,7 +85,7 @@ class Progress:
     """Where progress goes. `enabled=False` writes nothing (library use, tests)."""
 
     def __init__(self, stream: IO[str] | None = None, *, enabled: bool = True, interval_s: float = 10.0,
-                 tty: bool | None = None) -> None:  # fmt: skip
+                 tty: bool | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
         self.interval_s = interval_s

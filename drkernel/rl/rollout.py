@@ -82,7 +82,7 @@ class ModelSampler:
         for i, ids in enumerate(prompts):
             if len(ids) > self.max_prompt_tokens:  # docs/paper_spec.md §2.7: an empty turn, reward 0
                 out[i] = Completion(text="", finish_reason="prompt_overlong", token_ids=[], logprobs=[],
-                                    extra={"prompt_ids": ids})  # fmt: skip
+                                    extra={"prompt_ids": ids})
             else:
                 todo.append(i)
         with self._lock:
@@ -92,7 +92,9 @@ class ModelSampler:
                     out[i] = c
         return [c for c in out if c is not None]
 
-    def generate(self, messages: Messages, n: int = 1, sampling: SamplingParams | None = None) -> list[Completion]:
+    def generate(
+        self, messages: Messages, n: int = 1, sampling: SamplingParams | None = None
+    ) -> list[Completion]:
         """The agent's Policy protocol (used by validation through `drkernel bench` machinery)."""
         return self.sample([messages] * n, sampling or SamplingParams())
 
@@ -119,7 +121,7 @@ class ModelSampler:
                     input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=sp.max_tokens,
                     return_dict_in_generate=True, output_logits=True, pad_token_id=pad,
                     eos_token_id=tok.eos_token_id, **kwargs,
-                )  # fmt: skip
+                )
         except (RuntimeError, ValueError) as exc:
             raise PolicyError(f"generation failed: {exc}") from exc
         finally:
@@ -140,7 +142,7 @@ class ModelSampler:
         return Completion(
             text=text, finish_reason=finish, token_ids=ids, logprobs=[float(x) for x in logp[: len(ids)]],
             prompt_tokens=len(prompt), completion_tokens=len(ids), extra={"prompt_ids": prompt},
-        )  # fmt: skip
+        )
 
 
 class PolicySampler:
@@ -150,7 +152,9 @@ class PolicySampler:
     when it returns one per response token, else MRS has nothing to compare and keeps the sample.
     """
 
-    def __init__(self, policy: Policy, tokenizer: Any, *, max_prompt_tokens: int, concurrency: int = 32) -> None:
+    def __init__(
+        self, policy: Policy, tokenizer: Any, *, max_prompt_tokens: int, concurrency: int = 32
+    ) -> None:
         self.policy = policy
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
@@ -164,7 +168,7 @@ class PolicySampler:
         prompt = [int(x) for x in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
         if len(prompt) > self.max_prompt_tokens:
             return Completion(text="", finish_reason="prompt_overlong", token_ids=[], logprobs=[],
-                              extra={"prompt_ids": prompt})  # fmt: skip
+                              extra={"prompt_ids": prompt})
         c = self.policy.generate(messages, 1, sp)[0]
         ids = c.token_ids
         if ids is None:
@@ -216,7 +220,8 @@ class RolloutBatch:
             out.group_ids.extend(g + g0 for g in b.group_ids)
             out.trajectories.extend(b.trajectories)
             out.samples.extend(
-                TurnSample(s.traj + r0, s.turn, s.prompt_ids, s.response_ids, s.rollout_logprobs) for s in b.samples
+                TurnSample(s.traj + r0, s.turn, s.prompt_ids, s.response_ids, s.rollout_logprobs)
+                for s in b.samples
             )
             out.generate_s += b.generate_s
             out.judge_s += b.judge_s
@@ -226,7 +231,7 @@ class RolloutBatch:
 def _step_all(
     envs: list[KernelEnv], active: list[int], completions: list[Completion], concurrency: int,
     on_done: Callable[[int], None] | None = None,
-) -> list[str | None]:  # fmt: skip
+) -> list[str | None]:
     """Judge one turn of every active episode concurrently; an error string per failed episode."""
 
     def one(pair: tuple[int, Completion]) -> str | None:
@@ -290,8 +295,12 @@ def collect_rollouts(
             break
         t1 = time.perf_counter()
         if progress is not None:
-            progress.line(f"  turn {turn + 1}/{env_config.max_turns}: generated in {format_duration(t1 - t0)}")
-            with progress.bar(f"  turn {turn + 1}/{env_config.max_turns}: judging", len(active), "kernels") as bar:
+            progress.line(
+                f"  turn {turn + 1}/{env_config.max_turns}: generated in {format_duration(t1 - t0)}"
+            )
+            with progress.bar(
+                f"  turn {turn + 1}/{env_config.max_turns}: judging", len(active), "kernels"
+            ) as bar:
                 errors = _step_all(envs, active, completions, concurrency, bar.update)
         else:
             errors = _step_all(envs, active, completions, concurrency)

@@ -67,7 +67,7 @@ def wandb_wanted(setting: str) -> bool:
 class RunLog:
     def __init__(self, run_dir: str | Path, *, resume_step: int = 0, tensorboard: bool = True,
                  wandb: str = "off", wandb_project: str = "drkernel", run_name: str | None = None,
-                 config: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 config: dict[str, Any] | None = None) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
         kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= resume_step]
         self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
@@ -94,7 +94,9 @@ class RunLog:
                     self._tb.add_scalar(key, value, step)
             self._tb.flush()
         if self._wandb is not None:
-            self._wandb.log({k: v for k, v in record.items() if k != "step" and v is not None} | {"trainer/step": step})
+            self._wandb.log(
+                {k: v for k, v in record.items() if k != "step" and v is not None} | {"trainer/step": step}
+            )
 
     def close(self) -> None:
         if self._tb is not None:
@@ -110,14 +112,20 @@ def _start_wandb(run_dir: Path, project: str, name: str | None, config: dict[str
     try:
         import wandb
     except ImportError:
-        log.warning("log.wandb=on but the wandb package is not installed (pip install wandb): not logging to W&B")
+        log.warning(
+            "log.wandb=on but the wandb package is not installed (pip install wandb): not logging to W&B"
+        )
         return None
     id_file = run_dir / "wandb_run_id"
     run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
     try:
-        run = wandb.init(project=project, name=name, id=run_id, resume="allow", dir=str(run_dir), config=config)
+        run = wandb.init(
+            project=project, name=name, id=run_id, resume="allow", dir=str(run_dir), config=config
+        )
     except Exception as exc:  # noqa: BLE001 - logging must never stop a training run
-        log.warning("Weights & Biases did not start (%s): metrics go to %s and TensorBoard only", exc, run_dir)
+        log.warning(
+            "Weights & Biases did not start (%s): metrics go to %s and TensorBoard only", exc, run_dir
+        )
         return None
     id_file.write_text(run_id)
     # steps are logged as a metric: a resumed run re-logs steps after its checkpoint, which W&B's own

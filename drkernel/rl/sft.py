@@ -58,8 +58,13 @@ def load_conversations(path: str | Path) -> list[Messages]:
             out.extend(exact)
             continue
         msgs = rec.get("messages") if isinstance(rec, dict) else None
-        if msgs and (not isinstance(msgs, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs)):
-            raise ConfigError(f"sft data {p}: record {i + 1}: `messages` must be a list of {{role, content}} objects")
+        if msgs and (
+            not isinstance(msgs, list)
+            or not all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs)
+        ):
+            raise ConfigError(
+                f"sft data {p}: record {i + 1}: `messages` must be a list of {{role, content}} objects"
+            )
         if not msgs or not any(m.get("role") == "assistant" for m in msgs):
             log.warning("%s: record %d has no assistant message; skipped", p, i + 1)
             continue
@@ -103,13 +108,17 @@ def _read_jsonl(p: Path) -> list[Any]:
             if number == len(lines) and not text.endswith("\n"):
                 log.warning("%s:%d: torn last line (no newline, not JSON); skipped", p, number)
                 continue
-            raise ConfigError(f"sft data {p}:{number}: not a JSON object ({exc.msg} at column {exc.colno})") from None
+            raise ConfigError(
+                f"sft data {p}:{number}: not a JSON object ({exc.msg} at column {exc.colno})"
+            ) from None
     return records
 
 
 def _render(tokenizer: Any, messages: Messages, generation_prompt: bool) -> str:
     if getattr(tokenizer, "chat_template", None):
-        return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt))
+        return str(
+            tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+        )
     text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
     return text + ("<|assistant|>\n" if generation_prompt else "")
 
@@ -154,10 +163,14 @@ def tokenize_conversation(tokenizer: Any, messages: Messages, max_length: int) -
 def _batches(examples: list[Example], cfg: SFTConfig, epoch: int) -> list[list[Example]]:
     order = list(range(len(examples)))
     random.Random(cfg.seed * 7919 + epoch).shuffle(order)
-    return [[examples[i] for i in order[k : k + cfg.batch_size]] for k in range(0, len(order), cfg.batch_size)]
+    return [
+        [examples[i] for i in order[k : k + cfg.batch_size]] for k in range(0, len(order), cfg.batch_size)
+    ]
 
 
-def _micro_loss(model: Any, chunk: list[Example], pad_id: int, total_tokens: float) -> tuple[torch.Tensor, float]:
+def _micro_loss(
+    model: Any, chunk: list[Example], pad_id: int, total_tokens: float
+) -> tuple[torch.Tensor, float]:
     device = next(model.parameters()).device
     width = max(len(e.input_ids) for e in chunk)
     ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
@@ -189,7 +202,7 @@ def _with_lora(model: Any, cfg: SFTConfig) -> Any:
     except ModuleNotFoundError as exc:
         raise ConfigError("sft.lora_rank > 0 needs peft (pip install peft)") from exc
     lora = peft.LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear",
-                           task_type="CAUSAL_LM")  # fmt: skip
+                           task_type="CAUSAL_LM")
     return peft.get_peft_model(model, lora)
 
 
@@ -209,7 +222,7 @@ def run_sft(
     cfg: SFTConfig, conversations: list[Messages], model: Any, tokenizer: Any, out_dir: str | Path,
     *, tensorboard: bool = True, wandb: str = "off", run_config: dict[str, Any] | None = None,
     progress: Progress | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Train `model` on the conversations; write out_dir/model and out_dir/metrics.jsonl."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -224,7 +237,9 @@ def run_sft(
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     total = cfg.epochs * math.ceil(len(examples) / cfg.batch_size)
-    runlog = RunLog(out, resume_step=0, tensorboard=tensorboard, wandb=wandb, run_name="sft", config=run_config)
+    runlog = RunLog(
+        out, resume_step=0, tensorboard=tensorboard, wandb=wandb, run_name="sft", config=run_config
+    )
     model.train()
     step, last = 0, math.nan
     bar = (progress or Progress(enabled=False)).bar("sft", total, "steps")
@@ -246,7 +261,7 @@ def run_sft(
                 opt.zero_grad(set_to_none=True)
                 last = nll_sum / tokens
                 runlog.write(step, {"sft/loss": last, "sft/grad_norm": grad_norm, "sft/lr": lr,
-                                    "sft/tokens": tokens, "sft/epoch": epoch + 1})  # fmt: skip
+                                    "sft/tokens": tokens, "sft/epoch": epoch + 1})
                 bar.set_postfix(f"epoch {epoch + 1}/{cfg.epochs}, loss {last:.4g}")
                 bar.update(1)
     finally:

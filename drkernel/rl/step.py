@@ -71,7 +71,7 @@ def prepare_step(
     scored = [i for i in range(len(rows.responses)) if selected[i] and rows.responses[i]]
     temperature = cfg.rollout.temperature or 1.0
     old_logp, entropy = score_rows(model, rows, scored, token_budget=cfg.trainer.micro_batch_tokens,
-                                   temperature=temperature)  # fmt: skip
+                                   temperature=temperature)
     # a row whose sampler gave no log-probs is compared with itself: MRS cannot judge it
     rollout_logp = torch.where(
         torch.tensor([lp is not None for lp in rollout_lists]).view(-1, 1),
@@ -84,21 +84,22 @@ def prepare_step(
     mrs_kept = torch.ones(b, turns, dtype=torch.bool)
     if rl.mrs.enabled and token_mask.any():
         m = rl.mrs
-        keep_tok = mismatch_rejection_mask(old_logp, rollout_logp, token_mask, traj_ids, turn_ids, level=m.level,
-                                           bounds=m.bounds, veto=m.veto, veto_scope=m.veto_scope)  # fmt: skip
+        keep_tok = mismatch_rejection_mask(old_logp, rollout_logp, token_mask, traj_ids, turn_ids,
+                                           level=m.level, bounds=m.bounds, veto=m.veto,
+                                           veto_scope=m.veto_scope)
         mrs_kept = (keep_tok.any(-1) | ~token_mask.any(-1)).view(b, turns)
     prs_kept = torch.ones(b, turns, dtype=torch.bool)
     if rl.prs.enabled:
         p = rl.prs
         gen = torch.Generator().manual_seed(cfg.trainer.seed * 1_000_003 + step)
         prs_kept = prs_keep_mask(tr.coverage, tr.correct, tau=p.tau, slope=p.slope, speedup=tr.speedup,
-                                 speedup_threshold=p.speedup_threshold, missing=p.missing, generator=gen)  # fmt: skip
+                                 speedup_threshold=p.speedup_threshold, missing=p.missing, generator=gen)
     kept = mrs_kept & prs_kept
     grid_valid = valid & groups_ok.view(-1, 1)
     adv = compute_advantages(returns, torch.tensor(batch.group_ids), grid_valid, kept, rl.advantage_config())
     loss_mask = token_mask & (grid_valid & kept).reshape(-1, 1)
     return StepTensors(tr, valid, returns, groups_ok, mrs_kept, prs_kept, adv, rows, token_mask, loss_mask,
-                       old_logp, rollout_logp, entropy)  # fmt: skip
+                       old_logp, rollout_logp, entropy)
 
 
 def _mean(x: torch.Tensor) -> float:

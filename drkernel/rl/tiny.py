@@ -32,7 +32,9 @@ def macro_text(code: str) -> str:
 
 def passthrough_source(problem: Problem) -> str:
     """The reference's own torch code renamed ModelNew, importing triton: a hack (decoy) to catch."""
-    code = re.sub(rf"\b{re.escape(problem.entry_point)}\b", problem.entry_point + "New", problem.reference_code)
+    code = re.sub(
+        rf"\b{re.escape(problem.entry_point)}\b", problem.entry_point + "New", problem.reference_code
+    )
     return "import triton  # noqa: F401\n" + code
 
 

@@ -70,7 +70,7 @@ class Trainer:
     """`Trainer(config, run_dir).fit()`; resumes from run_dir/checkpoints when one is there."""
 
     def __init__(self, config: RunConfig, run_dir: str | Path, *, progress: Progress | None = None,
-                 **parts: Any) -> None:  # fmt: skip
+                 **parts: Any) -> None:
         self.config = config
         # silent unless given one (the CLI gives one on stderr)
         self.progress = progress if progress is not None else Progress(enabled=False)
@@ -104,7 +104,7 @@ class Trainer:
         )
         self.runlog = RunLog(self.run_dir, resume_step=self.state.step, tensorboard=cfg.log.tensorboard,
                              wandb=cfg.log.wandb, wandb_project=cfg.log.wandb_project, run_name=cfg.name,
-                             config=to_dict(cfg))  # fmt: skip
+                             config=to_dict(cfg))
         save_config(cfg, self.run_dir / "config.json")
 
     @property
@@ -143,12 +143,12 @@ class Trainer:
             metrics["time/step_s"] = time.perf_counter() - t0
             per_step = (time.perf_counter() - started) / (step - first)
             self.progress.line(f"step {step}/{tc.steps}: done in {format_duration(metrics['time/step_s'])}; "
-                               f"about {format_duration(per_step * (tc.steps - step))} left")  # fmt: skip
+                               f"about {format_duration(per_step * (tc.steps - step))} left")
             self.runlog.write(step, metrics)
             self.state.step = step
             if step % tc.save_every == 0 or step == tc.steps:
                 save_checkpoint(self.ckpt_dir, self.state, self.model, self.tokenizer, self.optimizer,
-                                keep=tc.keep_checkpoints)  # fmt: skip
+                                keep=tc.keep_checkpoints)
             log.info("step %d: reward %.3f, loss %.4g", step, metrics["reward/mean"], metrics["actor/loss"])
             yield {"step": step, **metrics}
 
@@ -173,13 +173,14 @@ class Trainer:
         survivors = 0
         step = self.state.step + 1
         for r in range(cfg.rl.max_sampling_rounds):
-            self.progress.line(f"step {step}/{cfg.trainer.steps}: rollouts{f' (round {r + 1})' if r else ''}, "
-                               f"{want} prompts x {ro.n} samples, up to {ro.max_turns} turns")  # fmt: skip
+            self.progress.line(f"step {step}/{cfg.trainer.steps}: "
+                               f"rollouts{f' (round {r + 1})' if r else ''}, "
+                               f"{want} prompts x {ro.n} samples, up to {ro.max_turns} turns")
             batch = collect_rollouts(
                 self._next_prompts(want), self.sampler, self.executor, n=ro.n,
                 env_config=self.env_config, sampling=sampling, concurrency=ro.concurrency,
                 progress=self.progress,
-            )  # fmt: skip
+            )
             rounds.append(batch)
             survivors += int(self._groups_ok(batch).sum().item())
             if survivors >= want * ro.n:
@@ -189,7 +190,9 @@ class Trainer:
     def _groups_ok(self, batch: RolloutBatch) -> torch.Tensor:
         """Trajectories [B] whose prompt group survives the dynamic-sampling filter."""
         ds = self.config.rl.dynamic_sampling
-        tr = turn_rewards(batch.results(), self.config.judge.reward_config(), max_turns=self.config.rollout.max_turns)
+        tr = turn_rewards(
+            batch.results(), self.config.judge.reward_config(), max_turns=self.config.rollout.max_turns
+        )
         alive = ~torch.tensor(batch.aborted(), dtype=torch.bool)
         if not ds.enabled:
             return alive
@@ -197,7 +200,7 @@ class Trainer:
         return dynamic_sampling_filter(
             last, torch.tensor(batch.group_ids), alive,
             std_threshold=ds.std_threshold, min_group_size=ds.min_group_size,
-        )  # fmt: skip
+        )
 
     def _pick_groups(self, batch: RolloutBatch) -> torch.Tensor:
         """The group filter, then at most prompts_per_step surviving groups chosen at random."""
@@ -217,11 +220,12 @@ class Trainer:
         t1 = time.perf_counter()
         groups_ok = self._pick_groups(batch)
         self.progress.line(f"step {step}/{cfg.trainer.steps}: scoring {len(batch.samples)} turns "
-                           f"(log-probs, masks, advantages)")  # fmt: skip
+                           f"(log-probs, masks, advantages)")
         tensors = prepare_step(batch, groups_ok, self.model, self.tokenizer, cfg, step)
         t2 = time.perf_counter()
-        self.progress.line(f"step {step}/{cfg.trainer.steps}: update on {int(tensors.loss_mask.any(-1).sum())} "
-                           f"rows, {int(tensors.loss_mask.sum())} tokens")  # fmt: skip
+        self.progress.line(f"step {step}/{cfg.trainer.steps}: "
+                           f"update on {int(tensors.loss_mask.any(-1).sum())} "
+                           f"rows, {int(tensors.loss_mask.sum())} tokens")
         actor = self._update(tensors)
         t3 = time.perf_counter()
         metrics = batch_metrics(batch, tensors, cfg)
@@ -234,7 +238,7 @@ class Trainer:
             "time/judge_s": batch.judge_s,
             "time/score_s": t2 - t1,
             "time/update_s": t3 - t2,
-        })  # fmt: skip
+        })
         if isinstance(self.executor, CachingExecutor):
             metrics["judge/cache_hits"] = self.executor.hits
             metrics["judge/cache_misses"] = self.executor.misses
@@ -262,7 +266,7 @@ class Trainer:
         lm = backward_rows(
             self.model, t.rows, t.old_logp, t.advantages.reshape(-1), t.loss_mask, cfg.rl.loss,
             token_budget=cfg.trainer.micro_batch_tokens, temperature=cfg.rollout.temperature or 1.0,
-        )  # fmt: skip
+        )
         trained = bool(t.loss_mask.any())
         grad_norm = float("nan")
         lr = self._lr(self.state.step + 1)
@@ -295,10 +299,12 @@ class Trainer:
             top_p=cfg.trainer.validation_top_p,
             max_tokens=cfg.rollout.max_new_tokens,
         )
-        loop = LoopConfig(env=self.env_config, sampling=sampling, concurrency=cfg.rollout.concurrency, model=cfg.name)
+        loop = LoopConfig(
+            env=self.env_config, sampling=sampling, concurrency=cfg.rollout.concurrency, model=cfg.name
+        )
         out = self.run_dir / "validation" / f"step_{step:06d}"
         summary = run_bench(self.validation, policy, self.executor, loop, out,  # type: ignore[arg-type]
-                            samples=cfg.trainer.validation_samples, progress=False)  # fmt: skip
+                            samples=cfg.trainer.validation_samples, progress=False)
         last = summary.get("last_turn") or {}
         fp = last.get("fast_p", {})
         return {

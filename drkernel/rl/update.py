@@ -61,7 +61,9 @@ def micro_batches(rows: TokenRows, indices: Sequence[int], token_budget: int) ->
         yield chunk
 
 
-def _forward(model: Any, rows: TokenRows, chunk: list[int], temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward(
+    model: Any, rows: TokenRows, chunk: list[int], temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-probs of the response tokens [b, Lc], logits slice [b, Lc, V]) for the rows of `chunk`."""
     device = next(model.parameters()).device
     seqs = [rows.prompts[i] + rows.responses[i] for i in chunk]
@@ -144,11 +146,11 @@ def backward_rows(
         loss_mat, ratio, clipped, dual = ppo_token_losses(
             logp, old, adv, clip_low=loss_config.clip_low, clip_high=loss_config.clip_high,
             dual_clip=loss_config.dual_clip,
-        )  # fmt: skip
+        )
         loss = aggregate_loss(
             loss_mat, cm, loss_config.agg, scale=loss_config.scale,
             global_batch_size=n_rows, batch_num_tokens=n_tokens,
-        )  # fmt: skip
+        )
         loss.backward()
         with torch.no_grad():
             totals["loss"] += float(loss.item())

@@ -211,7 +211,9 @@ _NATIVE_TASK = {
     "properties": {
         "request": _NATIVE_REQUEST,
         "priority": {"type": "string", "enum": ["high", "normal", "low"], "default": "normal"},
-        "force": {"type": "boolean", "default": False, "description": "judge again even if a result is stored"},
+        "force": {
+            "type": "boolean", "default": False, "description": "judge again even if a result is stored"
+        },
     },
     "required": ["request"],
 }
@@ -223,9 +225,9 @@ _NATIVE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("/v1/tasks/wait", "post"): {"type": "object", "required": ["task_ids"], "properties": {
         "task_ids": {"type": "array", "items": {"type": "string"}},
         "timeout_s": {"type": "number", "default": 0}}},
-}  # fmt: skip
+}
 _ERROR_ENVELOPE = {"description": "error envelope: error, message, error_code, task_id, timestamp",
-                   "content": {"application/json": {"schema": {"type": "object"}}}}  # fmt: skip
+                   "content": {"application/json": {"schema": {"type": "object"}}}}
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

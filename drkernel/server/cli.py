@@ -23,11 +23,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "serve", help="serve the judge over HTTP (KernelGYM-compatible API)",
         description="Serve the judge over HTTP. Defaults bind 127.0.0.1.",
         epilog="Authentication: set DRKERNEL_AUTH_TOKEN in the environment to require "
-               "'Authorization: Bearer <token>' on every route but /health (drkernel's clients read the token from "
-               "the variable that --server-token-env names). Without it anyone who can reach the port can submit code: serve beyond "
+               "'Authorization: Bearer <token>' on every route but /health "
+               "(drkernel's clients read the token from "
+               "the variable that --server-token-env names). "
+               "Without it anyone who can reach the port can submit code: serve beyond "
                "127.0.0.1 only with a token. Every flag can also be set by a DRKERNEL_* variable "
                "(docs/service.md).",
-    )  # fmt: skip
+    )
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default 8000)")
     p.add_argument("--db", dest="db_path", default=None,
@@ -77,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
     from drkernel.server.app import create_app
     from drkernel.server.settings import Settings, scrub_secrets
 
-    names = ("host", "port", "db_path", "executor", "ray_address", "num_workers", "judges_per_gpu", "isolation",
-             "judge", "max_queue", "retention_s", "evaluate_wait_s", "durable",
+    names = ("host", "port", "db_path", "executor", "ray_address", "num_workers", "judges_per_gpu",
+             "isolation", "judge", "max_queue", "retention_s", "evaluate_wait_s", "durable",
              "heartbeat_timeout_s", "deadline_grace_s", "dedupe_window_s")
     devices = getattr(args, "devices", None)
     try:
@@ -106,13 +108,13 @@ def run(args: argparse.Namespace) -> int:
     os.environ["DRKERNEL_SANDBOX_HIDE"] = os.pathsep.join([*hidden, db, db + "-wal", db + "-shm"])
     if settings.auth_token:
         print("drkernel serve: bearer-token auth is on (DRKERNEL_AUTH_TOKEN); /health stays open",
-              file=sys.stderr, flush=True)  # fmt: skip
+              file=sys.stderr, flush=True)
     elif settings.host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning("serving on %s without DRKERNEL_AUTH_TOKEN: anyone who can reach it "
                        "can submit code", settings.host)
     else:
         print("drkernel serve: auth is off (set DRKERNEL_AUTH_TOKEN to require a bearer token)",
-              file=sys.stderr, flush=True)  # fmt: skip
+              file=sys.stderr, flush=True)
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level,
                 workers=1, timeout_graceful_shutdown=30)

@@ -21,7 +21,15 @@ from drkernel.server.anchor import iso, now_iso
 from drkernel.server.envelope import ServerState, server_state
 from drkernel.types import EvalOutcome
 
-__all__ = ["capacity", "health_body", "health_status", "metrics_body", "render_metrics", "router", "stored_totals"]
+__all__ = [
+    "capacity",
+    "health_body",
+    "health_status",
+    "metrics_body",
+    "render_metrics",
+    "router",
+    "stored_totals",
+]
 
 router = APIRouter()
 

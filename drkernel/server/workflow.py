@@ -48,7 +48,9 @@ def parse(model: type[Any], data: Any) -> Any:
                        detail=rows) from None
 
 
-def anchor_tasks(state: ServerState, requests: list[AnchorRequest], client: str | None = None) -> list[NewTask]:
+def anchor_tasks(
+    state: ServerState, requests: list[AnchorRequest], client: str | None = None
+) -> list[NewTask]:
     """Tasks for anchor requests; one without task_id from `client` repeating a recent one is
     deduplicated (a retry after a disconnect must not run the kernel twice)."""
     for req in requests:

@@ -113,7 +113,9 @@ def verl_trloo_advantage(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl advantage estimator "drkernel_trloo": (advantages, returns), both [bs, response_length]."""
-    return _turn_sample_advantages(token_level_rewards, response_mask, index, _advantage_config(config, "trloo"))
+    return _turn_sample_advantages(
+        token_level_rewards, response_mask, index, _advantage_config(config, "trloo")
+    )
 
 
 def _advantage_config(config: Any, estimator: Estimator) -> AdvantageConfig:
@@ -134,7 +136,9 @@ def verl_grpo_advantage(
     verl's norm_adv_by_std_in_grpo (True by default) is ignored: the paper's GRPO has no std division
     (docs/paper_spec.md §5.2); "drkernel_grpo_std" is the std-scaled variant.
     """
-    return _turn_sample_advantages(token_level_rewards, response_mask, index, _advantage_config(config, "grpo"))
+    return _turn_sample_advantages(
+        token_level_rewards, response_mask, index, _advantage_config(config, "grpo")
+    )
 
 
 def verl_grpo_std_advantage(

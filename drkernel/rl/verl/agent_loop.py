@@ -103,7 +103,7 @@ class KernelAgentLoop(AgentLoopBase):
         session = int(kwargs.get("session_id", 0))
         uid = str(kwargs.get("uid", problem.name))
         env = KernelEnv(problem, shared_executor(self.run_cfg), self.env_config, sample=session,
-                        count_tokens=self._count_tokens)  # fmt: skip
+                        count_tokens=self._count_tokens)
         env.reset()
         messages = [dict(m) for m in env.observation]
         builder = self.continuous_token_builder
@@ -156,7 +156,9 @@ class KernelAgentLoop(AgentLoopBase):
         if error is not None:
             traj.error = error
         max_turns = self.env_config.max_turns
-        tr = turn_rewards([[t.result for t in traj.turns]], self.run_cfg.judge.reward_config(), max_turns=max_turns)
+        tr = turn_rewards(
+            [[t.result for t in traj.turns]], self.run_cfg.judge.reward_config(), max_turns=max_turns
+        )
         n = len(turns)
         last_reward = float(tr.rewards[0, n - 1]) if n else 0.0
         outputs = []

@@ -112,7 +112,7 @@ def turn_rows_step(
         groups_ok = dynamic_sampling_filter(
             last_present_values(rewards, present), group_ids, ~aborted,
             std_threshold=ds.std_threshold, min_group_size=ds.min_group_size,
-        )  # fmt: skip
+        )
     mask = response_mask.to(torch.bool)
     selected = (valid & groups_ok.view(-1, 1))[traj_of, turn_of]
     token_mask = mask & selected.view(-1, 1)
@@ -121,7 +121,7 @@ def turn_rows_step(
         m = rl.mrs
         roll = old_logp if rollout_logp is None else rollout_logp
         keep_tok = mismatch_rejection_mask(old_logp, roll, token_mask, traj_of, turn_of, level=m.level,
-                                           bounds=m.bounds, veto=m.veto, veto_scope=m.veto_scope)  # fmt: skip
+                                           bounds=m.bounds, veto=m.veto, veto_scope=m.veto_scope)
         row_kept = keep_tok.any(-1) | ~token_mask.any(-1)
         mrs_kept[traj_of, turn_of] = row_kept
     prs_kept = torch.ones(b, t, dtype=torch.bool)
@@ -129,7 +129,7 @@ def turn_rows_step(
         p = rl.prs
         prs_kept = prs_keep_mask(coverage, correct, tau=p.tau, slope=p.slope, speedup=speedup,
                                  speedup_threshold=p.speedup_threshold, missing=p.missing,
-                                 generator=generator)  # fmt: skip
+                                 generator=generator)
     kept = mrs_kept & prs_kept
     grid_valid = valid & groups_ok.view(-1, 1)
     adv = compute_advantages(returns, group_ids, grid_valid, kept, rl.advantage_config())

@@ -28,7 +28,8 @@ def run_config(verl_config: Any) -> RunConfig:
     block = verl_config.get("drkernel", None) if isinstance(verl_config, Mapping) else None
     if block is None:
         raise ConfigError(
-            "verl config: no `drkernel` block; add +drkernel.recipe=dr_kernel_8b (and +drkernel.overrides=[...])"
+            "verl config: no `drkernel` block; "
+            "add +drkernel.recipe=dr_kernel_8b (and +drkernel.overrides=[...])"
         )
     recipe = block.get("recipe", None)
     if not recipe:

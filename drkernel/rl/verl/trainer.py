@@ -104,7 +104,7 @@ def drkernel_step_from_fields(
     step_out = turn_rows_step(
         [r for r in rows if r is not None], mask, old, roll, cfg.rl,
         max_turns=cfg.rollout.max_turns, generator=prs_generator(cfg.trainer.seed, step),
-    )  # fmt: skip
+    )
     return step_out, real
 
 
@@ -168,7 +168,7 @@ class DrKernelTrainer(PPOTrainerSync):
             "drkernel/mrs_reject_rate": _mean((~out.mrs_kept)[sel].double()),
             "drkernel/prs_reject_rate": _mean((~out.prs_kept)[sel].double()),
             "drkernel/advantage_mean": _mean(out.advantages[out.loss_mask.any(-1)]),
-        })  # fmt: skip
+        })
         return batch
 
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
@@ -186,7 +186,7 @@ class DrKernelTrainer(PPOTrainerSync):
             "seed": actor.data_loader_seed,
             "dataloader_kwargs": {"shuffle": False},
             "temperature": self.config.actor_rollout_ref.rollout.temperature,
-        })  # fmt: skip
+        })
         output = self.actor_rollout_wg.update_actor(batch)
         out_metrics = rename_dict(output["metrics"], "actor/")
         out_metrics["perf/mfu/actor"] = out_metrics.pop("actor/mfu", np.nan)
