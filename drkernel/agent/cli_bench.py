@@ -42,14 +42,14 @@ EPISODES = "episodes.jsonl"
 ERRORS = "errors.jsonl"
 # run settings that must match for a resumed run to be one benchmark
 _RESUME_KEYS = ("model", "samples", "turns", "context", "reference_backend", "held_out", "problems",
-                "protocol", "reward_preset")  # fmt: skip
+                "protocol", "reward_preset")
 # what a config.json written before a key existed meant
 _RESUME_DEFAULTS = {"held_out": False, "protocol": "ours", "reward_preset": "paper"}
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("bench", help="run a model over a suite and report Fast@p per turn",
-                              formatter_class=DefaultsHelpFormatter)  # fmt: skip
+                              formatter_class=DefaultsHelpFormatter)
     p.add_argument("suite", help="builtin[:cpu|:gpu], a folder of problems, or a KernelBench checkout")
     p.add_argument("--samples", type=int, default=8, help="episodes per problem (paper: 8)")
     p.add_argument("--levels", help="KernelBench levels to run, e.g. 1,2")
@@ -60,7 +60,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--parquet", action="store_true", help="also write episodes.parquet (pyarrow)")
     p.add_argument("--held-out", action="store_true",
                    help="also check each kernel on its problem's held-out shapes, never shown to the model, "
-                        "and report how many correct kernels pass them")  # fmt: skip
+                        "and report how many correct kernels pass them")
     add_run_options(p, default_turns=3)
     p.set_defaults(func=run)
 
@@ -165,9 +165,9 @@ def run_bench(
     trajs = [t for t in finished.values() if t.problem in names]
     levels = Counter(p.level for p in problems if p.level is not None)
     summary = summarize(trajs, config.env.max_turns, total=len(problems) * samples,
-                        level_totals={lv: k * samples for lv, k in levels.items()})  # fmt: skip
-    summary["run"] = {k: meta[k] for k in ("model", "samples", "turns", "context", "reference_backend", "held_out",
-                                            "protocol", "reward_preset")}  # fmt: skip
+                        level_totals={lv: k * samples for lv, k in levels.items()})
+    summary["run"] = {k: meta[k] for k in ("model", "samples", "turns", "context", "reference_backend",
+                                            "held_out", "protocol", "reward_preset")}
     if parquet:
         save_trajectories(out / "episodes.parquet", sorted(trajs, key=lambda t: (t.problem, t.sample)))
     write_reports(summary, out, title=f"Fast@p over turns: {config.model or 'model'}")
@@ -188,7 +188,8 @@ def check_out(out: str | Path, resume: bool) -> None:
     """Refuse an --out that holds finished episodes without --resume (before any judge starts)."""
     log_path = Path(out) / EPISODES
     if not resume and log_path.exists() and any(True for _ in iter_jsonl(log_path)):
-        raise ConfigError(f"{out} already holds finished episodes: pass --resume to continue, or choose another --out")
+        raise ConfigError(f"{out} already holds finished episodes: pass --resume to continue, "
+                          "or choose another --out")
 
 
 def _with_held_out(problems: list[Problem]) -> list[Problem]:
@@ -200,7 +201,7 @@ def _with_held_out(problems: list[Problem]) -> list[Problem]:
     derived = sum(p.metadata.get("shape_variants") == "derived" for p in problems)
     none = len(problems) - own - derived
     print(f"held-out shapes: {own} problem(s) carry their own, {derived} derived from size constants, "
-          f"{none} without any", file=sys.stderr)  # fmt: skip
+          f"{none} without any", file=sys.stderr)
     return problems
 
 
@@ -235,9 +236,9 @@ def run(args: argparse.Namespace) -> int:
         )
     except BenchInterrupted as stop:
         done = stop.summary["episodes"]
-        print(f"drkernel bench: interrupted after {done} of {stop.summary['samples']} episodes; reports of the "
-              f"finished ones written to {args.out}; rerun the same command with --resume to continue",
-              file=sys.stderr)  # fmt: skip
+        print(f"drkernel bench: interrupted after {done} of {stop.summary['samples']} episodes; "
+              f"reports of the finished ones written to {args.out}; rerun the same command with --resume "
+              "to continue", file=sys.stderr)
         return 130
     finally:
         executor.close()
@@ -247,9 +248,10 @@ def run(args: argparse.Namespace) -> int:
     Console().print(render_table(summary))
     weak = summary.get("weak_reference_problems") or []
     if weak:
-        print(f"warning: {len(weak)} problem(s) have a reference whose output barely depends on its inputs, so a "
-              f"kernel that ignores them passes: {', '.join(weak[:10])}{' ...' if len(weak) > 10 else ''}",
-              file=sys.stderr)  # fmt: skip
+        print(f"warning: {len(weak)} problem(s) have a reference whose output barely depends on its inputs, "
+              f"so a kernel that ignores them passes: {', '.join(weak[:10])}"
+              f"{' ...' if len(weak) > 10 else ''}",
+              file=sys.stderr)
     errors = summary["episode_errors"] + summary["missing"]
     if errors:
         print(f"{errors} episode(s) missing or failed; rerun with --resume to retry them", file=sys.stderr)

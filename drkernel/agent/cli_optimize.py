@@ -41,7 +41,8 @@ def register(subparsers: Any) -> None:
     add_run_options(p, default_turns=3)
     p.add_argument("--held-out", action="store_true",
                    help="also check each kernel on shapes derived from the reference's size constants (never "
-                        "shown to the model); the best kernel is one that passes them, when any does")  # fmt: skip
+                        "shown to the model); the best kernel is one that passes them, "
+                        "when any does")
     p.set_defaults(func=run)
 
 
@@ -80,13 +81,14 @@ def _report_md(traj: Trajectory, lines: list[dict[str, Any]]) -> str:
             head.append(f"Held-out shapes (never shown to the model): {best.result.shape_variants_passed} of "
                         f"{best.result.shape_variants_total} passed.")
     held = any(x["held_out"] for x in lines)
-    columns = ["turn", "outcome", "speedup", "coverage", "hacks", "reward", "prompt tokens"] + (["held-out"] if held else [])
+    columns = (["turn", "outcome", "speedup", "coverage", "hacks", "reward", "prompt tokens"]
+               + (["held-out"] if held else []))
     head += ["", "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for x in lines:
         sp = "-" if x["speedup"] is None else f"{x['speedup']:.3g}"
         cov = "-" if x["coverage"] is None else f"{100 * x['coverage']:.0f}%"
         cells = [str(x["turn"]), x["outcome"], sp, cov, ", ".join(x["hacks"]) or "-", f"{x['reward']:.3g}",
-                 str(x["prompt_tokens"])]  # fmt: skip
+                 str(x["prompt_tokens"])]
         if held:
             cells.append("-" if not x["held_out"] else f"{x['held_out'][0]}/{x['held_out'][1]}")
         head.append("| " + " | ".join(cells) + " |")
@@ -134,10 +136,10 @@ def run(args: argparse.Namespace) -> int:
         problem = with_derived_shape_variants(problem)
         if problem.shape_variants:
             print(f"held-out shapes (never shown to the model): {len(problem.shape_variants)}, derived from "
-                  "the reference's size constants", file=sys.stderr)  # fmt: skip
+                  "the reference's size constants", file=sys.stderr)
         else:
             print("--held-out: the reference has no module-level size constants to derive shapes from; "
-                  "no held-out check", file=sys.stderr)  # fmt: skip
+                  "no held-out check", file=sys.stderr)
     out = Path(args.out or f"optimize-{problem.name}")
     config = build_loop_config(args, default_turns=3)
     policy = build_policy(args)
@@ -159,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
     if best is None:
         print(f"no verified kernel; trajectory and report in {out}")
     else:
-        print(f"best: turn {best.index + 1}, speedup {best.result.speedup or 0:.3g}x -> {out / 'best_kernel.py'}")
+        print(f"best: turn {best.index + 1}, speedup {best.result.speedup or 0:.3g}x "
+              f"-> {out / 'best_kernel.py'}")
     if traj.error:
         print(f"drkernel optimize: episode ended early: {traj.error}", file=sys.stderr)
     return 0

@@ -58,15 +58,17 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g.add_argument("--max-tokens", type=int, default=8192, help="generated tokens per turn")
     g.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
     g = p.add_argument_group("episode")
-    g.add_argument("--turns", type=int, default=None, help=f"turns per episode ({default_turns}; 14 with --tts)")
+    g.add_argument("--turns", type=int, default=None,
+                   help=f"turns per episode ({default_turns}; 14 with --tts)")
     g.add_argument("--protocol", choices=("ours", "paper"), default="ours",
-                   help="ours (default): compact feedback, median timing, over-budget prompts shrunk; paper: the "
-                        "paper's Table 1 setting (the authors' JSON feedback, eval reward 0.5*C + 0.5*min(s,3), "
-                        "atol=rtol=1e-2, mean of 10 timed calls, an over-budget prompt is an empty "
-                        "'prompt overlong' turn; docs/agent.md)")  # fmt: skip
+                   help="ours (default): compact feedback, median timing, over-budget prompts shrunk; "
+                        "paper: the paper's Table 1 setting (the authors' JSON feedback, eval reward "
+                        "0.5*C + 0.5*min(s,3), atol=rtol=1e-2, mean of 10 timed calls, an over-budget "
+                        "prompt is an empty 'prompt overlong' turn; docs/agent.md)")
     g.add_argument("--tts", action="store_true",
-                   help=f"sequential test-time scaling: {TTS_TURNS} turns, each prompt keeps the top 4 earlier turns "
-                        f"ranked by --rank-by (reward: the --reward-preset reward), {TTS_BUDGET}-token prompt budget")  # fmt: skip
+                   help=f"sequential test-time scaling: {TTS_TURNS} turns, each prompt keeps the top 4 "
+                        f"earlier turns ranked by --rank-by (reward: the --reward-preset reward), "
+                        f"{TTS_BUDGET}-token prompt budget")
     g.add_argument("--context", choices=("full", "top_w", "best_window"), default=None,
                    help="earlier turns in each prompt: all, the top --window, or the best window of --window")
     g.add_argument("--window", type=int, default=4, help="turns kept in context (top_w/best_window)")
@@ -80,15 +82,16 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g.add_argument("--executor", choices=AGENT_EXECUTORS, default="local")
     g.add_argument("--server", help="drkernel server URL for --executor http")
     g.add_argument("--server-token-env", default=None,
-                   help="name of the environment variable holding the server's bearer token")  # fmt: skip
+                   help="name of the environment variable holding the server's bearer token")
     g.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when present)")
     g.add_argument("--workers", type=int, help="judge workers (CPU; default cores // 2)")
     g.add_argument("--reference-backend", choices=("eager", "compile"), default="eager")
     g.add_argument("--perf-trials", type=int, help="timed calls per runtime measurement")
     g.add_argument("--eval-timeout", type=float, default=180.0, help="seconds per evaluation")
     g.add_argument("--reward-preset", choices=("paper", "released", "eval"), default=None,
-                   help="turn reward: paper = C(1 + min(s,3) + PR) (default), released = its 0.5-scaled variant, "
-                        "eval = 0.5*C + 0.5*min(s,3) (default with --protocol paper)")  # fmt: skip
+                   help="turn reward: paper = C(1 + min(s,3) + PR) (default), "
+                        "released = its 0.5-scaled variant, "
+                        "eval = 0.5*C + 0.5*min(s,3) (default with --protocol paper)")
     g.add_argument("--paper-tolerance", action="store_true", help="atol=rtol=1e-2 for every dtype")
 
 
@@ -101,7 +104,7 @@ def tts_defaults(args: argparse.Namespace, default_turns: int) -> tuple[int, Con
         raise ConfigError("--turns: must be >= 1")
     return turns, ContextConfig(mode=mode, w=args.window, token_budget=prompt_budget(args),
                                 rank_by=getattr(args, "rank_by", "reward"),
-                                overflow="overlong" if paper else "shrink")  # fmt: skip
+                                overflow="overlong" if paper else "shrink")
 
 
 def _protocol(args: argparse.Namespace) -> str:
@@ -155,9 +158,9 @@ def build_policy(args: argparse.Namespace) -> Policy:
     from drkernel.agent.openai_policy import OpenAIPolicy
 
     if not args.tokenizer and prompt_budget(args) is not None:
-        print(f"warning: the prompt budget ({prompt_budget(args)} tokens) is counted as characters / 4 without "
-              "--tokenizer, which undercounts code: pass the served model's tokenizer (a local path or hub name) "
-              "for exact counts", file=sys.stderr)  # fmt: skip
+        print(f"warning: the prompt budget ({prompt_budget(args)} tokens) is counted as characters / 4 "
+              "without --tokenizer, which undercounts code: pass the served model's tokenizer "
+              "(a local path or hub name) for exact counts", file=sys.stderr)
     return OpenAIPolicy.Config(
         base_url=args.base_url,
         model=args.model,

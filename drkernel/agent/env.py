@@ -205,7 +205,7 @@ class KernelEnv:
             # episode ends here (trajectory.error), so no turn is rewarded or trained for a fault of ours
             err = result.error
             raise ExecutorError(f"no verdict for {request.task_id}: "
-                                f"{err.kind + ': ' + err.message if err else 'infra_error'}")  # fmt: skip
+                                f"{err.kind + ': ' + err.message if err else 'infra_error'}")
         return result
 
 

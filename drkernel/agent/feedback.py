@@ -21,7 +21,8 @@ from typing import Any
 from drkernel.errors import ConfigError
 from drkernel.types import EvalOutcome, EvalResult
 
-__all__ = ["GENERIC_HACK_ADVICE", "HACK_ADVICE", "FeedbackConfig", "policy_view", "render_feedback", "render_paper"]
+__all__ = ["GENERIC_HACK_ADVICE", "HACK_ADVICE", "FeedbackConfig", "policy_view", "render_feedback",
+           "render_paper"]
 
 # hack code -> what the policy is told: the class of the hack and what to do instead. In our own
 # words; never how it was detected (docs/errors.md has that, for humans).
@@ -64,7 +65,8 @@ HACK_ADVICE: dict[str, str] = {
                                "tensors on every call",
     "input_mutation": "the code modifies its inputs. Leave the inputs unchanged",
 }
-GENERIC_HACK_ADVICE = "rejected as reward hacking. Write Triton kernels that compute the outputs from the inputs"
+GENERIC_HACK_ADVICE = ("rejected as reward hacking. Write Triton kernels that compute the outputs "
+                       "from the inputs")
 # error kinds whose message describes our machinery, not the candidate: a fixed text instead
 _JUDGE_ERRORS = {
     "protocol": "the submission interfered with the evaluation harness",
@@ -240,7 +242,8 @@ def _fit(text: str, limit: int) -> str:
 # the result fields a policy may see (JSON style); everything else (hack evidence, trial seeds, the
 # judge's timing cross-checks, stage timings, held-out shapes, warnings about the problem) stays out
 _JSON_FIELDS = ("status", "outcome", "compiled", "correct", "hacks", "speedup", "reference_ms", "kernel_ms",
-                "coverage", "reward", "error", "device", "trials", "kernel_timing", "reference_timing", "kernels")
+                "coverage", "reward", "error", "device", "trials", "kernel_timing", "reference_timing",
+                "kernels")
 _TIMING_FIELDS = ("median_ms", "mean_ms", "std_ms", "min_ms", "max_ms", "n")
 
 
@@ -254,7 +257,8 @@ def policy_view(r: EvalResult) -> dict[str, Any]:
         d["error"] = {"kind": r.error.kind, "message": _JUDGE_ERRORS[r.error.kind], "traceback": None}
     d["trials"] = [{k: v for k, v in t.items() if k != "seed"} for t in d["trials"]]
     if d.get("device"):  # where it ran (host, Ray node, worker) is ours, not the model's
-        d["device"] = {k: v for k, v in d["device"].items() if k not in ("host", "node_id", "worker_id", "device_id")}
+        d["device"] = {k: v for k, v in d["device"].items()
+                       if k not in ("host", "node_id", "worker_id", "device_id")}
     for key in ("kernel_timing", "reference_timing"):
         if d[key]:
             d[key] = {k: d[key][k] for k in _TIMING_FIELDS}
@@ -321,7 +325,8 @@ def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
     if r.kernels:
         ranked = sorted(r.kernels, key=lambda k: k.device_us, reverse=True)
         meta["profiling"] = {
-            "kernels": [{"name": k.name, "cuda_time_us": round(k.device_us, 3), "count": k.calls} for k in ranked],
+            "kernels": [{"name": k.name, "cuda_time_us": round(k.device_us, 3), "count": k.calls}
+                        for k in ranked],
             "kernel_count": len(ranked),
             "total_cuda_time_us": round(total_us, 3),
         }
@@ -339,7 +344,8 @@ def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
         "correctness": correct,
         "decoy_kernel": hacked,
         "reference_runtime": _sig3(r.reference_timing.mean_ms if r.reference_timing else r.reference_ms),
-        "kernel_runtime": _sig3(r.kernel_timing.mean_ms if r.kernel_timing else r.kernel_ms) if correct else -1.0,
+        "kernel_runtime": (_sig3(r.kernel_timing.mean_ms if r.kernel_timing else r.kernel_ms)
+                           if correct else -1.0),
         "speedup": (r.speedup or 0.0) if correct else 0.0,
         "error_message": error_message,
         "error_code": error_code,

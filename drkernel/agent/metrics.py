@@ -174,7 +174,8 @@ def per_problem(trajs: Sequence[Trajectory]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for tr in trajs:
         row = out.setdefault(tr.problem, {"level": tr.level, "correct_turns": 0, "best_speedup": None,
-                                          "kernel_bandwidth_fraction": None, "reference_bandwidth_fraction": None})
+                                          "kernel_bandwidth_fraction": None,
+                                          "reference_bandwidth_fraction": None})
         for x in tr.turns:
             r = x.result
             if not r.correct or r.speedup is None:

@@ -113,10 +113,10 @@ class OpenAIPolicy:
             response = self._client.get("/models", timeout=timeout_s)
         except httpx.HTTPError as exc:
             raise ConfigError(f"the model server does not answer at {url} ({type(exc).__name__}: {exc}): "
-                              "start it, or point --base-url at it") from None  # fmt: skip
+                              "start it, or point --base-url at it") from None
         if response.status_code in (401, 403):
             raise ConfigError(f"the model server at {url} refused the API key (HTTP {response.status_code}): "
-                              "set the key's environment variable (--api-key-env)")  # fmt: skip
+                              "set the key's environment variable (--api-key-env)")
         if response.status_code != 200:  # some servers do not list models: the requests will tell
             log.warning("the model server at %s answered HTTP %d to GET /models", url, response.status_code)
             return
@@ -126,7 +126,7 @@ class OpenAIPolicy:
             served = []
         if served and self.config.model not in served:
             raise ConfigError(f"the model server at {url} serves {', '.join(served[:5])}, not "
-                              f"{self.config.model!r}: pass --model with one of those")  # fmt: skip
+                              f"{self.config.model!r}: pass --model with one of those")
 
     # -- internals ------------------------------------------------------------------------------
     def _load_counter(self) -> Callable[[str], int]:

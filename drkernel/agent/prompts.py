@@ -19,7 +19,8 @@ __all__ = ["PromptConfig", "PromptTemplates", "Message", "first_turn_prompt", "l
 Message = dict[str, str]  # {"role": "user" | "assistant" | "system", "content": ...}
 
 _FIELDS = {
-    "first_turn": ("reference_code", "entry_point", "example_reference", "example_solution", "allowed_imports"),
+    "first_turn": ("reference_code", "entry_point", "example_reference", "example_solution",
+                   "allowed_imports"),
     "later_turn": ("feedback", "entry_point"),
 }
 

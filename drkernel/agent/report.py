@@ -55,7 +55,7 @@ def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
         last.caption = f"{caption}; held-out: correct kernels passing every unseen shape / checked"
     for row in summary["per_turn"]:
         cells = [_pct(row["correct"]), _pct(row["hacked"]), *([_pct(row.get("refused"))] if refusals else []),
-                 _pct(row["compiled"]), _pct(row["no_code"])]  # fmt: skip
+                 _pct(row["compiled"]), _pct(row["no_code"])]
         if held:
             checked, survived = _held_out(row)
             cells.append(f"{survived}/{checked}")
@@ -88,7 +88,8 @@ def write_csv(summary: dict[str, Any], path: str | Path) -> None:
                 w.writerow([row["turn"], "fast_p_best", p, f"{v:.6f}"])
             for p, v in (row.get("fast_p_borderline") or {}).items():
                 w.writerow([row["turn"], "fast_p_borderline", p, v])
-            for metric in ("correct", "hacked", "hacked_of_judged", "refused", "compiled", "no_code", "mean_reward"):
+            for metric in ("correct", "hacked", "hacked_of_judged", "refused", "compiled", "no_code",
+                           "mean_reward"):
                 if metric in row:  # summaries written before refusals were counted apart have none
                     w.writerow([row["turn"], metric, "", f"{row[metric]:.6f}"])
             checked, survived = _held_out(row)
@@ -106,10 +107,11 @@ def write_problems_csv(summary: dict[str, Any], path: str | Path) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["problem", "level", "correct_turns", "best_speedup", "kernel_bandwidth_fraction",
-                    "reference_bandwidth_fraction"])  # fmt: skip
+                    "reference_bandwidth_fraction"])
         for name, row in (summary.get("per_problem") or {}).items():
-            w.writerow([name, cell(row.get("level")), row.get("correct_turns", 0), cell(row.get("best_speedup")),
-                        cell(row.get("kernel_bandwidth_fraction")), cell(row.get("reference_bandwidth_fraction"))])
+            w.writerow([name, cell(row.get("level")), row.get("correct_turns", 0),
+                        cell(row.get("best_speedup")), cell(row.get("kernel_bandwidth_fraction")),
+                        cell(row.get("reference_bandwidth_fraction"))])
 
 
 def plot_fast_p(summary: dict[str, Any], path: str | Path, title: str = "Fast@p over turns") -> None:
@@ -133,7 +135,7 @@ def plot_fast_p(summary: dict[str, Any], path: str | Path, title: str = "Fast@p 
     ax.set_xticks(turns)
     ax.set_ylim(0, min(100.0, max(10.0, 1.2 * top)))  # Fast@p is often small: zoom in
     ax.set_title(title + ("\n(Triton interpreter on the CPU: timings are not GPU timings)"
-                          if summary.get("interpreter") else ""))  # fmt: skip
+                          if summary.get("interpreter") else ""))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()

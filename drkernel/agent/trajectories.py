@@ -129,7 +129,8 @@ class Trajectory:
         good = [t for t in self.turns if t.correct]
         if not good:
             return None
-        return max(good, key=lambda t: (bool(t.result.held_out_passed), t.result.speedup or 0.0, t.reward, -t.index))
+        return max(good, key=lambda t: (bool(t.result.held_out_passed), t.result.speedup or 0.0, t.reward,
+                                        -t.index))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -180,7 +181,8 @@ def prompt_edits(plain: list[dict[str, str]], sent: list[dict[str, str]]) -> lis
     """What turns `plain` into `sent` (same messages, some contents changed); None: nothing."""
     if [m["role"] for m in plain] != [m["role"] for m in sent]:
         raise ValueError("prompt_edits: the sent prompt does not have the plain prompt's messages")
-    edits = [(i, b["content"]) for i, (a, b) in enumerate(zip(plain, sent, strict=True)) if a["content"] != b["content"]]
+    edits = [(i, b["content"]) for i, (a, b) in enumerate(zip(plain, sent, strict=True))
+             if a["content"] != b["content"]]
     return edits or None
 
 

@@ -104,7 +104,8 @@ def _forward(model: torch.nn.Module, inputs: list[Any]) -> list[torch.Tensor]:
         return [t.detach().float() for t in flatten_tensors(model(*inputs))]
 
 
-def _probe(problem: Problem, cfg: AuditConfig, audit: ProblemAudit) -> tuple[list[list[torch.Tensor]], list[Any]]:
+def _probe(problem: Problem, cfg: AuditConfig,
+           audit: ProblemAudit) -> tuple[list[list[torch.Tensor]], list[Any]]:
     """In-process: outputs for each input seed, flags for tiny, seed-insensitive and null answers."""
     ref = load_reference(problem)
     model = ref.build(cfg.init_seed)
@@ -115,7 +116,7 @@ def _probe(problem: Problem, cfg: AuditConfig, audit: ProblemAudit) -> tuple[lis
     audit.output_shape = list(outs[0][0].shape)
     audit.max_abs = max(float(t.abs().max()) if t.numel() else 0.0 for o in outs for t in o)
     diffs = [sum(float((a - b).norm()) for a, b in zip(x, y)) / max(sum(float(a.norm()) for a in x), 1e-30)
-             for x, y in itertools.combinations(outs, 2)]  # fmt: skip
+             for x, y in itertools.combinations(outs, 2)]
     audit.variation = min(diffs)
     if audit.max_abs < POLICIES["drkernel"][0]:
         audit.flags.append("tiny_output")
@@ -126,8 +127,9 @@ def _probe(problem: Problem, cfg: AuditConfig, audit: ProblemAudit) -> tuple[lis
         "constant": lambda i: [torch.full_like(t, float(r.mean())) for t, r in zip(outs[i], outs[0])],
         "replay": lambda i: outs[0],
         "identity": lambda i: _identity(inputs[i], outs[i]),
-        "half_input": lambda i: _forward(model, [_half_input(x) if isinstance(x, torch.Tensor) else x for x in inputs[i]]),
-    }  # fmt: skip
+        "half_input": lambda i: _forward(model, [_half_input(x) if isinstance(x, torch.Tensor) else x
+                                                 for x in inputs[i]]),
+    }
     for name, answer in answers.items():
         for policy in POLICIES:
             got = [answer(i) for i in range(1, len(outs))]
@@ -148,27 +150,30 @@ def _identity(inputs: list[Any], out: list[torch.Tensor]) -> list[torch.Tensor] 
 
 
 def _judge_nulls(problem: Problem, outs: list[list[torch.Tensor]], inputs: list[Any], judge: _Judge,
-                 cfg: AuditConfig, audit: ProblemAudit) -> None:  # fmt: skip
+                 cfg: AuditConfig, audit: ProblemAudit) -> None:
     """Send null ModelNew candidates to the real judge; flag any it accepts as correct."""
     if len(outs[0]) != 1 or outs[0][0].dtype != torch.float32:
         audit.nulls["judge"] = "n/a (not a single float32 output)"
         return
     shape = tuple(outs[0][0].shape)
-    candidates = {"zeros": constant_candidate(shape, 0.0), "constant": constant_candidate(shape, float(outs[0][0].mean()))}
-    index = next((i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.shape == outs[0][0].shape
-                  and x.dtype == torch.float32), None)  # fmt: skip
+    candidates = {"zeros": constant_candidate(shape, 0.0),
+                  "constant": constant_candidate(shape, float(outs[0][0].mean()))}
+    index = next((i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)
+                  and x.shape == outs[0][0].shape and x.dtype == torch.float32), None)
     if index is not None:
         candidates["identity"] = identity_candidate(shape, index)
     for name, code in candidates.items():
-        request = EvalRequest(reference_code=problem.reference_code, kernel_code=code, options=cfg.judge_options,
-                              problem_name=problem.name, task_id=f"audit:{problem.name}:{name}")  # fmt: skip
+        request = EvalRequest(reference_code=problem.reference_code, kernel_code=code,
+                              options=cfg.judge_options, problem_name=problem.name,
+                              task_id=f"audit:{problem.name}:{name}")
         result = judge.evaluate(request)
         audit.nulls[f"{name}@judge"] = "PASSES" if result.correct else result.outcome.value
         if result.correct:
             audit.flags.append(f"{name}_passes@judge")
 
 
-def audit_problem(problem: Problem, cfg: AuditConfig | None = None, judge: _Judge | None = None) -> ProblemAudit:
+def audit_problem(problem: Problem, cfg: AuditConfig | None = None,
+                  judge: _Judge | None = None) -> ProblemAudit:
     """Audit one problem; a failing reference is reported as an error, never raised."""
     cfg = cfg or AuditConfig()
     audit = ProblemAudit(name=problem.name, level=problem.level)
@@ -185,7 +190,7 @@ def audit_problem(problem: Problem, cfg: AuditConfig | None = None, judge: _Judg
 
 
 def audit_suite(problems: Sequence[Problem], cfg: AuditConfig | None = None, judge: _Judge | None = None,
-                on_result: Callable[[ProblemAudit], None] | None = None) -> list[ProblemAudit]:  # fmt: skip
+                on_result: Callable[[ProblemAudit], None] | None = None) -> list[ProblemAudit]:
     results = []
     for problem in problems:
         result = audit_problem(problem, cfg, judge)

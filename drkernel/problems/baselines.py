@@ -23,7 +23,8 @@ from drkernel.errors import ConfigError
 from drkernel.problems.reference import load_reference
 from drkernel.types import Problem
 
-__all__ = ["BACKENDS", "BaselineStore", "BaselineTiming", "default_store_path", "measure_baseline", "refresh_baselines"]
+__all__ = ["BACKENDS", "BaselineStore", "BaselineTiming", "default_store_path", "measure_baseline",
+           "refresh_baselines"]
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class BaselineStore:
 
 
 def measure_baseline(problem: Problem, device: str = "cpu", backend: str = "eager", *, trials: int = 20,
-                     warmup: int = 3, seed: int = 0) -> BaselineTiming:  # fmt: skip
+                     warmup: int = 3, seed: int = 0) -> BaselineTiming:
     """Time one reference's forward (median of `trials` calls on the same inputs, after warm-up)."""
     if backend not in BACKENDS:
         raise ConfigError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
@@ -117,7 +118,7 @@ def measure_baseline(problem: Problem, device: str = "cpu", backend: str = "eage
         torch_version=torch.__version__, median_ms=statistics.median(times), mean_ms=statistics.fmean(times),
         std_ms=statistics.pstdev(times), min_ms=min(times), max_ms=max(times), n=len(times),
         clock="cuda_event" if cuda else "cpu_wall", measured_at=time.time(),
-    )  # fmt: skip
+    )
 
 
 def _time_call(fn: Any, inputs: list[Any], cuda: bool) -> float:
@@ -136,7 +137,7 @@ def _time_call(fn: Any, inputs: list[Any], cuda: bool) -> float:
 
 def refresh_baselines(problems: Iterable[Problem], store: BaselineStore, *, device: str = "cpu",
                       backends: Iterable[str] = ("eager",), force: bool = False, trials: int = 20,
-                      warmup: int = 3) -> list[BaselineTiming]:  # fmt: skip
+                      warmup: int = 3) -> list[BaselineTiming]:
     """Stored timing of each (problem, backend) on `device`, measuring only what is missing
     (everything when `force`)."""
     out = []

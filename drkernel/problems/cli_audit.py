@@ -20,15 +20,17 @@ __all__ = ["register"]
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("audit", help="flag degenerate problems in a suite (null kernels that pass)",
                        description="Audit a suite: builtin[:cpu|:gpu], a KernelBench checkout, a folder, "
-                                   "a .py, .jsonl or RL .parquet file.")  # fmt: skip
+                                   "a .py, .jsonl or RL .parquet file.")
     p.add_argument("suite", help="builtin[:cpu|:gpu] | KernelBench checkout | folder | file")
     p.add_argument("--levels", default=None, help="comma-separated levels to keep, e.g. 1,2")
-    p.add_argument("--only", action="append", default=None, help="keep problems whose name contains this (repeatable)")
-    p.add_argument("--judge", action="store_true", help="also send null candidates to the real judge (slower)")
+    p.add_argument("--only", action="append", default=None,
+                   help="keep problems whose name contains this (repeatable)")
+    p.add_argument("--judge", action="store_true",
+                   help="also send null candidates to the real judge (slower)")
     p.add_argument("--device", default="cpu", help="judge device for --judge (default cpu)")
     p.add_argument("--max-input-numel", type=int, default=None,
                    help="shrink module-level size constants until one call's inputs hold at most this many "
-                        "elements (for auditing GPU-sized suites on a CPU)")  # fmt: skip
+                        "elements (for auditing GPU-sized suites on a CPU)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--fail-on-flag", action="store_true", help="exit 1 when any problem is flagged or errors")
     p.set_defaults(func=run)
@@ -37,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _row(a: ProblemAudit) -> str:
     num = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
     flags = ", ".join(a.flags) if a.flags else (a.error or "")
-    return f"{a.name[:48]:48s} {a.status:8s} {num(a.max_abs):>9s} {num(a.variation):>9s} {a.size_ratio:>7.2g}  {flags}"
+    return (f"{a.name[:48]:48s} {a.status:8s} {num(a.max_abs):>9s} {num(a.variation):>9s} "
+            f"{a.size_ratio:>7.2g}  {flags}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         from drkernel.sandbox.judge import Judge
 
         cfg = AuditConfig(max_input_numel=args.max_input_numel,
-                          judge_options=cfg.judge_options.replace(device=args.device))  # fmt: skip
+                          judge_options=cfg.judge_options.replace(device=args.device))
         with Judge(device=args.device) as judge:
             results = audit_suite(problems, cfg, judge, on_result=show)
     else:
@@ -61,8 +64,9 @@ def run(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {s: sum(a.status == s for a in results) for s in ("ok", "flagged", "error")}
     if args.json:
         json.dump({"suite": args.suite, "judge": args.judge, "summary": summary,
-                   "problems": [a.to_dict() for a in results]}, sys.stdout, indent=1)  # fmt: skip
+                   "problems": [a.to_dict() for a in results]}, sys.stdout, indent=1)
         print()
     else:
-        print(f"{len(results)} problems: {summary['ok']} ok, {summary['flagged']} flagged, {summary['error']} errors")
+        print(f"{len(results)} problems: {summary['ok']} ok, {summary['flagged']} flagged, "
+              f"{summary['error']} errors")
     return 1 if args.fail_on_flag and (summary["flagged"] or summary["error"]) else 0

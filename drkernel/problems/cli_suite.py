@@ -27,10 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     show.add_argument("name")
     show.add_argument("--size", choices=["cpu", "gpu"], default=None,
                       help="problem size: gpu on a machine with a CUDA GPU, else cpu (what eval and bench "
-                           "judge there; the gpu size under the CPU interpreter would time out)")  # fmt: skip
+                           "judge there; the gpu size under the CPU interpreter would time out)")
     show.add_argument("--solution", action="store_true", help="print the honest Triton solution instead")
     show.set_defaults(func=run_show)
-    base = verbs.add_parser("baselines", help="time every reference (eager / torch.compile) and store the timings")
+    base = verbs.add_parser("baselines",
+                            help="time every reference (eager / torch.compile) and store the timings")
     base.add_argument("suite", nargs="?", default="builtin:gpu", help="suite spec (default builtin:gpu)")
     base.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     base.add_argument("--backend", choices=[*BACKENDS, "both"], default="eager")
@@ -54,7 +55,7 @@ def run_list(args: argparse.Namespace) -> int:
     for name in builtin_names():
         p = builtin_problem(name, "cpu")
         rows.append({"name": name, "level": p.level, "tags": p.metadata.get("tags", []),
-                     "shape_variants": len(p.shape_variants)})  # fmt: skip
+                     "shape_variants": len(p.shape_variants)})
     if args.json:
         print(json.dumps({"problems": rows}, indent=1))
         return 0
@@ -86,7 +87,7 @@ def run_baselines(args: argparse.Namespace) -> int:
     store = BaselineStore(args.store)
     backends = BACKENDS if args.backend == "both" else (args.backend,)
     timings = refresh_baselines(problems, store, device=args.device, backends=backends, force=args.force,
-                                trials=args.trials, warmup=args.warmup)  # fmt: skip
+                                trials=args.trials, warmup=args.warmup)
     if args.json:
         print(json.dumps({"store": str(store.path), "timings": [t.to_dict() for t in timings]}, indent=1))
         return 0

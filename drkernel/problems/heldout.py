@@ -64,4 +64,5 @@ def with_derived_shape_variants(problem: Problem) -> Problem:
     variants = derive_shape_variants(problem.reference_code)
     if not variants:
         return problem
-    return replace(problem, shape_variants=variants, metadata={**problem.metadata, "shape_variants": "derived"})
+    return replace(problem, shape_variants=variants,
+                   metadata={**problem.metadata, "shape_variants": "derived"})

@@ -52,7 +52,8 @@ def load_problem_file(path: str | Path, *, level: int | None = None, prefix: str
     return Problem(name=prefix + p.stem, reference_code=code, level=level, metadata={"source": str(p)})
 
 
-def load_folder(path: str | Path, *, level: int | None = None, prefix: str = "", strict: bool = False) -> list[Problem]:
+def load_folder(path: str | Path, *, level: int | None = None, prefix: str = "",
+                strict: bool = False) -> list[Problem]:
     """Every KernelBench-format .py file of a folder (not recursive). Invalid files are skipped with
     a warning, or raise when `strict`."""
     root = Path(path)
@@ -74,7 +75,8 @@ def load_folder(path: str | Path, *, level: int | None = None, prefix: str = "",
 def _level_dirs(root: Path) -> dict[int, Path]:
     for base in (root, root / "KernelBench"):
         if base.is_dir():
-            found = {int(m.group(1)): d for d in base.iterdir() if d.is_dir() and (m := _LEVEL_DIR.match(d.name))}
+            found = {int(m.group(1)): d for d in base.iterdir()
+                     if d.is_dir() and (m := _LEVEL_DIR.match(d.name))}
             if found:
                 return found
     return {}
@@ -96,7 +98,8 @@ def load_kernelbench(path: str | Path, levels: Iterable[int] = (1, 2, 3)) -> lis
     problems = []
     for lv in levels:
         for p in load_folder(dirs[lv], level=lv, prefix=f"L{lv}/"):
-            problems.append(Problem(p.name, p.reference_code, level=lv, metadata={**p.metadata, "suite": "kernelbench"}))
+            problems.append(Problem(p.name, p.reference_code, level=lv,
+                                    metadata={**p.metadata, "suite": "kernelbench"}))
     return problems
 
 
@@ -109,7 +112,8 @@ def problem_from_record(record: dict[str, Any], origin: str) -> Problem:
     extra = record.get("extra_info") or {}
     code = record.get("reference_code") or record.get("code") or reward_model.get("ground_truth")
     if not isinstance(code, str) or not code.strip():
-        raise ProblemError(f"{origin}: no reference code (expected 'reference_code', 'code' or reward_model.ground_truth)")
+        raise ProblemError(f"{origin}: no reference code "
+                           "(expected 'reference_code', 'code' or reward_model.ground_truth)")
     name = record.get("name") or record.get("problem_name") or extra.get("uuid") or extra.get("module_name")
     if not name:
         raise ProblemError(f"{origin}: no problem name (expected 'name' or extra_info.uuid)")
@@ -162,7 +166,8 @@ def _read_parquet_rows(path: Path) -> list[dict[str, Any]]:
     try:
         import pandas as pd
     except ModuleNotFoundError:
-        raise ProblemError(f"{path}: reading parquet needs pyarrow (pip install 'drkernel[dev]' or pip install pyarrow)") from None
+        raise ProblemError(f"{path}: reading parquet needs pyarrow "
+                           "(pip install 'drkernel[dev]' or pip install pyarrow)") from None
     try:
         return pd.read_parquet(path).to_dict("records")
     except (OSError, ValueError, ImportError) as exc:
@@ -199,7 +204,8 @@ def load_suite(spec: str, levels: tuple[int, ...] | None = None) -> list[Problem
         elif root.is_file():
             problems = [load_problem_file(root)]
         elif dirs := _level_dirs(root):
-            problems = load_kernelbench(root, [lv for lv in sorted(dirs) if lv != 4 and (levels is None or lv in levels)])
+            problems = load_kernelbench(root, [lv for lv in sorted(dirs)
+                                               if lv != 4 and (levels is None or lv in levels)])
         else:
             problems = load_folder(root)
     if levels is not None:

@@ -62,7 +62,8 @@ def _const_int(node: ast.expr) -> int | None:
         return node.value if isinstance(node.value, int) and not isinstance(node.value, bool) else None
     if isinstance(node, ast.BinOp):
         left, right = _const_int(node.left), _const_int(node.right)
-        ops = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__, ast.FloorDiv: int.__floordiv__}
+        ops = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__,
+               ast.FloorDiv: int.__floordiv__}
         if left is not None and right is not None:
             if type(node.op) in ops and not (isinstance(node.op, ast.FloorDiv) and right == 0):
                 return ops[type(node.op)](left, right)

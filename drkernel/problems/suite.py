@@ -80,8 +80,8 @@ def builtin_problem(name: str, size: str = "cpu") -> Problem:
         reference_code=code,
         level=int(meta["level"]),
         shape_variants=tuple(meta["shape_variants"]),
-        metadata={"suite": "builtin", "dtype": meta.get("dtype", "float32"), "tags": list(meta.get("tags", [])),
-                  "size": "gpu"},  # fmt: skip
+        metadata={"suite": "builtin", "dtype": meta.get("dtype", "float32"),
+                  "tags": list(meta.get("tags", [])), "size": "gpu"},
     )
     return with_size(problem, meta["sizes"].get(size, ""), size)
 
