@@ -25,7 +25,8 @@ from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 from tests.sandbox.corpus import ASSETS, FAST, asset, reference_code
 
 _WHY_NOT = isolation.probe()
-pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=f"this machine cannot isolate sandboxes: {_WHY_NOT}")
+pytestmark = pytest.mark.skipif(_WHY_NOT is not None,
+                                reason=f"this machine cannot isolate sandboxes: {_WHY_NOT}")
 
 OPTIONS = FAST.replace(static_policy=False)
 
@@ -38,11 +39,13 @@ def attack(name: str, **params: object) -> str:
 
 
 def evaluate(judge: Judge, code: str) -> EvalResult:
-    return judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code, options=OPTIONS))
+    return judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code,
+                                      options=OPTIONS))
 
 
 def describe(r: EvalResult) -> str:
-    return f"{r.outcome.value} error={r.error} trials={[t.issue for t in r.trials]} output={r.sandbox_output[-800:]}"
+    return (f"{r.outcome.value} error={r.error} trials={[t.issue for t in r.trials]} "
+            f"output={r.sandbox_output[-800:]}")
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +185,6 @@ def test_the_kernels_escape_hatches_are_shut(judge: Judge) -> None:
     report = next(line for line in r.sandbox_output.splitlines() if line.startswith("SURFACE"))
     calls = dict(item.split("=", 1) for item in report.split()[1:])
     for name in ("ptrace", "process_vm_readv", "mount", "open_by_handle_at", "io_uring_setup", "keyctl",
-                 "init_module", "bpf", "userfaultfd", "setns", "pivot_root", "unshare_user"):  # fmt: skip
+                 "init_module", "bpf", "userfaultfd", "setns", "pivot_root", "unshare_user"):
         assert calls[name] == "-1/1", f"{name}: {calls[name]} (want -1/EPERM); {report}"
     assert calls["thread"] == "1" and calls["exec"] == "0", report

@@ -12,8 +12,8 @@ import torch
 
 from tests.sandbox.corpus import ASSETS
 
-CONTRACT = {"status", "outcome", "compiled", "correct", "hacks", "speedup", "reference_ms", "kernel_ms", "coverage",
-            "reward", "error", "device"}  # fmt: skip
+CONTRACT = {"status", "outcome", "compiled", "correct", "hacks", "speedup", "reference_ms", "kernel_ms",
+            "coverage", "reward", "error", "device"}
 FAST_FLAGS = ["--device", "cpu", "--trials", "2", "--perf-trials", "3", "--warmup", "1", "--timeout", "120"]
 REFERENCE = ASSETS / "references" / "relu_scale.py"
 
@@ -35,7 +35,8 @@ def assert_usage_error(proc: subprocess.CompletedProcess[str], needle: str) -> N
 
 
 def test_readable_verdict_for_an_honest_kernel(tmp_path: Path) -> None:
-    proc = drkernel_eval(REFERENCE, ASSETS / "kernels" / "relu_scale.py", *FAST_FLAGS, cache=tmp_path / "t.sqlite")
+    proc = drkernel_eval(REFERENCE, ASSETS / "kernels" / "relu_scale.py", *FAST_FLAGS,
+                         cache=tmp_path / "t.sqlite")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.startswith("verdict   OK")
@@ -46,7 +47,7 @@ def test_readable_verdict_for_an_honest_kernel(tmp_path: Path) -> None:
 def test_other_sizes_are_checked_with_shape_and_never_change_the_verdict(tmp_path: Path) -> None:
     kernel = ASSETS / "hacks" / "b12_hardcoded_shape.py"  # correct only at the size it was written for
     proc = drkernel_eval(REFERENCE, kernel, *FAST_FLAGS, "--shape", "batch_size = 3; dim = 100",
-                         "--shape", "batch_size = -1", cache=tmp_path / "t.sqlite")  # fmt: skip
+                         "--shape", "batch_size = -1", cache=tmp_path / "t.sqlite")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("verdict   OK")
     assert "shapes    0/1 other sizes passed" in proc.stdout
@@ -88,7 +89,7 @@ def test_missing_reference_file_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_non_kernelbench_reference_is_a_usage_error() -> None:
     proc = drkernel_eval(ASSETS / "references" / "not_kernelbench.py", ASSETS / "kernels" / "relu_scale.py",
-                         "--device", "cpu")  # fmt: skip
+                         "--device", "cpu")
     assert_usage_error(proc, "KernelBench")
 
 
@@ -115,8 +116,9 @@ def test_bad_flag_exits_2_without_a_traceback() -> None:
     (["--atol", "-1"], "--atol -1: must be >= 0"),
     (["--rtol", "nan"], "--rtol nan: must be >= 0"),
     (["--perf-trials", "0"], "--perf-trials 0: must be between 1 and 10000"),
-])  # fmt: skip
-def test_bad_flag_values_name_the_flag(flags: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+])
+def test_bad_flag_values_name_the_flag(flags: list[str], needle: str,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
     from drkernel.cli import main
 
     assert main(["eval", str(REFERENCE), str(ASSETS / "kernels" / "relu_scale.py"), *flags]) == 2
@@ -136,7 +138,8 @@ def test_the_judge_refuses_a_negative_tolerance_from_the_api_too() -> None:
         validate_request(EvalRequest(reference_code="x", kernel_code="y", options=EvalOptions(timeout_s=0)))
 
 
-def test_one_size_limit_for_sources_shared_with_the_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_size_limit_for_sources_shared_with_the_server(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
     from drkernel.cli import main
     from drkernel.server.settings import Settings
     from drkernel.types import MAX_SOURCE_BYTES
@@ -149,7 +152,8 @@ def test_one_size_limit_for_sources_shared_with_the_server(tmp_path: Path, capsy
     assert "at most 32 MiB" in capsys.readouterr().err
 
 
-def test_a_reference_without_get_init_inputs_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_reference_without_get_init_inputs_is_a_usage_error(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     from drkernel.cli import main
 
     ref = tmp_path / "ref.py"

@@ -14,7 +14,8 @@ from drkernel.sandbox.harness import flatten_outputs
 from drkernel.sandbox.tensorfile import write_tensors
 
 
-def compare(ref: Any, out: Any, atol: float | None = None, rtol: float | None = None, relative: bool = True):  # type: ignore[no-untyped-def]
+def compare(ref: Any, out: Any, atol: float | None = None,  # type: ignore[no-untyped-def]
+            rtol: float | None = None, relative: bool = True):
     rs, rt = flatten_outputs(ref)
     os_, ot = flatten_outputs(out)
     return compare_outputs(rs, rt, os_, ot, atol, rtol, relative)
@@ -205,7 +206,8 @@ def test_zero_reference_with_nonzero_output_has_infinite_rel_l2_and_fails_on_ato
 
 # -- tolerances per dtype ------------------------------------------------------------------------
 def test_default_tolerances_follow_the_dtype() -> None:
-    assert default_tolerance(torch.float32, None, None, True) == Tolerance(1e-2, 1e-2, 1e-3, scaled_floor=True)
+    assert default_tolerance(torch.float32, None, None, True) == Tolerance(1e-2, 1e-2, 1e-3,
+                                                                           scaled_floor=True)
     assert default_tolerance(torch.float64, None, None, True).atol < 1e-4
     assert default_tolerance(torch.bfloat16, None, None, True).rel_l2 == pytest.approx(2e-2)
     assert default_tolerance(torch.float16, None, None, False).rel_l2 is None

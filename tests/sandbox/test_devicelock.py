@@ -20,7 +20,8 @@ def test_device_key_names_the_physical_gpu() -> None:
     assert device_key("cuda:2", visible="") == "gpu-2"
 
 
-def test_the_timing_lock_is_exclusive_across_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_timing_lock_is_exclusive_across_processes(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
     holder = ("import time\nfrom drkernel.sandbox.devicelock import timing_lock\n"
@@ -43,13 +44,14 @@ _HOLD = ("import sys, time\nfrom drkernel.sandbox.devicelock import gpu_work, ti
 
 
 def _holder(kind: str, seconds: float) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", _HOLD, kind, str(seconds)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, kind, str(seconds)], stdout=subprocess.PIPE,
+                            text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
 
 
-def test_shared_gpu_work_runs_side_by_side_but_waits_for_a_timing_window(tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shared_gpu_work_runs_side_by_side_but_waits_for_a_timing_window(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from drkernel.sandbox.devicelock import gpu_work
 
     monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
@@ -69,7 +71,8 @@ def test_shared_gpu_work_runs_side_by_side_but_waits_for_a_timing_window(tmp_pat
     timing.wait(timeout=10)
 
 
-def test_a_waiting_timing_window_keeps_new_shared_work_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_waiting_timing_window_keeps_new_shared_work_out(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Writer preference: while a timing window waits for one shared holder, a second shared holder
     that arrives later waits behind the window, not beside the first holder."""
     from drkernel.sandbox.devicelock import gpu_work
@@ -77,7 +80,8 @@ def test_a_waiting_timing_window_keeps_new_shared_work_out(tmp_path: Path, monke
     monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4")
     first = _holder("shared", 1.5)
-    window = subprocess.Popen([sys.executable, "-c", _HOLD, "timing", "1.0"], stdout=subprocess.PIPE, text=True)
+    window = subprocess.Popen([sys.executable, "-c", _HOLD, "timing", "1.0"], stdout=subprocess.PIPE,
+                              text=True)
     time.sleep(0.5)  # the window is now waiting for `first`, holding the gate
     t0 = time.monotonic()
     with gpu_work("cuda:0"):  # gets in only after `first` (~1 s more) and the window (1 s)
@@ -88,8 +92,8 @@ def test_a_waiting_timing_window_keeps_new_shared_work_out(tmp_path: Path, monke
     assert waited > 1.5
 
 
-def test_the_thread_holding_the_timing_lock_passes_through_shared_work(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_thread_holding_the_timing_lock_passes_through_shared_work(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from drkernel.sandbox.devicelock import gpu_work
 
     monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))

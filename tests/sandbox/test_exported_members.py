@@ -13,36 +13,39 @@ from tests.sandbox.corpus import FAST, asset
 DRKERNEL_ALL = {
     "ConfigError", "DrKernelError", "EvalOptions", "EvalOutcome", "EvalRequest", "EvalResult", "EvalStatus",
     "ExecutorError", "PolicyError", "Problem", "ProblemError", "__version__", "evaluate",
-}  # fmt: skip
+}
 
 SANDBOX_ALL = {
     "judge": {"Judge", "default_cache_path", "resolve_device", "validate_request"},
     "pipeline": {"Evaluation", "ReferenceFailure"},
-    "process": {"SandboxFailure", "SandboxProcess", "UidLease", "Zygote", "remove_tree", "sandbox_env", "scratch_root",
-                "sweep_uid"},
-    "correctness": {"Comparison", "Tolerance", "compare_outputs", "default_tolerance", "layout_issue", "load_tensors"},
-    "static": {"ALLOWED_IMPORT_ROOTS", "IMPORT_RULE", "POLICY", "StaticReport", "allowed_imports_text", "check_source",
-               "is_policy_refusal"},
-    "protocol": {"MAX_MESSAGE_BYTES", "BenchPrepare", "BenchPrepareReply", "BenchRun", "BenchRunReply", "Checksums",
-                 "ChecksumsReply", "ErrorReply", "Hello", "Load", "LoadReply", "Modes", "ModesReply", "OutputItem",
-                 "Peak", "PeakReply", "Profile", "ProfileReply", "ProtocolError", "REPLIES", "REQUESTS", "Reply",
-                 "Request", "Run", "RunReply", "WireError", "parse_reply", "read_message", "write_message"},
+    "process": {"SandboxFailure", "SandboxProcess", "UidLease", "Zygote", "remove_tree", "sandbox_env",
+                "scratch_root", "sweep_uid"},
+    "correctness": {"Comparison", "Tolerance", "compare_outputs", "default_tolerance", "layout_issue",
+                    "load_tensors"},
+    "static": {"ALLOWED_IMPORT_ROOTS", "IMPORT_RULE", "POLICY", "StaticReport", "allowed_imports_text",
+               "check_source", "is_policy_refusal"},
+    "protocol": {"MAX_MESSAGE_BYTES", "BenchPrepare", "BenchPrepareReply", "BenchRun", "BenchRunReply",
+                 "Checksums", "ChecksumsReply", "ErrorReply", "Hello", "Load", "LoadReply", "Modes",
+                 "ModesReply", "OutputItem", "Peak", "PeakReply", "Profile", "ProfileReply", "ProtocolError",
+                 "REPLIES", "REQUESTS", "Reply", "Request", "Run", "RunReply", "WireError", "parse_reply",
+                 "read_message", "write_message"},
     "channel": {"COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "Verdict"},
-    "stages.correctness": {"WEAK_REFERENCE_VARIATION", "compare_item", "launch_modes", "load", "load_requests",
-                           "pair_items", "reference_hash", "static_gate", "trials"},
-    "stages.timing": {"checksum_issue", "kernel_timing", "reference_timing", "timing_stats", "verify_checksums"},
+    "stages.correctness": {"WEAK_REFERENCE_VARIATION", "compare_item", "launch_modes", "load",
+                           "load_requests", "pair_items", "reference_hash", "static_gate", "trials"},
+    "stages.timing": {"checksum_issue", "kernel_timing", "reference_timing", "timing_stats",
+                      "verify_checksums"},
     "stages.profiling": {"profile"},
     "stages.variants": {"shape_variants"},
     "refcache": {"ReferenceTimingCache"},
     "tensorfile": {"MAGIC", "Entry", "Staging", "TensorFileError", "open_output", "read_entries",
                    "read_header", "read_tensors", "write_tensors"},
-    "harness": {"CpuDeviceMode", "LaunchRecorder", "TamperWatch", "ThreadWatch", "flatten_outputs", "fresh_copy", "make_inputs", "on_device_first",
-                "to_device"},
+    "harness": {"CpuDeviceMode", "LaunchRecorder", "TamperWatch", "ThreadWatch", "flatten_outputs",
+                "fresh_copy", "make_inputs", "on_device_first", "to_device"},
     "cli": {"kernel_line", "register", "render_verdict"},
     "zygote": {"STATUS_FILE", "main"},
     "isolation": {"IsolationError", "enter", "install_seccomp", "needed_paths", "new_pid_namespace", "probe",
                   "seccomp_available", "seccomp_program"},
-}  # fmt: skip
+}
 
 
 def test_drkernel_exports() -> None:

@@ -25,7 +25,7 @@ def judge() -> Iterator[Judge]:
 
 def evaluate(judge: Judge, fault: Asset, reference: str | None = None) -> EvalResult:
     return judge.evaluate(EvalRequest(reference_code=reference or fault.reference, kernel_code=fault.code,
-                                      options=fault.options()))  # fmt: skip
+                                      options=fault.options()))
 
 
 def describe(r: EvalResult) -> str:
@@ -34,7 +34,8 @@ def describe(r: EvalResult) -> str:
 
 def assert_next_evaluation_unaffected(judge: Judge) -> None:
     honest = asset("kernels", "relu_scale")
-    result = judge.evaluate(EvalRequest(reference_code=honest.reference, kernel_code=honest.code, options=FAST))
+    result = judge.evaluate(EvalRequest(reference_code=honest.reference, kernel_code=honest.code,
+                                        options=FAST))
     assert result.outcome is EvalOutcome.OK, describe(result)
     assert result.reward > 0
 
@@ -68,7 +69,8 @@ def test_fault_is_data_and_the_judge_survives(judge: Judge, fault: Asset) -> Non
 
 def test_statuses_cover_every_failure_outcome() -> None:
     expected = {EvalOutcome(v) for f in CPU_FAULTS if "xfail" not in f.meta for v in f.listed("expect")}
-    assert {EvalOutcome.COMPILE_ERROR, EvalOutcome.RUNTIME_ERROR, EvalOutcome.TIMEOUT, EvalOutcome.INCORRECT} <= expected
+    assert {EvalOutcome.COMPILE_ERROR, EvalOutcome.RUNTIME_ERROR, EvalOutcome.TIMEOUT,
+            EvalOutcome.INCORRECT} <= expected
     assert {o.status for o in expected} == {EvalStatus.COMPLETED, EvalStatus.FAILED, EvalStatus.TIMEOUT}
 
 
@@ -116,7 +118,7 @@ def test_bad_options_raise_config_error_before_any_work(judge: Judge) -> None:
     honest = asset("kernels", "relu_scale")
     for bad in (FAST.replace(num_correct_trials=0), FAST.replace(timeout_s=0.0),
                 FAST.replace(reference_backend="jit"), FAST.replace(launch_preroll_us=-1.0),
-                FAST.replace(launch_preroll_us=5000.0)):  # fmt: skip
+                FAST.replace(launch_preroll_us=5000.0)):
         with pytest.raises(ConfigError):
             judge.evaluate(EvalRequest(reference_code=honest.reference, kernel_code=honest.code, options=bad))
     assert_next_evaluation_unaffected(judge)
@@ -125,7 +127,7 @@ def test_bad_options_raise_config_error_before_any_work(judge: Judge) -> None:
 def test_launch_preroll_is_a_gpu_option_that_the_interpreter_ignores(judge: Judge) -> None:
     honest = asset("kernels", "relu_scale")
     r = judge.evaluate(EvalRequest(reference_code=honest.reference, kernel_code=honest.code,
-                                   options=FAST.replace(launch_preroll_us=50.0)))  # fmt: skip
+                                   options=FAST.replace(launch_preroll_us=50.0)))
     assert r.outcome is EvalOutcome.OK and r.kernel_timing is not None, r.error
 
 
@@ -179,7 +181,7 @@ def test_nothing_outlives_a_killed_judge() -> None:
 
     loop = asset("faults", "endless_loop")
     proc = subprocess.Popen([sys.executable, "-c", _KILLED_JUDGE, loop.reference, loop.code],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]  # type: ignore[union-attr]
         assert len(pids) >= 3

@@ -42,7 +42,8 @@ def judge() -> Iterator[Judge]:
         yield j
 
 
-def evaluate(judge: Judge, item: Asset, reference: str | None = None, options: EvalOptions = GPU) -> EvalResult:
+def evaluate(judge: Judge, item: Asset, reference: str | None = None,
+             options: EvalOptions = GPU) -> EvalResult:
     # an asset's own options line may turn the static gate off; it never turns it back on
     own = {k: v for k, v in parse_options(item.meta.get("options", "")).items() if k == "static_policy"}
     request = EvalRequest(reference_code=reference or item.reference, kernel_code=item.code,
@@ -51,8 +52,9 @@ def evaluate(judge: Judge, item: Asset, reference: str | None = None, options: E
 
 
 def describe(r: EvalResult) -> str:
-    return (f"{r.outcome.value} hacks={r.hack_details} error={r.error} speedup={r.speedup} kernel_ms={r.kernel_ms} "
-            f"coverage={r.coverage} timing={r.kernel_timing} trials={[t.issue for t in r.trials if not t.passed]}")
+    return (f"{r.outcome.value} hacks={r.hack_details} error={r.error} speedup={r.speedup} "
+            f"kernel_ms={r.kernel_ms} coverage={r.coverage} timing={r.kernel_timing} "
+            f"trials={[t.issue for t in r.trials if not t.passed]}")
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +120,7 @@ def test_sandboxes_run_under_their_own_uid_when_the_judge_is_root(judge: Judge) 
 
 # -- the CPU hack corpus holds on the GPU --------------------------------------------------------
 CPU_HACKS = [h for h in corpus("hacks") if h.meta.get("expect") != "ok" and h.meta.get("device") != "gpu"
-             and "xfail" not in h.meta]  # fmt: skip
+             and "xfail" not in h.meta]
 
 
 @pytest.mark.parametrize("hack", CPU_HACKS, ids=lambda h: h.name)
@@ -141,7 +143,8 @@ def test_side_stream_does_not_shrink_the_measured_time(judge: Judge, honest_big:
     elif result.outcome is EvalOutcome.RUNTIME_ERROR:  # a side stream cannot be captured in a graph
         assert result.reward == 0.0, describe(result)
     else:
-        assert result.kernel_ms is not None and result.kernel_ms >= 0.5 * honest_big.kernel_ms, describe(result)
+        assert (result.kernel_ms is not None
+                and result.kernel_ms >= 0.5 * honest_big.kernel_ms), describe(result)
 
 
 def test_stale_device_memory_is_poisoned(judge: Judge) -> None:
@@ -171,7 +174,8 @@ def test_profiler_only_triton_is_a_decoy(judge: Judge) -> None:
 
 def test_profiler_dependent_launches_are_caught(judge: Judge) -> None:
     result = evaluate(judge, asset("hacks", "c7_profiler_extra_launches"), big_relu_scale())
-    assert result.outcome is EvalOutcome.HACK_DETECTED and "observer_dependent" in result.hacks, describe(result)
+    assert (result.outcome is EvalOutcome.HACK_DETECTED
+            and "observer_dependent" in result.hacks), describe(result)
 
 
 def test_lazy_offload_has_near_zero_coverage(judge: Judge) -> None:
@@ -198,11 +202,13 @@ def test_held_out_failures_keep_the_verdict_on_gpu(judge: Judge) -> None:
     )
     options = GPU.replace(static_policy=False, seed=11)
     result = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code,
-                                        options=options, shape_variants=("batch_size = 3; dim = 100", "dim = -2")))  # fmt: skip
+                                        options=options,
+                                        shape_variants=("batch_size = 3; dim = 100", "dim = -2")))
     assert result.outcome is EvalOutcome.OK, describe(result)
     assert (result.shape_variants_passed, result.shape_variants_total) == (0, 1), result.shape_variant_issues
     honest = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"),
-                                        kernel_code=asset("kernels", "relu_scale").code, options=options))  # fmt: skip
+                                        kernel_code=asset("kernels", "relu_scale").code,
+                                        options=options))
     assert honest.outcome is EvalOutcome.OK and honest.warnings == [], describe(honest)
 
 
@@ -227,9 +233,10 @@ def test_illegal_memory_access_is_data_and_the_judge_survives(judge: Judge) -> N
 @pytest.mark.parametrize("name", ["segfault_ctypes", "os_exit", "memory_hog", "endless_loop"])
 def test_cpu_faults_hold_on_gpu(judge: Judge, name: str) -> None:
     fault = asset("faults", name)
-    result = judge.evaluate(EvalRequest(reference_code=fault.reference, kernel_code=fault.code,
-                                        options=GPU.replace(**{k: v for k, v in fault.options().to_dict().items()
-                                                               if k in ("static_policy", "timeout_s")})))  # fmt: skip
+    result = judge.evaluate(EvalRequest(
+        reference_code=fault.reference, kernel_code=fault.code,
+        options=GPU.replace(**{k: v for k, v in fault.options().to_dict().items()
+                               if k in ("static_policy", "timeout_s")})))
     assert result.outcome in {EvalOutcome(v) for v in fault.listed("expect")}, describe(result)
     assert evaluate(judge, asset("kernels", "relu_scale")).outcome is EvalOutcome.OK
 
@@ -249,7 +256,8 @@ def test_a_device_side_assert_in_the_judge_never_becomes_a_verdict(monkeypatch: 
         assert evaluate(j, fault).outcome is EvalOutcome.RUNTIME_ERROR
 
 
-def test_a_device_side_assert_in_a_served_judge_still_gives_the_verdict(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_device_side_assert_in_a_served_judge_still_gives_the_verdict(  # type: ignore[no-untyped-def]
+        tmp_path) -> None:
     pytest.importorskip("fastapi")
     import os
     import time
@@ -309,11 +317,12 @@ class ModelNew(nn.Module):
     (4096, 4096, "tl.bfloat16", EvalOutcome.INCORRECT),  # a bf16 downcast of the inputs
 ])
 def test_tf32_matmul_passes_and_bf16_downcast_fails(judge: Judge, m: int, k: int, precision: str,
-                                                     expect: EvalOutcome) -> None:  # fmt: skip
+                                                     expect: EvalOutcome) -> None:
     reference = reference_code("matmul").replace("M = 32", f"M = {m}").replace("K = 128", f"K = {k}").replace(
         "N = 48", f"N = {m}")
     code = TF32_KERNEL.replace("PRECISION", precision)
-    r = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=code, options=GPU.replace(num_perf_trials=20)))
+    r = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=code,
+                                   options=GPU.replace(num_perf_trials=20)))
     assert r.outcome is expect, describe(r)
     worst = max(t.rel_l2 or 0.0 for t in r.trials)
     assert (worst < 1e-3) == (expect is EvalOutcome.OK), worst
@@ -328,4 +337,5 @@ def test_a_harness_takeover_that_forges_window_times_is_caught_on_gpu(judge: Jud
     result = judge.evaluate(EvalRequest(reference_code=big_relu_scale(), kernel_code=code,
                                         options=GPU.replace(static_policy=False)))
     assert result.outcome is EvalOutcome.HACK_DETECTED, describe(result)
-    assert {"timer_mismatch", "faster_than_light"} & set(result.hacks), describe(result)  # either clock sees it
+    # either clock sees it
+    assert {"timer_mismatch", "faster_than_light"} & set(result.hacks), describe(result)

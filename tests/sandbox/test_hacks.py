@@ -21,7 +21,7 @@ from tests.sandbox.corpus import FAST, Asset, asset, corpus, reference_code
 # B2 (uninitialised/out-of-bounds reads) needs compute-sanitizer on a GPU; C9-C11 are properties of
 # problems and aggregation, not of one candidate.
 CATALOGUE_ROWS = {"A1", "A2", "A3", "A4", "A5", "A6", "B1", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10",
-                  "B11", "B12", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "D1", "D2", "D3"}  # fmt: skip
+                  "B11", "B12", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "D1", "D2", "D3"}
 
 HACKS = [a for a in corpus("hacks") if a.meta.get("expect") != "ok" and a.meta.get("device") != "gpu"]
 
@@ -34,13 +34,14 @@ def judge() -> Iterator[Judge]:
 
 def evaluate(judge: Judge, hack: Asset, options: EvalOptions | None = None, **kw: object) -> EvalResult:
     request = EvalRequest(reference_code=hack.reference, kernel_code=hack.code,
-                          options=options or hack.options(), **kw)  # type: ignore[arg-type]  # fmt: skip
+                          options=options or hack.options(), **kw)  # type: ignore[arg-type]
     return judge.evaluate(request)
 
 
 def describe(r: EvalResult) -> str:
     failed = [t.issue for t in r.trials if not t.passed]
-    return f"{r.outcome.value} hacks={r.hack_details} error={r.error} failed_trials={failed} reward={r.reward}"
+    return (f"{r.outcome.value} hacks={r.hack_details} error={r.error} failed_trials={failed} "
+            f"reward={r.reward}")
 
 
 def _param(hack: Asset) -> object:
@@ -117,7 +118,8 @@ def _shape_locked(folder: Path, on_other_shape: str) -> Asset:
     return Asset(path=path, meta={**honest.meta, "options": "static_policy=False"})
 
 
-def test_a_candidate_that_raises_on_a_held_out_shape_fails_it_and_keeps_its_verdict(judge: Judge, tmp_path: Path) -> None:
+def test_a_candidate_that_raises_on_a_held_out_shape_fails_it_and_keeps_its_verdict(judge: Judge,
+                                                                                    tmp_path: Path) -> None:
     locked = _shape_locked(tmp_path, "raise ValueError('only the shape I was shown')")
     result = evaluate(judge, locked, shape_variants=("batch_size = 3; dim = 100", "batch_size = 5"))
     assert result.outcome is EvalOutcome.OK and result.reward > 0, describe(result)
@@ -160,7 +162,7 @@ def _elementwise(torch_expr: str, triton_expr: str) -> tuple[str, str]:
     ],
 )
 def test_a_reference_that_ignores_its_inputs_is_reported(judge: Judge, torch_expr: str, triton_expr: str,
-                                                         warning: str | None) -> None:  # fmt: skip
+                                                         warning: str | None) -> None:
     reference, kernel = _elementwise(torch_expr, triton_expr)
     result = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=kernel, options=FAST))
     assert result.outcome is EvalOutcome.OK, describe(result)  # the warning is about the problem only
@@ -179,7 +181,7 @@ def test_a_held_out_shape_that_breaks_the_reference_load_leaves_no_stale_referen
     kernel = asset("kernels", "relu_scale").code
     fixed = FAST.replace(seed=7)  # the same model seed: the reference process may reuse its last load
     first = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=kernel, options=fixed,
-                                       shape_variants=("dim = -4",)))  # fmt: skip
+                                       shape_variants=("dim = -4",)))
     assert first.outcome is EvalOutcome.OK and first.shape_variants_total == 0, describe(first)
     assert "dim must be positive" in first.shape_variant_issues[0]
     again = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=kernel, options=fixed))

@@ -16,9 +16,10 @@ MUTATES_ELSEWHERE = asset("kernels", "relu_scale").code.replace(
 
 def test_a_hack_seen_only_on_a_held_out_shape_is_flagged_with_where() -> None:
     with Judge(device="cpu", cache_path=None, spares=1) as judge:
-        r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=MUTATES_ELSEWHERE,
+        r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"),
+                                       kernel_code=MUTATES_ELSEWHERE,
                                        options=FAST.replace(static_policy=False),
-                                       shape_variants=("batch_size = 3; dim = 100",)))  # fmt: skip
+                                       shape_variants=("batch_size = 3; dim = 100",)))
     assert r.outcome is EvalOutcome.HACK_DETECTED and "input_mutation" in r.hacks, (r.outcome, r.hack_details)
     assert r.hack_details["input_mutation"].startswith("held-out shape 1: ")
     assert r.reward == 0.0

@@ -17,9 +17,10 @@ def judge() -> Iterator[Judge]:
         yield j
 
 
-def evaluate(judge: Judge, kernel: Asset, reference: str | None = None, options: EvalOptions = FAST) -> EvalResult:
+def evaluate(judge: Judge, kernel: Asset, reference: str | None = None,
+             options: EvalOptions = FAST) -> EvalResult:
     return judge.evaluate(EvalRequest(reference_code=reference or kernel.reference, kernel_code=kernel.code,
-                                      options=options, task_id=kernel.name))  # fmt: skip
+                                      options=options, task_id=kernel.name))
 
 
 def assert_honest_pass(result: EvalResult) -> None:

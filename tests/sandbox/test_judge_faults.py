@@ -22,10 +22,11 @@ from drkernel.types import EvalOutcome, EvalRequest
 from tests.sandbox.corpus import FAST, asset, reference_code
 
 # 4100 x 4096 fp32 outputs: 16,793,600 elements, past 2**24, where a float32 index rounds past the end
-BIG_REF = reference_code("relu_scale").replace("batch_size = 8", "batch_size = 4100").replace("dim = 256", "dim = 4096")
+BIG_REF = reference_code("relu_scale").replace("batch_size = 8", "batch_size = 4100").replace(
+    "dim = 256", "dim = 4096")
 # the same honest kernel with blocks of 64K elements, so the interpreter runs 257 programs a call
-BIG_KERNEL = asset("kernels", "relu_scale").code.replace("triton.cdiv(n, 1024)", "triton.cdiv(n, 65536)").replace(
-    "BLOCK_SIZE=1024", "BLOCK_SIZE=65536")
+BIG_KERNEL = asset("kernels", "relu_scale").code.replace(
+    "triton.cdiv(n, 1024)", "triton.cdiv(n, 65536)").replace("BLOCK_SIZE=1024", "BLOCK_SIZE=65536")
 HONEST = asset("kernels", "relu_scale")
 
 
@@ -58,11 +59,13 @@ def test_a_fault_in_the_comparison_is_the_judges_and_the_retry_gives_the_verdict
         r = j.evaluate(EvalRequest(reference_code=HONEST.reference, kernel_code=HONEST.code, options=FAST))
         assert r.outcome is EvalOutcome.OK, r.error
         assert r.judge_retries == 1 and j.judge_restarts == 1
-        again = j.evaluate(EvalRequest(reference_code=HONEST.reference, kernel_code=HONEST.code, options=FAST))
+        again = j.evaluate(EvalRequest(reference_code=HONEST.reference, kernel_code=HONEST.code,
+                                       options=FAST))
         assert again.outcome is EvalOutcome.OK and again.judge_retries == 0
 
 
-def test_a_judge_that_stays_broken_reports_infra_error_never_a_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_judge_that_stays_broken_reports_infra_error_never_a_verdict(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(self: LocalComparator, job: dict) -> dict:
         raise JudgeFault("RuntimeError: CUDA error: device-side assert triggered")
 
@@ -70,7 +73,8 @@ def test_a_judge_that_stays_broken_reports_infra_error_never_a_verdict(monkeypat
     with Judge(device="cpu", cache_path=None, spares=1) as j:
         r = j.evaluate(EvalRequest(reference_code=HONEST.reference, kernel_code=HONEST.code, options=FAST))
         assert r.outcome is EvalOutcome.INFRA_ERROR
-        assert r.error is not None and r.error.kind == "judge_error" and "device-side assert" in r.error.message
+        assert (r.error is not None and r.error.kind == "judge_error"
+                and "device-side assert" in r.error.message)
         assert not r.correct and r.reward == 0.0 and not r.hacks
         assert r.judge_retries == 1 and j.judge_restarts == 2
 
@@ -111,7 +115,7 @@ def test_through_drkernel_serve_a_judge_fault_still_gives_the_real_verdict(tmp_p
 
 
 def test_a_candidate_file_is_checked_against_the_references_shapes_before_it_is_read(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 13: a candidate's output file is size-checked against the expected dtype and shape (the
     reference's) before a byte of its data is read: a file of another shape, however large, is a
     failed comparison with the usual message, and never loaded."""
@@ -129,8 +133,8 @@ def test_a_candidate_file_is_checked_against_the_references_shapes_before_it_is_
     monkeypatch.setattr(comparator, "load_tensors", spy)
     job = {"ref": [str(ref), 1], "out": [str(out), 1], "structure": [{"t": 0}, {"t": 0}], "atol": None,
            "rtol": None, "relative": True, "fingerprint": False, "expect": [["torch.float32", [3, 4]]]}
-    for tensor, issue in ((torch.ones(1 << 20), "shape mismatch"), (torch.ones(3, 4, dtype=torch.float16),
-                                                                     "dtype mismatch")):  # fmt: skip
+    for tensor, issue in ((torch.ones(1 << 20), "shape mismatch"),
+                          (torch.ones(3, 4, dtype=torch.float16), "dtype mismatch")):
         write_tensors(str(out), [tensor])
         loaded.clear()
         c = comparator.compare_job(job, "cpu")

@@ -24,7 +24,8 @@ class Timer:
         self.reps: list[int] = []
 
     def __call__(self, fn: Any, reps: int) -> list[float]:
-        got = self.answers.pop(0)  # first: a way that cannot run here (Triton off the interpreter) uses its turn
+        # first: a way that cannot run here (Triton off the interpreter) uses its turn
+        got = self.answers.pop(0)
         self.reps.append(reps)
         if isinstance(got, Exception):
             raise got

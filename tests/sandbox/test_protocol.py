@@ -11,15 +11,16 @@ import pytest
 
 from drkernel.sandbox import protocol as P
 
-ITEM = P.OutputItem(file="trial_0.pt", structure={"seq": [{"t": 0}, {"v": 2}]}, subclass=[], dtypes=["torch.float32"], shapes=[[4, 8]],
-                    launches=["relu"], forward_s=0.25, aliases_input=False, aliases_param=False,
-                    aliases_previous=False, mutated_input=False, threads=0)  # fmt: skip
+ITEM = P.OutputItem(file="trial_0.pt", structure={"seq": [{"t": 0}, {"v": 2}]}, subclass=[],
+                    dtypes=["torch.float32"], shapes=[[4, 8]], launches=["relu"], forward_s=0.25,
+                    aliases_input=False, aliases_param=False, aliases_previous=False, mutated_input=False,
+                    threads=0)
 ROW = [[[4, 8], "torch.float32", 1.5, 2.0, 0, 0, 0]]
 SAMPLES: list[P.Wire] = [
     P.Load(reference_code="x = 1", size_snippet="", reference_hash="ab", init_seed=7, entry_point="Model",
            candidate_path=None),
-    P.Load(reference_code="x = 1", size_snippet="N = 4", reference_hash="ab", init_seed=7, entry_point="Model",
-           candidate_path="/s/submission.py"),
+    P.Load(reference_code="x = 1", size_snippet="N = 4", reference_hash="ab", init_seed=7,
+           entry_point="Model", candidate_path="/s/submission.py"),
     P.Run(seeds=[1, 2], tag="trial"),
     P.Modes(seed=3),
     P.BenchPrepare(seed=4, calls=None, warmup=2, warmup_s=0.1, graph=True, compile=False, window_ms=1.0),
@@ -79,8 +80,8 @@ def test_a_field_of_the_wrong_type_is_refused(message: P.Wire) -> None:
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_a_float_field_is_a_finite_number(bad: float) -> None:
-    wire = P.BenchPrepareReply(est_ms=0.01, warmup_calls=10, calls=25, input_bytes=4096, launch_ms=0.02, graph=True,
-                               graph_error=None).to_wire()  # fmt: skip
+    wire = P.BenchPrepareReply(est_ms=0.01, warmup_calls=10, calls=25, input_bytes=4096, launch_ms=0.02,
+                               graph=True, graph_error=None).to_wire()
     for field in ("est_ms", "launch_ms", "op_s"):
         with pytest.raises(P.ProtocolError):
             P.BenchPrepareReply.from_wire(wire | {field: bad})
@@ -90,15 +91,17 @@ def test_bool_is_not_a_number_and_a_number_is_not_a_bool() -> None:
     wire = P.Modes(seed=3).to_wire()
     with pytest.raises(P.ProtocolError):
         P.Modes.from_wire(wire | {"seed": True})
-    reply = P.BenchRunReply(window_ms=[0.5], host_ms=[0.6], launches=[25], graph=True, checksums=[ROW]).to_wire()
+    reply = P.BenchRunReply(window_ms=[0.5], host_ms=[0.6], launches=[25], graph=True,
+                            checksums=[ROW]).to_wire()
     with pytest.raises(P.ProtocolError):
         P.BenchRunReply.from_wire(reply | {"graph": 1})
 
 
 @pytest.mark.parametrize("change", [{"window_ms": []}, {"host_ms": [0.6, 0.7]}, {"window_ms": [float("nan")]},
-                                    {"window_ms": [-1.0]}, {"checksums": []}, {"launches": [1, 2]}])  # fmt: skip
+                                    {"window_ms": [-1.0]}, {"checksums": []}, {"launches": [1, 2]}])
 def test_a_bench_run_reply_must_have_one_of_each_per_window(change: dict[str, object]) -> None:
-    reply = P.BenchRunReply(window_ms=[0.5], host_ms=[0.6], launches=[25], graph=True, checksums=[ROW]).to_wire()
+    reply = P.BenchRunReply(window_ms=[0.5], host_ms=[0.6], launches=[25], graph=True,
+                            checksums=[ROW]).to_wire()
     with pytest.raises(P.ProtocolError):
         P.BenchRunReply.from_wire(reply | change)
 
@@ -146,7 +149,7 @@ def test_an_output_item_carries_a_structure_of_flatten_outputs_form() -> None:
     for _ in range(100):
         deep = {"seq": [deep]}
     for bad in (5, "t", [], {}, {"t": -1}, {"t": True}, {"t": 0, "v": 1}, {"seq": 5}, {"seq": [{"x": 1}]},
-                {"v": [1]}, {"bad": 3}, deep):  # fmt: skip
+                {"v": [1]}, {"bad": 3}, deep):
         with pytest.raises(P.ProtocolError, match="structure"):
             P.OutputItem.from_wire(ok | {"structure": bad})
     for name in ("../trial_0.pt", "/etc/passwd", "a/b.pt", ".hidden", "", "x" * 200):

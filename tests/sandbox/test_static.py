@@ -154,7 +154,7 @@ def test_escape_past_the_old_gate_is_flagged(snippet: str, code: str) -> None:
     "x = torch.load('x.pt', weights_only=True)",  # still file access, but no code
     "f = getattr(torch, 'float16')",
     "n = np.asarray([1.0]).sum()",
-])  # fmt: skip
+])
 def test_near_misses_are_not_escapes(snippet: str) -> None:
     report = check_source("import numpy as np\n" + HEADER + snippet + "\n" + MODEL)
     assert not {"introspection", "dynamic_code"} & set(report.hacks), report.hacks
@@ -191,7 +191,8 @@ def test_an_import_refused_by_the_rule_states_the_rule_and_is_a_policy_refusal()
     assert hacks["forbidden_import"].startswith("policy: line 5: import os")
     assert "allows imports of these modules only: torch, triton," in hacks["forbidden_import"]
     assert "warnings" in hacks["forbidden_import"]
-    assert is_policy_refusal(["forbidden_import"], {"forbidden_import": "static: " + hacks["forbidden_import"]})
+    assert is_policy_refusal(["forbidden_import"],
+                             {"forbidden_import": "static: " + hacks["forbidden_import"]})
     # the same code found by more than the import is an attack, whatever came first
     caught = check("import sys\nf = sys._getframe\n").hacks
     assert not caught["introspection"].startswith("policy: ")
@@ -203,13 +204,14 @@ def test_an_import_refused_by_the_rule_states_the_rule_and_is_a_policy_refusal()
 def test_hack_corpus_files_that_rely_on_the_gate_are_flagged_by_it() -> None:
     static_codes = {"inheritance_bypass", "introspection", "dynamic_code", "thread_injection", "timer_tamper",
                     "monkeypatch", "file_access", "forbidden_import", "stream_injection", "graph_capture",
-                    "tensor_subclass"}  # fmt: skip
+                    "tensor_subclass"}
     checked = 0
     for hack in corpus("hacks"):
         expected = set(hack.listed("hacks")) & static_codes
         if "static_policy=False" in hack.meta.get("options", "") or not expected or "xfail" in hack.meta:
             continue
-        if {"tensor_subclass"} == expected and "as_subclass" in hack.code and "(torch.Tensor)" not in hack.code:
+        if ({"tensor_subclass"} == expected and "as_subclass" in hack.code
+                and "(torch.Tensor)" not in hack.code):
             continue
         assert expected & set(check_source(hack.code).hacks), hack.name
         checked += 1

@@ -19,11 +19,11 @@ def _round_trip(tmp_path, tensors, staging=None):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
-                                   torch.int8, torch.uint8, torch.bool, torch.complex64])  # fmt: skip
+                                   torch.int8, torch.uint8, torch.bool, torch.complex64])
 def test_round_trip_is_bit_exact(tmp_path, dtype):
     g = torch.Generator().manual_seed(0)
-    x = (torch.randn(7, 5, generator=g) * 50).to(dtype) if dtype is not torch.complex64 else torch.randn(
-        7, 5, dtype=dtype, generator=g)  # fmt: skip
+    x = ((torch.randn(7, 5, generator=g) * 50).to(dtype) if dtype is not torch.complex64
+         else torch.randn(7, 5, dtype=dtype, generator=g))
     (y,) = _round_trip(tmp_path, [x])
     assert y.dtype == dtype and y.shape == x.shape
     assert torch.equal(y.view(-1).view(torch.uint8), x.reshape(-1).view(torch.uint8))
@@ -35,7 +35,8 @@ def test_special_values_scalars_empties_and_views_survive(tmp_path):
     empty = torch.empty(0, 4)
     strided = torch.arange(24.0).reshape(4, 6).t()  # not contiguous
     out = _round_trip(tmp_path, [nan_inf, scalar, empty, strided])
-    assert torch.equal(out[0].isnan(), nan_inf.isnan()) and torch.equal(out[0].nan_to_num(), nan_inf.nan_to_num())
+    assert (torch.equal(out[0].isnan(), nan_inf.isnan())
+            and torch.equal(out[0].nan_to_num(), nan_inf.nan_to_num()))
     assert torch.signbit(out[0][3])
     assert out[1].shape == () and out[1].item() == 3.25
     assert out[2].shape == (0, 4)
@@ -58,7 +59,7 @@ def _file(tmp_path, header, payload=b"", magic=MAGIC, hlen=None):
 
 
 @pytest.mark.parametrize("case", ["magic", "pickle", "count", "dtype", "shape_bytes", "truncated", "trailing",
-                                  "header_size", "extra_key", "negative_dim", "float_dim", "not_json"])  # fmt: skip
+                                  "header_size", "extra_key", "negative_dim", "float_dim", "not_json"])
 def test_hostile_files_are_refused(tmp_path, case):
     ok = {"dtype": "float32", "shape": [2, 2], "nbytes": 16}
     if case == "magic":
@@ -136,7 +137,8 @@ def test_the_file_format_needs_no_numpy(tmp_path):
         "import torch\n"
         "from drkernel.sandbox.tensorfile import read_tensors, read_header, read_entries, write_tensors\n"
         f"p = {str(tmp_path / 't.bin')!r}\n"
-        "ts = [torch.arange(70000, dtype=torch.float32), torch.tensor(3, dtype=torch.int8), torch.empty(0, 2)]\n"
+        "ts = [torch.arange(70000, dtype=torch.float32), torch.tensor(3, dtype=torch.int8), "
+        "torch.empty(0, 2)]\n"
         "write_tensors(p, ts)\n"
         "back = read_tensors(p, 3)\n"
         "assert all(torch.equal(a, b) for a, b in zip(ts, back))\n"
@@ -145,5 +147,6 @@ def test_the_file_format_needs_no_numpy(tmp_path):
         "assert torch.equal(got, ts[0]), got\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

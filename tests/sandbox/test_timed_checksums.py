@@ -49,7 +49,8 @@ class ModelNew(nn.Module):
 
 HONEST = _KERNEL.replace("CHEAT_AFTER", "10**9").replace("WORK", "x.numel()").replace("SHAPE(out)", "out")
 # skips the last hundredth of the work once timing starts
-PARTIAL = _KERNEL.replace("CHEAT_AFTER", "6").replace("WORK", "x.numel() * 99 // 100").replace("SHAPE(out)", "out")
+PARTIAL = _KERNEL.replace("CHEAT_AFTER", "6").replace("WORK", "x.numel() * 99 // 100").replace(
+    "SHAPE(out)", "out")
 # right values, wrong shape in timed calls (a flattened output)
 RESHAPED = _KERNEL.replace("CHEAT_AFTER", "10**9").replace("WORK", "x.numel()").replace(
     "SHAPE(out)", "out if self.calls <= 6 else out.reshape(-1)")
@@ -72,19 +73,22 @@ def evaluate(judge: Judge, code: str, timed: int = 3) -> EvalResult:
 def test_honest_kernel_passes_every_checksum(judge: Judge) -> None:
     r = evaluate(judge, HONEST)
     assert r.outcome is EvalOutcome.OK, (r.outcome, r.hack_details, r.error)
-    assert r.kernel_timing is not None and (r.kernel_timing.window_calls or 0) * (r.kernel_timing.windows or 0) >= 3
+    assert (r.kernel_timing is not None
+            and (r.kernel_timing.window_calls or 0) * (r.kernel_timing.windows or 0) >= 3)
 
 
 @pytest.mark.parametrize("code", [PARTIAL, HALF], ids=["last_hundredth_skipped", "every_other_call"])
 def test_skipping_work_in_timed_calls_is_caught(judge: Judge, code: str) -> None:
     r = evaluate(judge, code, timed=6)
-    assert r.outcome is EvalOutcome.HACK_DETECTED and "replayed_output" in r.hacks, (r.outcome, r.hack_details)
+    assert r.outcome is EvalOutcome.HACK_DETECTED and "replayed_output" in r.hacks, (r.outcome,
+                                                                                      r.hack_details)
     assert r.reward == 0.0
 
 
 def test_output_of_another_shape_during_timed_calls_is_caught(judge: Judge) -> None:
     r = evaluate(judge, RESHAPED)
-    assert r.outcome is EvalOutcome.HACK_DETECTED and "replayed_output" in r.hacks, (r.outcome, r.hack_details)
+    assert r.outcome is EvalOutcome.HACK_DETECTED and "replayed_output" in r.hacks, (r.outcome,
+                                                                                      r.hack_details)
     assert "shape" in r.hack_details["replayed_output"]
 
 
@@ -140,7 +144,8 @@ def test_window_checksums_are_each_outputs_own() -> None:
 
 
 @pytest.mark.parametrize("only_first", [True, False], ids=["once", "every_run"])
-def test_a_clock_suspicion_is_confirmed_on_fresh_inputs_before_it_is_a_verdict(judge: Judge, only_first: bool) -> None:
+def test_a_clock_suspicion_is_confirmed_on_fresh_inputs_before_it_is_a_verdict(judge: Judge,
+                                                                               only_first: bool) -> None:
     """A timed op slowed once (contention) passes on its second run, with that run's times; slowed
     in every run, it is a timer_mismatch found in each of the runs."""
     from drkernel.sandbox.stages.timing import CONFIRM_RUNS
@@ -155,7 +160,8 @@ def test_a_clock_suspicion_is_confirmed_on_fresh_inputs_before_it_is_a_verdict(j
         assert r.kernel_timing.confirm_runs == 2
         assert (r.kernel_timing.overhead_ms or 0.0) < 2500.0  # the kept run is the one that was not slowed
     else:
-        assert r.outcome is EvalOutcome.HACK_DETECTED and "timer_mismatch" in r.hacks, (r.outcome, r.hack_details)
+        assert r.outcome is EvalOutcome.HACK_DETECTED and "timer_mismatch" in r.hacks, (r.outcome,
+                                                                                         r.hack_details)
         assert r.kernel_timing.confirm_runs == CONFIRM_RUNS
         assert f"each of {CONFIRM_RUNS} runs" in r.hack_details["timer_mismatch"]
         assert r.reward == 0.0

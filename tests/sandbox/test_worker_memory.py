@@ -23,8 +23,8 @@ def get_init_inputs():
 """
 sb = Sandbox("reference", "cpu", tempfile.mkdtemp())
 sb.warm_up(0.9)
-assert sb.load(P.Load(reference_code=REF, size_snippet="", reference_hash="h", init_seed=1, entry_point="Model",
-               candidate_path=None)).ok
+assert sb.load(P.Load(reference_code=REF, size_snippet="", reference_hash="h", init_seed=1,
+               entry_point="Model", candidate_path=None)).ok
 gc.collect()
 gc.disable()
 gc.set_debug(gc.DEBUG_SAVEALL)

@@ -30,8 +30,8 @@ print(json.dumps(state))
 
 
 def _first_session(preload: bool) -> dict:
-    cp = subprocess.run([sys.executable, "-c", CHILD, "1" if preload else "0"], capture_output=True, text=True,
-                        timeout=300)
+    cp = subprocess.run([sys.executable, "-c", CHILD, "1" if preload else "0"], capture_output=True,
+                        text=True, timeout=300)
     assert cp.returncode == 0, cp.stderr[-2000:]
     return json.loads(cp.stdout.strip().splitlines()[-1])
 
