@@ -123,10 +123,13 @@ def preload() -> None:
     and torch.distributed among them; 1.4 s of CPU on the CPU machine), which every candidate sandbox
     paid in its profiler warm-up (5.6 s of a single `drkernel eval` on the H200, docs/benchmarks.md
     run Y). Importing it initialises no CUDA and starts no thread, so the children still fork clean.
+    Only for GPU sandboxes (process.sandbox_env names a GPU): the interpreter's are never profiled.
     """
     import torch  # noqa: F401 - the point of the zygote: import once, fork many
-    import torch._dynamo  # noqa: F401
     import triton  # noqa: F401
+
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "").strip():
+        import torch._dynamo  # noqa: F401
 
     from drkernel.sandbox import isolation, worker  # noqa: F401
 

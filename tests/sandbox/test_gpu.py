@@ -339,3 +339,13 @@ def test_a_harness_takeover_that_forges_window_times_is_caught_on_gpu(judge: Jud
     assert result.outcome is EvalOutcome.HACK_DETECTED, describe(result)
     # either clock sees it
     assert {"timer_mismatch", "faster_than_light"} & set(result.hacks), describe(result)
+
+
+def test_the_fork_servers_preload_leaves_cuda_uninitialised_on_the_gpu_build() -> None:
+    """zygote.preload imports torch._dynamo where a GPU is visible: on the CUDA build of torch too it
+    must start no thread and no CUDA context, or no forked sandbox could use the GPU."""
+    from tests.sandbox.test_zygote_preload import _first_session
+
+    got = _first_session(preload=True, visible="0")
+    assert got["threads"] == 1 and got["cuda"] is False, got
+    assert got["new_modules"] < 50 and got["replaced"] == [], got
