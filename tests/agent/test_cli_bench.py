@@ -183,7 +183,8 @@ def test_bench_names_the_models_a_server_serves(chat_server, suite, tmp_path, ca
     assert srv.requests == []  # nothing was generated
 
 
-def test_bench_refuses_a_used_out_before_starting_the_judge(chat_server, suite, tmp_path, capsys, monkeypatch):
+def test_bench_refuses_a_used_out_before_starting_the_judge(chat_server, suite, tmp_path, capsys,
+                                                            monkeypatch):
     import drkernel.agent.cli_bench as cli_bench
 
     srv = chat_server(fake_answer)
@@ -195,8 +196,8 @@ def test_bench_refuses_a_used_out_before_starting_the_judge(chat_server, suite, 
     assert "--resume" in capsys.readouterr().err
 
 
-def test_ctrl_c_writes_the_report_of_finished_episodes_and_mentions_resume(chat_server, suite, tmp_path, capsys,
-                                                                          monkeypatch):  # fmt: skip
+def test_ctrl_c_writes_the_report_of_finished_episodes_and_mentions_resume(chat_server, suite, tmp_path,
+                                                                           capsys, monkeypatch):
     import drkernel.agent.cli_bench as cli_bench
 
     real = cli_bench.run_episodes
@@ -223,9 +224,10 @@ def test_policy_refusals_are_counted_apart_from_hacks(tmp_path):
 
     def traj(sample, hacks, details):
         r = EvalResult(outcome=EvalOutcome.HACK_DETECTED, compiled=True, hacks=hacks, hack_details=details,
-                       device=DeviceInfo(kind="cpu", name="cpu", interpreter=True))  # fmt: skip
+                       device=DeviceInfo(kind="cpu", name="cpu", interpreter=True))
         t = Trajectory(problem="p", sample=sample, prompt=[])
-        t.turns.append(Turn(index=0, response="x", code="x", extraction="fenced", result=r, reward=0.0, feedback=""))
+        t.turns.append(Turn(index=0, response="x", code="x", extraction="fenced", result=r, reward=0.0,
+                            feedback=""))
         return t
 
     refused = traj(0, ["forbidden_import"], {"forbidden_import": "static: policy: line 1: import os (...)"})

@@ -89,7 +89,8 @@ def test_bench_held_out_counts_the_kernels_that_survive_unseen_shapes(chat_serve
     """Turn 1: an honest kernel; turn 2: the same kernel, refusing every shape but the one shown.
     Both are correct on the problem's shape; only the first passes the held-out ones, which the
     model never sees."""
-    ref = RELU_REF.replace("torch.randn(64, 256)", "torch.randn(batch_size, dim)") + "\nbatch_size = 64\ndim = 256\n"
+    ref = (RELU_REF.replace("torch.randn(64, 256)", "torch.randn(batch_size, dim)")
+           + "\nbatch_size = 64\ndim = 256\n")
     held_out = ["batch_size = 3\ndim = 100", "batch_size = 5\ndim = 4097"]
     honest = relu_kernel(1024)
     locked = honest.replace(
@@ -130,7 +131,8 @@ def test_bench_held_out_counts_the_kernels_that_survive_unseen_shapes(chat_serve
 def test_bench_held_out_derives_shapes_for_a_kernelbench_folder(chat_server, tmp_path, capsys):
     """A folder of KernelBench files carries no held-out shapes: --held-out derives them from the
     reference's size constants (batch 64 -> 33, dim 256 -> 128)."""
-    ref = RELU_REF.replace("torch.randn(64, 256)", "torch.randn(batch_size, dim)") + "\nbatch_size = 64\ndim = 256\n"
+    ref = (RELU_REF.replace("torch.randn(64, 256)", "torch.randn(batch_size, dim)")
+           + "\nbatch_size = 64\ndim = 256\n")
     honest = relu_kernel(1024)
     locked = honest.replace("        x = x.contiguous()\n",
                             "        assert tuple(x.shape) == (64, 256)\n        x = x.contiguous()\n")
@@ -153,9 +155,11 @@ def test_bench_held_out_derives_shapes_for_a_kernelbench_folder(chat_server, tmp
 def test_optimize_held_out_keeps_the_kernel_that_works_at_every_size(chat_server, tmp_path, capsys):
     """Turn 2 is faster (bigger blocks under the interpreter) but refuses any shape but the one shown:
     with --held-out the kept kernel is turn 1's, which passes the derived shapes."""
-    ref = RELU_REF.replace("torch.randn(64, 256)", "torch.randn(batch_size, dim)") + "\nbatch_size = 64\ndim = 256\n"
+    ref = (RELU_REF.replace("torch.randn(64, 256)", "torch.randn(batch_size, dim)")
+           + "\nbatch_size = 64\ndim = 256\n")
     locked = relu_kernel(16384).replace("        x = x.contiguous()\n",
-                                        "        assert tuple(x.shape) == (64, 256)\n        x = x.contiguous()\n")
+                                        "        assert tuple(x.shape) == (64, 256)\n"
+                                        "        x = x.contiguous()\n")
     script = [answer(relu_kernel(256)), answer(locked)]
     srv = chat_server(lambda msgs: script[min(turn_of(msgs), 1)])
     (tmp_path / "relu.py").write_text(ref)
@@ -165,8 +169,8 @@ def test_optimize_held_out_keeps_the_kernel_that_works_at_every_size(chat_server
         rc = main(["optimize", str(tmp_path / "relu.py"), "--model", "stub", "--base-url", srv.base_url,
                    "--turns", "2", "--out", str(out), *flag, *judge_args(tmp_path)])
         assert rc == 0
-        runs[bool(flag)] = (json.loads((out / "report.json").read_text()), (out / "best_kernel.py").read_text(),
-                            (out / "report.md").read_text())
+        runs[bool(flag)] = (json.loads((out / "report.json").read_text()),
+                            (out / "best_kernel.py").read_text(), (out / "report.md").read_text())
     plain, held = runs[False], runs[True]
     assert [t["outcome"] for t in plain[0]["turns"]] == ["ok", "ok"]
     assert plain[0]["best_turn"] == 2 and "BLOCK_SIZE = 16384" in plain[1]  # fastest wins without the check

@@ -109,7 +109,8 @@ def test_the_env_retries_nothing_the_executor_is_the_one_retry_layer():
 def test_eval_options_reach_the_executor():
     ex = FakeExecutor()
     opts = EvalOptions(reference_backend="compile", num_perf_trials=7)
-    env = KernelEnv(Problem(name="q", reference_code="x", entry_point="Net"), ex, EnvConfig(eval_options=opts))
+    env = KernelEnv(Problem(name="q", reference_code="x", entry_point="Net"), ex,
+                    EnvConfig(eval_options=opts))
     env.reset()
     env.step("```python\nclass NetNew: pass  # fake: speedup=1\n```")
     req = ex.calls[0]
@@ -139,9 +140,10 @@ class _HeldOutHack:
     def evaluate(self, requests):
         self.requests.extend(requests)
         return [EvalResult(outcome=EvalOutcome.HACK_DETECTED, compiled=True, correct=False, speedup=1.8,
-                           hacks=["input_mutation"], hack_details={"input_mutation": "the submission modified "
-                           "its inputs in place"}, shape_variants_passed=1, shape_variants_total=2,
-                           shape_variant_issues=["variant 2: output differs: batch_size = 9"])]  # fmt: skip
+                           hacks=["input_mutation"],
+                           hack_details={"input_mutation": "the submission modified its inputs in place"},
+                           shape_variants_passed=1, shape_variants_total=2,
+                           shape_variant_issues=["variant 2: output differs: batch_size = 9"])]
 
     def close(self):
         pass

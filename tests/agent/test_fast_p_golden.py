@@ -87,7 +87,8 @@ def test_run_bench_counts_each_levels_planned_samples(tmp_path):
             raise PolicyError("server down")
         return "```python\nclass ModelNew: pass  # fake: speedup=1.5\n```"
     cfg = LoopConfig(env=EnvConfig(max_turns=1), model="m", policy_retries=0)
-    s = run_bench(probs, ScriptedPolicy(answer), FakeExecutor(), cfg, tmp_path / "o", samples=2, progress=False)
+    s = run_bench(probs, ScriptedPolicy(answer), FakeExecutor(), cfg, tmp_path / "o", samples=2,
+                  progress=False)
     assert s["samples"] == 8 and s["missing"] == 2
     assert s["last_turn"]["fast_p"]["1.5"] == pytest.approx(6 / 8)
     assert s["by_level"]["1"]["samples"] == 4 and s["by_level"]["1"]["episodes"] == 2

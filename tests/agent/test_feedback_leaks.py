@@ -26,7 +26,8 @@ SCALES = ["0.0371", "7.25"]
 EVIDENCE = [
     f"trial with seed {SEEDS[0]} launched no Triton kernel of the submission",
     f"timed call 17 (fresh inputs, scale {SCALES[0]}) returned a wrong output",
-    "host clock with a device-wide sync shows 0.913 ms per call more than the CUDA events (limit 0.1 ms + 50 %)",
+    "host clock with a device-wide sync shows 0.913 ms per call more than the CUDA events"
+    " (limit 0.1 ms + 50 %)",
     "in-sandbox median 0.0123 ms is far below the judge's 0.5321 ms per call",
     f"back-to-back window launched 3 kernels in 41 calls; scale {SCALES[1]}",
     "static: gc.get_objects at line 12",
@@ -49,8 +50,8 @@ def hacked_result(codes: list[str]) -> EvalResult:
 
 def secrets(r: EvalResult) -> list[str]:
     out = [str(t.seed) for t in r.trials] + list(r.hack_details.values()) + SCALES
-    out += ["seed", "scale", "timed call", "limit 0.1", "50 %", "0.9133", "0.5321", "host_median", "external_ms",
-            "stage_s", "shape_variants", "variant", "batch_size"]
+    out += ["seed", "scale", "timed call", "limit 0.1", "50 %", "0.9133", "0.5321", "host_median",
+            "external_ms", "stage_s", "shape_variants", "variant", "batch_size"]
     return out
 
 
@@ -85,7 +86,8 @@ def test_an_unknown_hack_code_gets_the_generic_advice():
 
 
 def test_judge_machinery_errors_are_not_described():
-    r = EvalResult.failure(EvalOutcome.RUNTIME_ERROR, "protocol", "reply without the op's unguessable tag 9f2c")
+    r = EvalResult.failure(EvalOutcome.RUNTIME_ERROR, "protocol",
+                           "reply without the op's unguessable tag 9f2c")
     for cfg in STYLES:
         text = render_feedback(r, cfg)
         assert "protocol" in text and "unguessable" not in text and "9f2c" not in text
@@ -99,13 +101,15 @@ def cpu_judge():
         yield j
 
 
-@pytest.mark.parametrize("name", ["a2_decoy_never_launched", "c7_checked_then_cheap", "b10_shared_output_buffer"])
+@pytest.mark.parametrize("name", ["a2_decoy_never_launched", "c7_checked_then_cheap",
+                                  "b10_shared_output_buffer"])
 def test_real_judge_evidence_stays_in_the_result(cpu_judge, name):
     from drkernel.types import EvalRequest
     from tests.sandbox.corpus import asset
 
     hack = asset("hacks", name)
-    r = cpu_judge.evaluate(EvalRequest(reference_code=hack.reference, kernel_code=hack.code, options=hack.options()))
+    r = cpu_judge.evaluate(EvalRequest(reference_code=hack.reference, kernel_code=hack.code,
+                                       options=hack.options()))
     assert r.hacks and all(r.hack_details.get(c) for c in r.hacks), (r.outcome, r.hack_details)
     for cfg in STYLES:
         text = render_feedback(r, cfg)

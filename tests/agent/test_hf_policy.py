@@ -22,7 +22,8 @@ def tiny_policy(chat_template=True):
     vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>",
+                                     unk_token="<unk>")
     if chat_template:
         hf_tok.chat_template = (
             "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}\n{% endfor %}"

@@ -40,7 +40,8 @@ def test_episodes_really_overlap():
         return answer("speedup=1")
 
     jobs = [(PROBLEMS[0], s) for s in range(8)]
-    run_episodes(jobs, ScriptedPolicy(script), FakeExecutor(), LoopConfig(env=EnvConfig(max_turns=1), concurrency=4))
+    run_episodes(jobs, ScriptedPolicy(script), FakeExecutor(),
+                 LoopConfig(env=EnvConfig(max_turns=1), concurrency=4))
     assert peak[0] >= 3
 
 

@@ -33,8 +33,8 @@ def suite(tmp_path):
 
 def bench(suite, out, url, *extra):
     return main(["bench", str(suite), "--model", "stub", "--base-url", url, "--samples", "1", "--turns", "4",
-                 "--context", "top_w", "--window", "2", "--out", str(out), "--executor", "fake", "--no-progress",
-                 *extra])
+                 "--context", "top_w", "--window", "2", "--out", str(out), "--executor", "fake",
+                 "--no-progress", *extra])
 
 
 def shown_turns(messages):
@@ -47,7 +47,8 @@ def test_paper_protocol_end_to_end(chat_server, suite, tmp_path, capsys):
     cfg = json.loads((tmp_path / "paper" / "config.json").read_text())
     assert cfg["protocol"] == "paper" and cfg["reward_preset"] == "eval"
     opts = cfg["eval_options"]
-    assert (opts["atol"], opts["rtol"], opts["num_perf_trials"], opts["check_relative_error"]) == (0.01, 0.01, 10, False)
+    assert (opts["atol"], opts["rtol"], opts["num_perf_trials"], opts["check_relative_error"]) == (
+        0.01, 0.01, 10, False)
     assert cfg["context"]["token_budget"] == 20480 and cfg["context"]["overflow"] == "overlong"
     # STTS ranks by the eval reward 0.5*C + 0.5*min(s,3), with no coverage term: turn 2 (1.6x, no
     # Triton time) beats turn 3 (1.2x, all Triton time); our reward (with PR) ranks the other way
@@ -55,10 +56,10 @@ def test_paper_protocol_end_to_end(chat_server, suite, tmp_path, capsys):
     feedback = srv.requests[1]["messages"][-1]["content"]
     assert feedback.startswith("You now have the evaluation server's feedback")
     d = json.loads(feedback[feedback.index("{"): feedback.rindex("}") + 1])
-    for key in ("task_id", "status", "compiled", "correctness", "decoy_kernel", "reference_runtime", "kernel_runtime",
-                "speedup", "error_message", "error_code", "metadata", "reward", "score", "success",
-                "num_custom_kernel", "num_total_kernels", "custom_kernel_cuda_time_in_profiling_us",
-                "total_kernel_run_time_in_profiling_us"):
+    for key in ("task_id", "status", "compiled", "correctness", "decoy_kernel", "reference_runtime",
+                "kernel_runtime", "speedup", "error_message", "error_code", "metadata", "reward", "score",
+                "success", "num_custom_kernel", "num_total_kernels",
+                "custom_kernel_cuda_time_in_profiling_us", "total_kernel_run_time_in_profiling_us"):
         assert key in d, key
     assert d["correctness"] is True and d["reward"] == pytest.approx(0.5 + 0.5 * 1.5)
 
@@ -67,7 +68,8 @@ def test_paper_protocol_end_to_end(chat_server, suite, tmp_path, capsys):
     assert shown_turns(srv2.requests[3]["messages"]) == ["turn 0", "turn 2"]
     assert "Server feedback:" in srv2.requests[1]["messages"][-1]["content"]
     ours = json.loads((tmp_path / "ours" / "config.json").read_text())
-    assert ours["protocol"] == "ours" and ours["reward_preset"] == "paper" and ours["eval_options"]["atol"] is None
+    assert (ours["protocol"] == "ours" and ours["reward_preset"] == "paper"
+            and ours["eval_options"]["atol"] is None)
     # a resumed run may not switch the ranking's reward
     assert bench(suite, tmp_path / "ours", srv2.base_url, "--resume", "--reward-preset", "eval") == 2
     assert "reward_preset" in capsys.readouterr().err
@@ -81,7 +83,8 @@ def test_paper_speedup_is_the_mean_ratio_and_the_reward_follows():
         return r
 
     opts = EvalOptions.paper(reward_preset="eval")
-    env = KernelEnv(PROBLEM, FakeExecutor(timed), EnvConfig(max_turns=1, eval_options=opts, speedup_from="mean"))
+    env = KernelEnv(PROBLEM, FakeExecutor(timed),
+                    EnvConfig(max_turns=1, eval_options=opts, speedup_from="mean"))
     env.reset()
     step = env.step("```python\nclass ModelNew: pass  # fake: speedup=2.0\n```")
     turn = env.trajectory.turns[0]
@@ -92,7 +95,8 @@ def test_paper_speedup_is_the_mean_ratio_and_the_reward_follows():
 
 def test_an_overflowing_prompt_is_an_empty_prompt_overlong_turn():
     long = "x" * 12000  # ~3,000 estimated tokens per answer
-    policy = ScriptedPolicy(lambda msgs, i: f"{long}\n```python\nclass ModelNew: pass  # fake: speedup=1.3\n```")
+    policy = ScriptedPolicy(lambda msgs, i: f"{long}\n```python\n"
+                                            "class ModelNew: pass  # fake: speedup=1.3\n```")
     cfg = EnvConfig(max_turns=4, context=ContextConfig(token_budget=3000, overflow="overlong"))
     env = KernelEnv(PROBLEM, FakeExecutor(), cfg)
     traj = run_episode(env, policy, LoopConfig(env=cfg))
@@ -112,8 +116,9 @@ def test_help_shows_protocol_tts_ranking_and_reward_presets(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for needle in ("--protocol {ours,paper}", "--reward-preset {paper,released,eval}", "--rank-by {reward,speedup}",
-                   "top 4 earlier turns ranked by --rank-by", "0.5*C + 0.5*min(s,3)"):
+    for needle in ("--protocol {ours,paper}", "--reward-preset {paper,released,eval}",
+                   "--rank-by {reward,speedup}", "top 4 earlier turns ranked by --rank-by",
+                   "0.5*C + 0.5*min(s,3)"):
         assert needle in text, needle
 
 

@@ -43,7 +43,8 @@ def test_per_problem_speed_of_light_beside_the_best_speedup(tmp_path):
     runs[1].turns[2].result.speed_of_light = SpeedOfLight(min_bytes=1 << 30, kernel_bandwidth_fraction=0.5)
     summary = summarize(runs, max_turns=3)
     assert summary["per_problem"] == {"p": {"level": None, "correct_turns": 4, "best_speedup": 2.1,
-                                            "kernel_bandwidth_fraction": 0.82, "reference_bandwidth_fraction": 0.39}}
+                                            "kernel_bandwidth_fraction": 0.82,
+                                            "reference_bandwidth_fraction": 0.39}}
     paths = write_reports(summary, tmp_path / "out")
     rows = list(csv.DictReader(paths[2].open()))
     assert rows == [{"problem": "p", "level": "", "correct_turns": "4", "best_speedup": "2.100000",

@@ -29,7 +29,8 @@ def suite(tmp_path):
     return d
 
 
-@pytest.mark.parametrize(("context", "budget"), [("top_w", None), ("top_w", 1100), ("full", None), ("full", 1100)])
+@pytest.mark.parametrize(("context", "budget"),
+                         [("top_w", None), ("top_w", 1100), ("full", None), ("full", 1100)])
 def test_saved_prompts_are_the_requests_byte_for_byte(chat_server, suite, tmp_path, context, budget):
     srv = chat_server(answer)
     out = tmp_path / "out"
@@ -46,7 +47,8 @@ def test_saved_prompts_are_the_requests_byte_for_byte(chat_server, suite, tmp_pa
     assert saved == sent
     edited = [t for tr in trajs for t in tr.turns if t.prompt_edits]
     records = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
-    for tr, rec in zip(trajs, records, strict=True):  # SFT: the conversation is exact only when nothing was cut
+    # SFT: the conversation is exact only when nothing was cut
+    for tr, rec in zip(trajs, records, strict=True):
         assert rec["messages_exact"] is (context == "full" and budget is None)
         if rec["messages_exact"]:
             assert rec["messages"] == rl_rows(tr)[-1]["prompt"] + [{"role": "assistant",

@@ -222,7 +222,8 @@ def test_cancel_of_a_frozen_judge_still_answers_cancelled(tmp_path: Path) -> Non
 def test_judges_per_gpu_share_a_gpu_through_slots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """k judges may share one GPU (each holds one of k slots); a k+1-th is refused, as a second was."""
     monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
-    hosts = [ThreadJudgeHost(fake_judge, "cuda:3", f"s{i}", lock_timeout_s=0.5, gpu_slots=3) for i in range(3)]
+    hosts = [ThreadJudgeHost(fake_judge, "cuda:3", f"s{i}", lock_timeout_s=0.5, gpu_slots=3)
+             for i in range(3)]
     try:
         assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu-3.1.lock", "gpu-3.2.lock", "gpu-3.lock"]
         with pytest.raises(WorkerLost, match="all 3 slots"):

@@ -65,7 +65,7 @@ def test_degenerate_problems_are_flagged_in_process() -> None:
     assert "tiny_output" in tiny.flags and "zeros_passes@kernelbench" in tiny.flags
     assert "zeros_passes@drkernel" not in tiny.flags  # the relative-L2 bound catches zeros
     assert {"low_variation", "constant_passes@kernelbench", "replay_passes@kernelbench",
-            "half_input_passes@kernelbench"} <= set(loss.flags)  # fmt: skip
+            "half_input_passes@kernelbench"} <= set(loss.flags)
     assert honest.flags == [] and honest.nulls["identity@drkernel"] == "fails"
     assert honest.to_dict()["status"] == "ok"
 
@@ -86,7 +86,8 @@ def test_passes_applies_both_policies() -> None:
 
 def test_shrink_sizes_keeps_derived_constants_consistent() -> None:
     code = _TEMPLATE.format(expr="x + self.b", gen="randn", batch="256", dim="1024 * 4")
-    code = code.replace("super().__init__()", "super().__init__()\n        self.b = torch.nn.Parameter(torch.zeros(shape))")
+    code = code.replace("super().__init__()",
+                        "super().__init__()\n        self.b = torch.nn.Parameter(torch.zeros(shape))")
     code += "\nshape = (dim,)\n"
     small, ratio = shrink_sizes(Problem(name="p", reference_code=code), 10_000)
     ref = load_reference(small)
@@ -108,7 +109,8 @@ def test_judge_nulls_flag_identity_and_spare_builtins(judge: Judge) -> None:
     for name in ("101_ReLU", "203_Gemm_GELU_LayerNorm"):
         audit = audit_problem(builtin_problem(name, "cpu"), judge=judge)
         assert audit.status == "ok", audit.flags
-        assert {k: v for k, v in audit.nulls.items() if k.endswith("@judge")} and "PASSES" not in audit.nulls.values()
+        assert ({k: v for k, v in audit.nulls.items() if k.endswith("@judge")}
+                and "PASSES" not in audit.nulls.values())
 
 
 def test_null_candidates_launch_one_kernel() -> None:

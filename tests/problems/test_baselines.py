@@ -18,7 +18,8 @@ def test_eager_timings_are_stored_and_reused(tmp_path: Path) -> None:
     problems = [builtin_problem("101_ReLU", "cpu"), builtin_problem("108_Matmul", "cpu")]
     first = refresh_baselines(problems, store, device="cpu", trials=3, warmup=1)
     assert [t.problem for t in first] == ["101_ReLU", "108_Matmul"]
-    assert all(t.clock == "cpu_wall" and t.device_name == "cpu" and t.median_ms > 0 and t.n == 3 for t in first)
+    assert all(t.clock == "cpu_wall" and t.device_name == "cpu" and t.median_ms > 0 and t.n == 3
+               for t in first)
     reopened = BaselineStore(tmp_path / "b.json")
     again = refresh_baselines(problems, reopened, device="cpu", trials=3)
     assert [t.measured_at for t in again] == [t.measured_at for t in first]  # reused, not re-measured

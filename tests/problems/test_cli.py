@@ -30,7 +30,7 @@ def test_suite_show_unknown_problem_is_a_usage_error(capsys: pytest.CaptureFixtu
 
 def test_suite_baselines_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["suite", "baselines", "builtin:cpu", "--only", "101_", "--only", "104_", "--trials", "2",
-            "--store", str(tmp_path / "b.json"), "--json"]  # fmt: skip
+            "--store", str(tmp_path / "b.json"), "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert [t["problem"] for t in out["timings"]] == ["101_ReLU", "104_LayerNorm"]

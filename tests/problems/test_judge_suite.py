@@ -24,7 +24,7 @@ def judge() -> Iterator[Judge]:
 def test_builtin_solution_is_judged_correct(judge: Judge, name: str) -> None:
     problem = builtin_problem(name, "cpu")
     request = EvalRequest(reference_code=problem.reference_code, kernel_code=builtin_solution(name),
-                          options=OPTIONS, problem_name=name, shape_variants=problem.shape_variants)  # fmt: skip
+                          options=OPTIONS, problem_name=name, shape_variants=problem.shape_variants)
     result = judge.evaluate(request)
     detail = result.error.message if result.error else result.trials
     assert result.outcome is EvalOutcome.OK, (result.outcome, result.hacks, result.hack_details, detail)

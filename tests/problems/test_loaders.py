@@ -80,7 +80,7 @@ def _rl_row(i: int) -> dict:
         "reward_model": {"style": "rule", "ground_truth": REF},
         "extra_info": {"entry_point": "Model", "uuid": f"uuid-{i}", "level": 1, "module_name": f"m{i}",
                        "ops": "['relu']", "original_prompt": "..."},
-    }  # fmt: skip
+    }
 
 
 def test_rl_record_and_jsonl(tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ def test_rl_record_and_jsonl(tmp_path: Path) -> None:
     assert p.metadata["prompt"][0]["role"] == "user" and p.metadata["extra_module_name"] == "m3"
     path = tmp_path / "problems.jsonl"
     lines = [json.dumps({"name": "a", "reference_code": REF, "shape_variants": ["dim = 3"]}), "",
-             json.dumps(_rl_row(1))]  # fmt: skip
+             json.dumps(_rl_row(1))]
     path.write_text("\n".join(lines) + "\n")
     problems = load_jsonl(path)
     assert [p.name for p in problems] == ["a", "uuid-1"] and problems[0].shape_variants == ("dim = 3",)

@@ -34,8 +34,9 @@ _TENSOR_COMPUTE = {"sum", "mean", "max", "min", "matmul", "mm", "bmm", "exp", "l
 
 def test_exported_names() -> None:
     assert sorted(problems_pkg.__all__) == sorted(
-        ["builtin_names", "builtin_problem", "builtin_solution", "load_builtin_suite", "load_folder", "load_jsonl",
-         "load_kernelbench", "load_problem_file", "load_rl_parquet", "load_suite", "problem_from_record", "with_size"]
+        ["builtin_names", "builtin_problem", "builtin_solution", "load_builtin_suite", "load_folder",
+         "load_jsonl", "load_kernelbench", "load_problem_file", "load_rl_parquet", "load_suite",
+         "problem_from_record", "with_size"]
     )
 
 
@@ -78,7 +79,8 @@ def _torch_compute_calls(source: str) -> list[str]:
             bad.append(f"torch.{name}")
         elif isinstance(receiver, ast.Name) and receiver.id in ("F", "functional"):
             bad.append(f"F.{name}")
-        elif name in _TENSOR_COMPUTE and not (isinstance(receiver, ast.Name) and receiver.id in ("tl", "triton", "math")):
+        elif name in _TENSOR_COMPUTE and not (isinstance(receiver, ast.Name)
+                                              and receiver.id in ("tl", "triton", "math")):
             bad.append(f".{name}()")
     return bad
 
@@ -88,11 +90,13 @@ def test_solution_is_honest_triton(name: str) -> None:
     source = builtin_solution(name)
     assert "@triton.jit" in source and "class ModelNew(nn.Module)" in source
     assert _torch_compute_calls(source) == []
-    assert "nn.Linear(" not in source and "nn.Conv2d(" not in source and "import torch.nn.functional" not in source
+    assert ("nn.Linear(" not in source and "nn.Conv2d(" not in source
+            and "import torch.nn.functional" not in source)
 
 
 def test_static_scan_catches_a_passthrough() -> None:
-    assert sorted(_torch_compute_calls("def f(x):\n    return torch.matmul(x, x).relu()")) == [".relu()", "torch.matmul"]
+    assert sorted(_torch_compute_calls("def f(x):\n    return torch.matmul(x, x).relu()")) == [
+        ".relu()", "torch.matmul"]
 
 
 def test_parameters_match_the_reference_after_seeding() -> None:

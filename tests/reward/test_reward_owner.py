@@ -52,18 +52,19 @@ def test_the_formula_for_every_preset_cap_and_weight(preset):
             assert got == pytest.approx(by_hand(opts, s, c), abs=1e-12), (preset, cap, weight, s, c)
 
 
-@pytest.mark.parametrize(("preset", "cap", "weight"), [("paper", 3.0, 1.0), ("released", 0.5, 0.5), ("eval", 1e-9, 2.0)])
+@pytest.mark.parametrize(("preset", "cap", "weight"),
+                         [("paper", 3.0, 1.0), ("released", 0.5, 0.5), ("eval", 1e-9, 2.0)])
 def test_the_judge_reports_the_owners_reward(preset, cap, weight):
     """A real (CPU) judge: its result's reward is result_reward of its own facts, for these options."""
     from drkernel.sandbox.judge import Judge
     from tests.sandbox.corpus import FAST, asset, reference_code
 
     opts = FAST.replace(reward_preset=preset, speedup_cap=cap, coverage_weight=weight, num_correct_trials=1,
-                        num_perf_trials=1)  # fmt: skip
+                        num_perf_trials=1)
     honest = asset("kernels", "relu_scale")
     with Judge(device="cpu", cache_path=None, spares=1) as judge:
         r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=honest.code,
-                                       options=opts))  # fmt: skip
+                                       options=opts))
     assert r.outcome is EvalOutcome.OK and r.speedup is not None, (r.outcome, r.error, r.hack_details)
     assert r.reward == result_reward(r, reward_config(opts))
     assert r.reward == pytest.approx(by_hand(opts, r.speedup, r.coverage), abs=1e-12)
@@ -98,7 +99,7 @@ def test_incorrect_hacked_or_failed_earns_zero(result):
 
 def test_unknown_preset_raises_a_config_error():
     with pytest.raises(ConfigError, match=r"reward_preset: 'papr' is not one of paper, released, eval, "
-                                          r"correctness_speedup"):  # fmt: skip
+                                          r"correctness_speedup"):
         EvalOptions(reward_preset="papr")
     with pytest.raises(ConfigError, match="reward_preset"):
         preset_config("Paper")

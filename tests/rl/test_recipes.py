@@ -36,11 +36,12 @@ def test_paper_recipes_carry_the_paper_values(name):
     assert cfg.rl.dynamic_sampling.min_group_size == 9 and cfg.rl.dynamic_sampling.std_threshold == 1e-3  # §8
     loss = cfg.rl.loss
     assert (loss.clip_low, loss.clip_high, loss.dual_clip, loss.agg, loss.scale) == (
-        0.2, 0.28, 3.0, "seq-mean-token-sum", 1000.0)  # fmt: skip
+        0.2, 0.28, 3.0, "seq-mean-token-sum", 1000.0)
     assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.grad_clip) == (1e-6, 0.01, 1.0)  # §5.5
     assert (cfg.trainer.steps, cfg.trainer.validate_every, cfg.trainer.validation_samples) == (300, 10, 8)
     assert cfg.data.validation_levels == (2,)
-    assert (cfg.sft.lr, cfg.sft.batch_size, cfg.sft.epochs, cfg.sft.max_length) == (2e-5, 64, 4, 18432)  # §9.2
+    assert (cfg.sft.lr, cfg.sft.batch_size, cfg.sft.epochs, cfg.sft.max_length) == (
+        2e-5, 64, 4, 18432)  # §9.2
     assert cfg.judge.eval.num_perf_trials == 100 and cfg.judge.eval.atol == 1e-2  # §11
 
 
@@ -55,7 +56,7 @@ def test_overrides_are_type_checked_and_nested():
         shipped.debug_cpu(),
         ["rl.advantage=grpo", "rl.mrs.bounds=0.99,1.01", "optim.lr=3e-4", "rl.mrs.veto=none",
          "data.problems=101_ReLU", "judge.eval.num_perf_trials=5", "log.tensorboard=false"],
-    )  # fmt: skip
+    )
     assert cfg.rl.advantage == "grpo" and cfg.rl.mrs.bounds == (0.99, 1.01) and cfg.rl.mrs.veto is None
     assert cfg.optim.lr == 3e-4 and cfg.data.problems == ("101_ReLU",)
     assert cfg.judge.eval.num_perf_trials == 5 and cfg.log.tensorboard is False
@@ -109,15 +110,15 @@ def test_recipe_keys_into_a_closed_pipe_is_quiet():
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from drkernel.cli import main; sys.exit(main())", "train", "recipes",
-         "--keys"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
+        [sys.executable, "-c", "import sys; from drkernel.cli import main; sys.exit(main())", "train",
+         "recipes", "--keys"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
         preexec_fn=None,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0 and "rl.advantage" in proc.stdout
     head = subprocess.run(
-        f"{sys.executable} -c 'import sys; from drkernel.cli import main; sys.exit(main())' train recipes --keys"
-        " | head -n 1", shell=True, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        f"{sys.executable} -c 'import sys; from drkernel.cli import main; sys.exit(main())' train recipes"
+        " --keys | head -n 1", shell=True, capture_output=True, text=True, timeout=120,
+    )
     assert head.stdout.count("\n") == 1
     assert "Traceback" not in head.stderr and "BrokenPipe" not in head.stderr, head.stderr
 

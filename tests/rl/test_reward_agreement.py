@@ -41,7 +41,7 @@ class Sampler:
 
     def sample(self, conversations, sampling):
         return [Completion(text=FAST if i % 2 == 0 else BAD, finish_reason="stop", token_ids=[7, 8, 9],
-                           extra={"prompt_ids": [3, 4, 5, 6]}) for i in range(len(conversations))]  # fmt: skip
+                           extra={"prompt_ids": [3, 4, 5, 6]}) for i in range(len(conversations))]
 
 
 @pytest.mark.parametrize("preset", sorted(EXPECTED))
@@ -50,11 +50,11 @@ def test_the_agent_and_the_trainer_agree_with_a_cap_of_5(tmp_path, preset):
         "rollout.n=2", "trainer.prompts_per_step=1", "trainer.steps=1", "trainer.validate_every=0",
         "judge.executor=fake", "rollout.cache_evaluations=false", "log.tensorboard=false",
         f"judge.reward={preset}", "judge.eval.speedup_cap=5", "judge.eval.coverage_weight=0.5",
-    ])  # fmt: skip
+    ])
     model, tok = build_tiny(TinyModelConfig(), {"x": {"honest": "class ModelNew: pass"}}, seed=0)
     executor = FakeExecutor()
     with Trainer(cfg, tmp_path, model=model, tokenizer=tok, problems=[PROBLEM], validation=[],
-                 executor=executor, sampler=Sampler()) as tr:  # fmt: skip
+                 executor=executor, sampler=Sampler()) as tr:
         batch, _ = tr._rollouts()
         t = prepare_step(batch, tr._pick_groups(batch), tr.model, tr.tokenizer, tr.config, step=1)
     want = EXPECTED[preset]
@@ -101,4 +101,5 @@ def test_the_env_rewards_the_facts_not_a_stale_reward():
     env.reset()
     step = env.step(FAST)
     assert step.reward == step.info["result"].reward == 2.75
-    assert torch.equal(turn_rewards([[step.info["result"]]], reward_config(opts)).rewards, torch.tensor([[2.75]]))
+    assert torch.equal(turn_rewards([[step.info["result"]]], reward_config(opts)).rewards,
+                       torch.tensor([[2.75]]))

@@ -18,7 +18,8 @@ KERNEL = "class ModelNew:\n    pass"
 
 
 def _tiny():
-    return build_tiny(TinyModelConfig(), {"p": {"honest": KERNEL, "other": "class ModelNew:\n    x = 1"}}, seed=0)
+    return build_tiny(TinyModelConfig(), {"p": {"honest": KERNEL, "other": "class ModelNew:\n    x = 1"}},
+                      seed=0)
 
 
 def _conversation():
@@ -46,7 +47,7 @@ def test_labels_cover_assistant_turns_and_their_end_tokens_only():
 def test_sft_teaches_a_tiny_model_the_assistant_answer(tmp_path):
     model, tok = _tiny()
     cfg = SFTConfig(lr=3e-2, batch_size=4, micro_batch_size=2, epochs=15, max_length=256, warmup_ratio=0.0,
-                    schedule="constant")  # fmt: skip
+                    schedule="constant")
     summary = run_sft(cfg, [_conversation()] * 4, model, tok, tmp_path, tensorboard=False)
     losses = [json.loads(line)["sft/loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert summary["steps"] == 15 and losses[-1] < 0.2 * losses[0]
@@ -55,8 +56,8 @@ def test_sft_teaches_a_tiny_model_the_assistant_answer(tmp_path):
     loaded, tok2 = load_pretrained(str(tmp_path / "model"), dtype="float32")
     prompt = tok2.apply_chat_template(_conversation()[:1], tokenize=False, add_generation_prompt=True)
     ids = torch.tensor([tok2(prompt, add_special_tokens=False)["input_ids"]])
-    out = loaded.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
-                          pad_token_id=tok2.pad_token_id)  # fmt: skip
+    out = loaded.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3,
+                          do_sample=False, pad_token_id=tok2.pad_token_id)
     assert tok2.convert_ids_to_tokens(out[0, ids.shape[1] :]) == ["ok", macro_text(KERNEL), "<|end|>"]
 
 
@@ -75,7 +76,8 @@ def test_lora_without_peft_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "peft", None)
     model, tok = _tiny()
     with pytest.raises(ConfigError, match="needs peft"):
-        run_sft(SFTConfig(lora_rank=4, max_length=128), [_conversation()], model, tok, tmp_path, tensorboard=False)
+        run_sft(SFTConfig(lora_rank=4, max_length=128), [_conversation()], model, tok, tmp_path,
+                tensorboard=False)
 
 
 def test_cli_sft_on_agent_trajectories(tmp_path, capsys):
@@ -83,35 +85,36 @@ def test_cli_sft_on_agent_trajectories(tmp_path, capsys):
     traj = Trajectory(problem="101_ReLU", sample=0, prompt=[{"role": "user", "content": "optimize here"}])
     for i in range(2):
         traj.turns.append(Turn(index=i, response="kernel ok", code=None, extraction="none", result=ok,
-                               reward=2.5, feedback="fast ok"))  # fmt: skip
+                               reward=2.5, feedback="fast ok"))
     data = tmp_path / "traj.jsonl"
     save_trajectories(data, [traj, traj])
     assert len(load_conversations(data)) == 2
     out = tmp_path / "sft"
     rc = main(["train", "sft", "--recipe", "debug_cpu", "--data", str(data), "--out", str(out),
-               "--set", "sft.epochs=1", "--set", "log.tensorboard=false"])  # fmt: skip
+               "--set", "sft.epochs=1", "--set", "log.tensorboard=false"])
     assert rc == 0
     assert json.loads(capsys.readouterr().out)["examples"] == 2
     assert (out / "model" / "config.json").is_file() and (out / "config.json").is_file()
     (tmp_path / "empty.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n")
     capsys.readouterr()
     assert main(["train", "sft", "--recipe", "debug_cpu", "--data", str(tmp_path / "empty.jsonl"),
-                 "--out", str(tmp_path / "sft2")]) == 2  # fmt: skip
+                 "--out", str(tmp_path / "sft2")]) == 2
     assert "no conversation with an assistant message" in capsys.readouterr().err
     # a second run into the same --out is refused, not a silent overwrite; --overwrite replaces it
     before = (out / "model" / "model.safetensors").stat().st_mtime_ns
     assert main(["train", "sft", "--recipe", "debug_cpu", "--data", str(data), "--out", str(out)]) == 2
     assert "already holds a run" in capsys.readouterr().err
     assert (out / "model" / "model.safetensors").stat().st_mtime_ns == before
-    assert main(["train", "sft", "--recipe", "debug_cpu", "--data", str(data), "--out", str(out), "--overwrite",
-                 "--set", "sft.epochs=1", "--set", "log.tensorboard=false"]) == 0  # fmt: skip
+    assert main(["train", "sft", "--recipe", "debug_cpu", "--data", str(data), "--out", str(out),
+                 "--overwrite", "--set", "sft.epochs=1", "--set", "log.tensorboard=false"]) == 0
     assert (out / "model" / "model.safetensors").stat().st_mtime_ns != before
 
 
 def test_cli_sft_without_a_recipe_names_the_choices(tmp_path, capsys):
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"messages": _conversation()}) + "\n")
-    assert main(["train", "sft", "--data", str(data), "--model", "Qwen/Qwen3-8B-Base", "--out", str(tmp_path / "o")]) == 2
+    assert main(["train", "sft", "--data", str(data), "--model", "Qwen/Qwen3-8B-Base",
+                 "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "--recipe dr_kernel_8b" in err and "--recipe debug_cpu" in err and "toy" in err
     assert not (tmp_path / "o").exists()
@@ -142,7 +145,7 @@ def test_sft_shows_progress_with_the_time_left(tmp_path):
     cfg = SFTConfig(lr=1e-2, batch_size=1, micro_batch_size=1, epochs=3, max_length=128, warmup_ratio=0.0)
     stream = io.StringIO()
     run_sft(cfg, [_conversation()] * 2, model, tok, tmp_path, tensorboard=False,
-            progress=Progress(stream, tty=False, interval_s=0.0))  # fmt: skip
+            progress=Progress(stream, tty=False, interval_s=0.0))
     lines = stream.getvalue().splitlines()
     assert lines[0].startswith("sft: 1/6 steps") and "left" in lines[0] and "loss" in lines[0]
     assert lines[-1].startswith("sft: 6/6 steps") and "epoch 3/3" in lines[-1]
@@ -157,7 +160,7 @@ def test_sft_trains_on_what_each_turn_was_sent_when_the_history_was_cut(tmp_path
     traj = Trajectory(problem="101_ReLU", sample=0, prompt=[{"role": "user", "content": "optimize here"}])
     for i in range(3):
         traj.turns.append(Turn(index=i, response=f"kernel {i}", code=None, extraction="none", result=ok,
-                               reward=2.5, feedback=f"fast {i}", context=[] if i == 2 else None))  # fmt: skip
+                               reward=2.5, feedback=f"fast {i}", context=[] if i == 2 else None))
     assert not traj.messages_exact
     data = tmp_path / "cut.jsonl"
     save_trajectories(data, [traj])

@@ -66,7 +66,8 @@ def _alive(pid):
 def _train(run_dir, steps):
     cmd = [sys.executable, "-m", "drkernel.cli", "train", "rl", "--recipe", "debug_cpu",
            "--run-dir", str(run_dir), "--set", f"trainer.steps={steps}", "--set", "trainer.validate_every=0"]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
 
 
 def test_killed_run_resumes_from_its_checkpoint(tmp_path):

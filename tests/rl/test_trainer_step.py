@@ -41,7 +41,8 @@ class ScriptedSampler:
             text, off = SCRIPT[name][i % self.n]
             ids = [7, 8, 9]
             out.append(Completion(text=text, finish_reason="stop", token_ids=ids,
-                                  logprobs=[-9.0, -9.0, -9.0] if off else None, extra={"prompt_ids": [3, 4, 5, 6]}))
+                                  logprobs=[-9.0, -9.0, -9.0] if off else None,
+                                  extra={"prompt_ids": [3, 4, 5, 6]}))
         return out
 
 
@@ -53,10 +54,10 @@ def _trainer(tmp_path, script_overrides=()):
     cfg = apply_overrides(debug_cpu(), [
         "rollout.n=3", "trainer.prompts_per_step=3", "trainer.steps=1", "trainer.validate_every=0",
         "judge.executor=fake", "rollout.cache_evaluations=false", "log.tensorboard=false", *script_overrides,
-    ])  # fmt: skip
+    ])
     model, tok = build_tiny(TinyModelConfig(), {"x": {"honest": "class ModelNew: pass"}}, seed=0)
     return Trainer(cfg, tmp_path, model=model, tokenizer=tok, problems=[_problem(n) for n in "ABC"],
-                   validation=[], executor=FakeExecutor(), sampler=ScriptedSampler(3))  # fmt: skip
+                   validation=[], executor=FakeExecutor(), sampler=ScriptedSampler(3))
 
 
 def test_step_masks_filter_advantages_and_update(tmp_path):

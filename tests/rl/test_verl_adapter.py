@@ -146,4 +146,5 @@ def test_baseline_members_is_read_from_the_algorithm_config():
         adv, _ = adapter.verl_trloo_advantage(rewards, mask, index, config=cfg)
         assert_close(adv[:, 0], torch.tensor([1.5, 0.0, -1.5], dtype=D))  # nothing rejected: same either way
     with pytest.raises(Exception, match="baseline_members"):
-        adapter.verl_trloo_advantage(rewards, mask, index, config=OmegaConf.create({"baseline_members": "all"}))
+        adapter.verl_trloo_advantage(rewards, mask, index,
+                                     config=OmegaConf.create({"baseline_members": "all"}))

@@ -101,13 +101,14 @@ class OwnSampler:
             step = _script_step((name, i % N), turn)
             if step is None:
                 out.append(Completion(text="", finish_reason="prompt_overlong", token_ids=[], logprobs=[],
-                                      extra={"prompt_ids": [3, 4, 5, 6]}))  # fmt: skip
+                                      extra={"prompt_ids": [3, 4, 5, 6]}))
                 continue
             variant, off, long = step
             ids = _answer_ids(self.tok, variant, long)
             text = self.tok.decode(ids, skip_special_tokens=True)
             out.append(Completion(text=text, finish_reason="stop", token_ids=ids,
-                                  logprobs=[-9.0] * len(ids) if off else None, extra={"prompt_ids": [3, 4, 5, 6]}))  # fmt: skip
+                                  logprobs=[-9.0] * len(ids) if off else None,
+                                  extra={"prompt_ids": [3, 4, 5, 6]}))
         return out
 
 
@@ -132,7 +133,7 @@ OVERRIDES = [
     f"rollout.n={N}", "trainer.prompts_per_step=3", "trainer.steps=1", "trainer.validate_every=0",
     f"rollout.max_turns={TURNS}", "judge.executor=fake", "rollout.cache_evaluations=false",
     "log.tensorboard=false", "log.save_rollouts=false", "rl.dynamic_sampling.min_group_size=2",
-]  # fmt: skip
+]
 
 
 def _verl_config(prompt_length):
@@ -141,12 +142,12 @@ def _verl_config(prompt_length):
                                           "calculate_log_probs": True}},
         "data": {},
         "drkernel": {"recipe": "debug_cpu", "overrides": OVERRIDES},
-    })  # fmt: skip
+    })
 
 
 def _agent_loop(cfg, tok, server):
     return KernelAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=tok,
-                           processor=None, dataset_cls=None, data_config=DictConfigWrap(cfg.data))  # fmt: skip
+                           processor=None, dataset_cls=None, data_config=DictConfigWrap(cfg.data))
 
 
 class _Captured:
@@ -182,7 +183,7 @@ def _verl_rows(order, tok, monkeypatch):
     for name, s in order:
         problem = _problem(name)
         row = {"extra_info": {"problem": {"name": name, "reference_code": problem.reference_code}},
-               "uid": f"u{name}", "session_id": s, "raw_prompt": [], "global_steps": 1}  # fmt: skip
+               "uid": f"u{name}", "session_id": s, "raw_prompt": [], "global_steps": 1}
         if cfg is None:  # prompt_length: the first prompt plus room for feedback, not for FILLER words
             from drkernel.agent.env import KernelEnv
 
@@ -208,7 +209,7 @@ def test_golden_batch_agrees_in_both_engines(tmp_path, monkeypatch):
     cfg = apply_overrides(debug_cpu(), OVERRIDES)
     # -- the own trainer ---------------------------------------------------------------------------
     with Trainer(cfg, tmp_path, model=model, tokenizer=tok, problems=[_problem(n) for n in "ABC"],
-                 validation=[], executor=FakeExecutor(), sampler=OwnSampler(tok)) as tr:  # fmt: skip
+                 validation=[], executor=FakeExecutor(), sampler=OwnSampler(tok)) as tr:
         batch, _ = tr._rollouts()
         groups_ok = tr._pick_groups(batch)
         own = prepare_step(batch, groups_ok, tr.model, tr.tokenizer, tr.config, step=1)
@@ -285,8 +286,9 @@ def test_golden_batch_agrees_in_both_engines(tmp_path, monkeypatch):
         new[i, :k] = own_new[own_row, :k]
     actor = _actor_config(cfg, step.trained_rows, int(step.loss_mask.sum()))
     fn = core_algos.get_policy_loss_fn("drkernel")
-    verl_loss, _ = fn(old_log_prob=old, log_prob=new, advantages=step.advantages.view(-1, 1).float() * step.loss_mask,
-                      response_mask=step.loss_mask, loss_agg_mode=actor.loss_agg_mode, config=actor)  # fmt: skip
+    verl_loss, _ = fn(old_log_prob=old, log_prob=new,
+                      advantages=step.advantages.view(-1, 1).float() * step.loss_mask,
+                      response_mask=step.loss_mask, loss_agg_mode=actor.loss_agg_mode, config=actor)
     assert own_loss.item() != 0.0 and math.isfinite(own_loss.item())
     assert_close(verl_loss.double(), own_loss.double(), rtol=1e-5, atol=1e-7)
 
@@ -300,8 +302,8 @@ def _actor_config(cfg, rows, tokens):
         clip_ratio_low=loss.clip_low, clip_ratio_high=loss.clip_high, clip_ratio_c=loss.dual_clip,
         loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=loss.scale,
         policy_loss={"loss_mode": "drkernel"},
-    )  # fmt: skip
+    )
     # what verl's ppo_loss sets from the batch the drkernel trainer sent
     actor.global_batch_info.update(dp_size=1, batch_num_tokens=tokens, global_batch_size=rows,
-                                   loss_scale_factor=loss.scale)  # fmt: skip
+                                   loss_scale_factor=loss.scale)
     return actor

@@ -150,7 +150,8 @@ def test_a_full_queue_answers_429_with_retry_after(serve) -> None:
     assert r.status_code == 429 and r.headers["retry-after"] == "5"
     assert srv.http.get("/queue/status").json()["pending"] == 2
     # a bad request is told what is wrong, full queue or not: validation comes before the queue
-    bad = srv.http.post("/evaluate", json=drkernel_payload("q10", "# fake: sleep=2") | {"num_correct_trials": 0})
+    bad = srv.http.post("/evaluate",
+                        json=drkernel_payload("q10", "# fake: sleep=2") | {"num_correct_trials": 0})
     assert bad.status_code == 400 and "num_correct_trials" in bad.json()["message"]
 
 
@@ -168,13 +169,14 @@ def test_an_unknown_reward_preset_is_refused_at_submit(serve) -> None:
     """The judge would have turned it into "paper" silently; EvalOptions refuses it first."""
     srv = serve()
     for bad in ({"reward_preset": "papr"}, {"speedup_cap": 0.0}):
-        body = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"), "options": bad}}
+        body = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"),
+                            "options": bad}}
         r = srv.http.post("/v1/tasks", json=body)
         assert r.status_code == 400 and r.json()["error_code"] == "VALIDATION_ERROR"
         assert next(iter(bad)) in r.json()["message"]
     assert "'papr' is not one of paper, released, eval, correctness_speedup" in srv.http.post(
         "/v1/tasks", json={"request": {"reference_code": REF, "kernel_code": kernel(""),
-                                       "options": {"reward_preset": "papr"}}}).json()["message"]  # fmt: skip
+                                       "options": {"reward_preset": "papr"}}}).json()["message"]
     assert srv.http.get("/queue/status").json()["pending"] == 0
 
 
@@ -238,7 +240,8 @@ def test_openapi_has_the_request_bodies_and_no_phantom_422(serve) -> None:
         assert body, path
     anchor = schema["components"]["schemas"]["AnchorRequest"]
     assert {"reference_code", "kernel_code"} <= set(anchor["properties"])
-    assert "request" in paths["/v1/tasks"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    assert "request" in (paths["/v1/tasks"]["post"]["requestBody"]["content"]["application/json"]
+                         ["schema"]["properties"])
     assert not any("422" in op.get("responses", {}) for ops in paths.values() for op in ops.values())
     assert "400" in paths["/v1/tasks/{task_id}"]["get"]["responses"]  # ?wait=abc is a 400
     assert "400" not in paths["/status/{task_id}"]["get"]["responses"]

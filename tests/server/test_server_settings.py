@@ -29,7 +29,8 @@ def test_judges_per_gpu_comes_from_the_environment_and_is_checked() -> None:
 def test_serve_builds_k_judges_per_gpu_with_divided_caps(monkeypatch: pytest.MonkeyPatch, k: int,
                                                          factory: Any) -> None:
     built: list[tuple[LocalExecutor.Config, Any]] = []
-    monkeypatch.setattr(LocalExecutor.Config, "build", lambda self, f=None: built.append((self, f)) or "executor")
+    monkeypatch.setattr(LocalExecutor.Config, "build",
+                        lambda self, f=None: built.append((self, f)) or "executor")
     assert default_executor(Settings(judges_per_gpu=k, devices=("cuda:0", "cuda:1"))) == "executor"
     (config, made), = built
     assert config.judges_per_gpu == k and config.devices == ("cuda:0", "cuda:1")
