@@ -1,6 +1,6 @@
 """The house rules, checked where CI checks everything: ruff (pyproject.toml: pycodestyle, pyflakes,
-import order, lines of at most 110 characters outside the judge's own code) and strict mypy over the
-package. Both come with the `dev` extra; without them the checks are skipped, saying why."""
+import order, lines of at most 110 characters) and strict mypy over the package. Both come with the
+`dev` extra; without them the checks are skipped, saying why."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_ruff_finds_nothing() -> None:
 
 
 def test_the_line_length_rule_is_on() -> None:
-    """A line of 111 characters in a file outside the judge is an error: the rule cannot be off."""
+    """A line of 111 characters is an error: the rule cannot be off."""
     line = "x = " + repr("a" * 105) + "\n"
     assert len(line.rstrip("\n")) == 111
     cp = _run("ruff", "check", "--no-cache", "--stdin-filename", "drkernel/agent/probe_line.py", "-",

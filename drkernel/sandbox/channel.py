@@ -95,7 +95,7 @@ class Channel:
         return ref_reply, self._cand_reply(cand_req, kind)
 
     def both_lenient(self, ref_req: Request, cand_req: Request,
-                     kind: type[R]) -> tuple[R | ReferenceFailure, R | ErrorReply]:  # fmt: skip
+                     kind: type[R]) -> tuple[R | ReferenceFailure, R | ErrorReply]:
         """Like `both`, but a reply that reports a failure is returned, not raised: a reference error
         as its ReferenceFailure, a candidate error as its ErrorReply. Both replies are always received,
         so neither pipe keeps a stale one. A dead reference still raises (infra)."""
@@ -139,7 +139,8 @@ class Channel:
             return parse_reply(request, data)
         except ProtocolError as exc:  # the candidate rewrote its sandbox's reply: its failure, not ours
             self.cand_proc.kill()
-            raise SandboxFailure("protocol", f"the sandbox's reply to {request.OP} is malformed: {exc}") from None
+            raise SandboxFailure("protocol",
+                                 f"the sandbox's reply to {request.OP} is malformed: {exc}") from None
 
     def _ref_reply(self, request: Request, kind: type[R]) -> R:
         try:
@@ -154,7 +155,7 @@ class Channel:
         if isinstance(reply, ErrorReply):
             err = reply.error
             raise ReferenceFailure(err.kind if err.kind == "unsupported_dtype" else "reference_error",
-                                   err.message or "reference failed")  # fmt: skip
+                                   err.message or "reference failed")
         return _expect(reply, kind, "reference")
 
     def _account(self, who: str, reply: Reply | ErrorReply) -> None:

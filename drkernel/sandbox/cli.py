@@ -23,13 +23,16 @@ __all__ = ["kernel_line", "register", "render_verdict"]
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("eval", help="judge one Triton candidate against a PyTorch reference",
-                       description="Judge KERNEL.py (defines ModelNew) against REFERENCE.py (KernelBench format).",
-                       formatter_class=DefaultsHelpFormatter)  # fmt: skip
-    p.add_argument("reference", type=Path, help="KernelBench-format reference (Model, get_inputs, get_init_inputs)")
+                       description="Judge KERNEL.py (defines ModelNew) against REFERENCE.py "
+                                   "(KernelBench format).",
+                       formatter_class=DefaultsHelpFormatter)
+    p.add_argument("reference", type=Path,
+                   help="KernelBench-format reference (Model, get_inputs, get_init_inputs)")
     p.add_argument("kernel", type=Path, help="candidate source defining ModelNew with @triton.jit kernels")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object (the result contract)")
     p.add_argument("-v", "--verbose", dest="eval_verbose", action="store_true",
-                   help="also print the traceback, every trial, stage timings and what the candidate printed")  # fmt: skip
+                   help="also print the traceback, every trial, stage timings and what the candidate "
+                        "printed")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda when present)")
     p.add_argument("--timeout", type=float, default=180.0, help="wall-clock limit in seconds")
     p.add_argument("--trials", type=int, default=None, help="correctness trials (default 5)")
@@ -38,11 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: per dtype)")
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: per dtype)")
     p.add_argument("--reference-backend", choices=["eager", "compile"], default="eager",
-                   help="time the reference eagerly or wrapped in torch.compile")  # fmt: skip
+                   help="time the reference eagerly or wrapped in torch.compile")
     p.add_argument("--preset", choices=["default", "paper"], default="default",
-                   help="'paper': 5 trials, atol=rtol=1e-2 for every dtype, the paper's reward")  # fmt: skip
+                   help="'paper': 5 trials, atol=rtol=1e-2 for every dtype, the paper's reward")
     p.add_argument("--reward", choices=["paper", "released", "eval", "correctness_speedup"], default=None,
-                   help="reward formula (default: paper)")  # fmt: skip
+                   help="reward formula (default: paper)")
     p.add_argument("--seed", type=int, default=None, help="fix trial seeds (default: fresh per run)")
     p.add_argument("--no-profile", action="store_true", help="skip the profiling window (coverage null)")
     p.add_argument("--memory-limit-mb", type=int, default=None, help="host memory limit of the sandbox")
@@ -53,11 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "it cannot isolate sandboxes")
     p.add_argument("--launch-preroll-us", type=float, default=None,
                    help="GPU: keep the device busy this long before each timed call so that host launch "
-                        "overhead is not timed (default 0: off)")  # fmt: skip
+                        "overhead is not timed (default 0: off)")
     p.add_argument("--shape", action="append", default=[], metavar="SNIPPET",
                    help="also check correctness at other sizes: Python assignments replacing the reference's "
                         "module-level size constants, e.g. --shape 'batch_size = 3; dim = 100' (repeatable); "
-                        "never changes the verdict")  # fmt: skip
+                        "never changes the verdict")
     p.set_defaults(func=run)
 
 
@@ -65,11 +68,11 @@ def _options(args: argparse.Namespace) -> EvalOptions:
     base = EvalOptions.paper() if args.preset == "paper" else EvalOptions()
     changes: dict[str, object] = {"device": args.device, "timeout_s": args.timeout,
                                   "reference_backend": args.reference_backend, "seed": args.seed,
-                                  "profile": not args.no_profile}  # fmt: skip
+                                  "profile": not args.no_profile}
     for field, value in (("num_correct_trials", args.trials), ("num_perf_trials", args.perf_trials),
                          ("num_warmup", args.warmup), ("atol", args.atol), ("rtol", args.rtol),
                          ("reward_preset", args.reward), ("memory_limit_mb", args.memory_limit_mb),
-                         ("launch_preroll_us", args.launch_preroll_us)):  # fmt: skip
+                         ("launch_preroll_us", args.launch_preroll_us)):
         if value is not None:
             changes[field] = value
     return base.replace(**changes)
@@ -103,8 +106,8 @@ def _check_flags(args: argparse.Namespace) -> None:
 def _read(path: Path, what: str) -> str:
     try:
         if path.is_file() and path.stat().st_size > MAX_SOURCE_BYTES:
-            raise ConfigError(f"{what} file {path} is {path.stat().st_size} bytes: the judge takes sources of "
-                              f"at most {MAX_SOURCE_BYTES >> 20} MiB (the server's limit too)")  # fmt: skip
+            raise ConfigError(f"{what} file {path} is {path.stat().st_size} bytes: the judge takes sources "
+                              f"of at most {MAX_SOURCE_BYTES >> 20} MiB (the server's limit too)")
         return path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{what} file not found: {path}") from None
@@ -124,21 +127,23 @@ def run(args: argparse.Namespace) -> int:
     kernel = _read(args.kernel, "kernel")
     options = _options(args)
     missing = [what for what, text in (("class Model", "class Model"), ("get_inputs()", "def get_inputs"),
-                                       ("get_init_inputs()", "def get_init_inputs")) if text not in reference]  # fmt: skip
+                                       ("get_init_inputs()", "def get_init_inputs"))
+               if text not in reference]
     if missing:
-        raise ConfigError(f"{args.reference} is not KernelBench format: it defines no {' and no '.join(missing)} "
-                          "(a reference defines class Model, get_inputs() and get_init_inputs())")  # fmt: skip
+        raise ConfigError(f"{args.reference} is not KernelBench format: it defines no "
+                          f"{' and no '.join(missing)} (a reference defines class Model, get_inputs() and "
+                          "get_init_inputs())")
     for snippet in args.shape:
         try:
             compile(snippet, "--shape", "exec")
         except SyntaxError as exc:
             raise ConfigError(f"--shape {snippet!r} is not Python: {exc.msg}") from None
     request = EvalRequest(reference_code=reference, kernel_code=kernel, options=options,
-                          problem_name=args.reference.stem, shape_variants=tuple(args.shape))  # fmt: skip
+                          problem_name=args.reference.stem, shape_variants=tuple(args.shape))
     try:
         with Judge(device=options.device, spares=1, cache_path=args.cache or default_cache_path(),
                    memory_limit_mb=options.memory_limit_mb, insecure=args.insecure,
-                   zygote=zygote) as judge:  # fmt: skip
+                   zygote=zygote) as judge:
             result = judge.evaluate(request)
     except SandboxFailure as exc:  # the judge's own machinery, never the candidate's doing
         print(f"drkernel eval: the judge could not start its sandboxes: {exc}", file=sys.stderr)
@@ -157,7 +162,8 @@ def _prestart(device: str | None) -> Zygote | None:
     from drkernel.sandbox.process import Zygote
 
     if device is None:
-        device = "cuda" if os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES") != "" else "cpu"
+        device = ("cuda" if os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
+                  else "cpu")
     if device != "cpu" and device != "cuda" and not device.startswith("cuda:"):
         return None  # a bad spelling: Judge says what is wrong with it
     try:
@@ -182,7 +188,8 @@ def kernel_line(traceback: str | None) -> tuple[int, str] | None:
     for i, line in enumerate(lines):
         m = _KERNEL_FRAME.search(line)
         if m:
-            text = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File ") else ""
+            text = (lines[i + 1].strip()
+                    if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File ") else "")
             found = (int(m.group(1)), text)
     return found
 
@@ -190,30 +197,33 @@ def kernel_line(traceback: str | None) -> tuple[int, str] | None:
 def render_verdict(r: EvalResult, verbose: bool = False) -> str:
     """A short human-readable verdict; `verbose` adds the traceback, trials, stage times and output."""
     dev = r.device
-    where = f"{dev.name} ({'Triton interpreter: timings are not GPU timings' if dev.interpreter else 'GPU'})" if dev else "?"
+    where = (f"{dev.name} ({'Triton interpreter: timings are not GPU timings' if dev.interpreter else 'GPU'})"
+             if dev else "?")
     lines = [f"verdict   {r.outcome.value.upper()}  (status {r.status.value}, reward {r.reward:.3f})",
              f"device    {where}",
-             f"compiled  {r.compiled}   correct {r.correct}"]  # fmt: skip
+             f"compiled  {r.compiled}   correct {r.correct}"]
     if r.hacks:
         lines.append("hacks     " + ", ".join(f"{c}: {r.hack_details.get(c, '')}" for c in r.hacks))
     if r.error:
-        lines.append(f"error     {r.error.kind}: {r.error.message.splitlines()[0] if r.error.message else ''}")
+        lines.append(f"error     {r.error.kind}: "
+                     f"{r.error.message.splitlines()[0] if r.error.message else ''}")
         at = kernel_line(r.error.traceback)
         if at is not None:
             lines.append(f"          at kernel line {at[0]}" + (f": {at[1]}" if at[1] else ""))
     if r.trials:
         ok = sum(t.passed for t in r.trials)
         worst = next((t for t in r.trials if not t.passed), None)
-        lines.append(f"trials    {ok}/{len(r.trials)} passed" + (f"; first failure: {worst.issue}" if worst else ""))
+        lines.append(f"trials    {ok}/{len(r.trials)} passed"
+                     + (f"; first failure: {worst.issue}" if worst else ""))
     if r.kernel_ms is not None:
         lines.append(f"timing    kernel {_fmt(r.kernel_ms, ' ms')}  reference {_fmt(r.reference_ms, ' ms')}  "
-                     f"speedup {_fmt(r.speedup, 'x')}")  # fmt: skip
+                     f"speedup {_fmt(r.speedup, 'x')}")
     lines.append(f"coverage  {_fmt(r.coverage)}  (share of device time in the submission's kernels)")
     for warning in r.warnings:
         lines.append(f"warning   {warning}")
     if r.shape_variants_total is not None:
         lines.append(f"shapes    {r.shape_variants_passed}/{r.shape_variants_total} other sizes passed"
-                     + "".join(f"\n          {issue[:200]}" for issue in r.shape_variant_issues))  # fmt: skip
+                     + "".join(f"\n          {issue[:200]}" for issue in r.shape_variant_issues))
     if r.kernels:
         top = ", ".join(f"{k.name[:40]}{'*' if k.own else ''} {k.device_us:.0f}us" for k in r.kernels[:5])
         lines.append(f"kernels   {top}   (* = submission's own)")
@@ -227,7 +237,7 @@ def _details(r: EvalResult) -> list[str]:
     for t in r.trials:
         diffs = f"max abs {_fmt(t.max_abs_diff)}, max rel {_fmt(t.max_rel_diff)}, rel L2 {_fmt(t.rel_l2)}"
         out.append(f"trial     seed {t.seed}: {'passed' if t.passed else 'FAILED'} ({diffs})"
-                   + (f": {t.issue}" if t.issue else ""))  # fmt: skip
+                   + (f": {t.issue}" if t.issue else ""))
     if r.stage_s:
         out.append("stages    " + ", ".join(f"{k} {v:.2f}s" for k, v in r.stage_s.items()))
     if r.error and r.error.traceback:

@@ -28,7 +28,8 @@ from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, layo
 from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
 from drkernel.sandbox.tensorfile import Entry, TensorFileError, read_header
 
-__all__ = ["JudgeFault", "LocalComparator", "ProcessComparator", "compare_job", "fingerprint", "make_comparator"]
+__all__ = ["JudgeFault", "LocalComparator", "ProcessComparator", "compare_job", "fingerprint",
+           "make_comparator"]
 
 _PRINT_ELEMENTS = 4096
 FAULT_ENV = "DRKERNEL_DEBUG_JUDGE_FAULT"  # debug hook: "compare" or "device_assert", once per judge
@@ -91,22 +92,23 @@ def compare_job(job: dict[str, Any], device: str) -> dict[str, Any]:
     prints = fingerprint(ref_t).tolist() if job.get("fingerprint") else None
     ref_structure, out_structure = job["structure"]
     c = compare_outputs(ref_structure, ref_t, out_structure, out_t, job.get("atol"), job.get("rtol"),
-                        bool(job.get("relative", True)))  # fmt: skip
-    return {"passed": c.passed, "issue": c.issue, "max_abs_diff": c.max_abs_diff, "max_rel_diff": c.max_rel_diff,
-            "rel_l2": c.rel_l2, "fingerprint": prints}  # fmt: skip
+                        bool(job.get("relative", True)))
+    return {"passed": c.passed, "issue": c.issue, "max_abs_diff": c.max_abs_diff,
+            "max_rel_diff": c.max_rel_diff, "rel_l2": c.rel_l2, "fingerprint": prints}
 
 
 def _header_issue(entries: list[Entry], expect: list[list[Any]]) -> str | None:
     """What differs between a candidate file's tensors and the reference's, in compare_outputs' words."""
     if len(entries) != len(expect):
         return "output structure differs from the reference (tuple/list/tensor layout)"
-    issues = (layout_issue(e.dtype, e.shape, dtype, shape) for e, (dtype, shape) in zip(entries, expect, strict=True))
+    issues = (layout_issue(e.dtype, e.shape, dtype, shape)
+              for e, (dtype, shape) in zip(entries, expect, strict=True))
     return next((i for i in issues if i is not None), None)
 
 
 def _failed(issue: str) -> dict[str, Any]:
     return {"passed": False, "issue": issue, "max_abs_diff": None, "max_rel_diff": None, "rel_l2": None,
-            "fingerprint": None}  # fmt: skip
+            "fingerprint": None}
 
 
 def _inject(kind: str | None, device: str) -> None:
@@ -155,9 +157,10 @@ class ProcessComparator:
         resp_r, resp_w = os.pipe()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_parent(), env.get("PYTHONPATH")]))
-        self._proc = subprocess.Popen([sys.executable, "-m", "drkernel.sandbox.comparator", str(cmd_r), str(resp_w),
-                                       self.device], pass_fds=(cmd_r, resp_w), env=env,
-                                      stdin=subprocess.DEVNULL, start_new_session=False)  # fmt: skip
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "drkernel.sandbox.comparator", str(cmd_r), str(resp_w), self.device],
+            pass_fds=(cmd_r, resp_w), env=env, stdin=subprocess.DEVNULL, start_new_session=False,
+        )
         os.close(cmd_r)
         os.close(resp_w)
         self._w, self._r = cmd_w, resp_r
@@ -180,7 +183,9 @@ class ProcessComparator:
             if ready:
                 return read_message(self._r)
             if self._proc is None or self._proc.poll() is not None:
-                raise ProtocolError(f"it exited with status {None if self._proc is None else self._proc.returncode}")
+                raise ProtocolError(
+                    f"it exited with status {None if self._proc is None else self._proc.returncode}"
+                )
             if time.monotonic() > deadline:
                 raise ProtocolError("it did not answer within 600 s")
 

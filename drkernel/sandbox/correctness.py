@@ -62,8 +62,10 @@ class Comparison:
     rel_l2: float | None = None
 
 
-def load_tensors(path: str, expected: int, device: str = "cpu",
-                 expect: list[tuple[torch.dtype | str, list[int]]] | None = None) -> list[torch.Tensor]:  # fmt: skip
+def load_tensors(
+    path: str, expected: int, device: str = "cpu",
+    expect: list[tuple[torch.dtype | str, list[int]]] | None = None,
+) -> list[torch.Tensor]:
     """Load a sandbox's tensor file safely: plain tensors of allowed dtypes only, bounded size.
 
     The file is parsed by `tensorfile.read_tensors` (a JSON header and raw bytes: nothing is
@@ -83,13 +85,14 @@ def _same_structure(a: Any, b: Any) -> bool:
         )
     if "v" in a:
         return a["v"] == b["v"] or (
-            isinstance(a["v"], float) and isinstance(b["v"], float) and math.isclose(a["v"], b["v"], rel_tol=1e-4)
+            isinstance(a["v"], float) and isinstance(b["v"], float)
+            and math.isclose(a["v"], b["v"], rel_tol=1e-4)
         )
     return "t" in a
 
 
 def layout_issue(dtype: object, shape: list[int] | tuple[int, ...], ref_dtype: object,
-                 ref_shape: list[int] | tuple[int, ...]) -> str | None:  # fmt: skip
+                 ref_shape: list[int] | tuple[int, ...]) -> str | None:
     """The dtype or shape of an output against the reference's (dtypes compared as "torch.float32")."""
     if str(dtype) != str(ref_dtype):
         return f"dtype mismatch: got {dtype}, expected {ref_dtype}"
@@ -137,16 +140,20 @@ def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance) -> Com
     if r.numel() > 1 and spread > 1e-6 * float(r_abs.max()) and float(o_max - o_min) == 0:
         cmp.passed, cmp.issue = False, "constant output where the reference output varies"
     elif bad:
-        cmp.passed, cmp.issue = False, f"{bad} of {r.numel()} elements outside atol={atol:.3g}, rtol={tol.rtol:g}"
+        cmp.passed, cmp.issue = False, (
+            f"{bad} of {r.numel()} elements outside atol={atol:.3g}, rtol={tol.rtol:g}"
+        )
     elif tol.rel_l2 is not None and rel_l2 > tol.rel_l2:
-        cmp.passed, cmp.issue = False, f"relative L2 error {rel_l2:.2e} above {tol.rel_l2:.0e} for {ref.dtype}"
+        cmp.passed, cmp.issue = False, (
+            f"relative L2 error {rel_l2:.2e} above {tol.rel_l2:.0e} for {ref.dtype}"
+        )
     return cmp
 
 
 def compare_outputs(
     ref_structure: Any, ref: list[torch.Tensor], out_structure: Any, out: list[torch.Tensor],
     atol: float | None, rtol: float | None, relative: bool,
-) -> Comparison:  # fmt: skip
+) -> Comparison:
     """Compare every leaf; the worst leaf decides. Structures must match exactly."""
     if not _same_structure(ref_structure, out_structure) or len(ref) != len(out):
         return Comparison(False, "output structure differs from the reference (tuple/list/tensor layout)")

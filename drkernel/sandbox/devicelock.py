@@ -2,13 +2,14 @@
 
 Judges that share a GPU (several per device, or judges of two servers) compile, load and check
 correctness side by side. The stages whose numbers depend on having the device to themselves
-(the timed windows, the profiled window, the peak measurement, the reference's timing) hold the lock exclusively
-(`timing_lock`); other heavy GPU work of the judges' sandboxes (the reference's checksums of timed
-inputs, the launch modes, building the candidate's window) holds it shared (`gpu_work`), so it never runs inside
-another judge's timing window. Writers are preferred: a timing window that waits keeps new shared
-holders out (they queue on a gate file the writer holds), so a stream of shared work cannot starve
-it. The steps that may compile the candidate's kernels (seconds of CPU: the correctness trials, the held-out
-shapes) take no lock: a shared holder that compiles would keep every timing window waiting.
+(the timed windows, the profiled window, the peak measurement, the reference's timing) hold the lock
+exclusively (`timing_lock`); other heavy GPU work of the judges' sandboxes (the reference's checksums
+of timed inputs, the launch modes, building the candidate's window) holds it shared (`gpu_work`), so
+it never runs inside another judge's timing window. Writers are preferred: a timing window that waits
+keeps new shared holders out (they queue on a gate file the writer holds), so a stream of shared work
+cannot starve it. The steps that may compile the candidate's kernels (seconds of CPU: the correctness
+trials, the held-out shapes) take no lock: a shared holder that compiles would keep every timing
+window waiting.
 
 Both are flocks on files named after the GPU: they end with their holder, even one that crashed.
 A thread that holds the timing lock passes through `gpu_work` (the same thread must not wait on
@@ -79,7 +80,8 @@ def _device_lock(device: str, exclusive: bool) -> Iterator[None]:
     gate = _open(key, "gate")
     data = -1
     try:
-        fcntl.flock(gate, mode)  # a writer waits here for another writer; a reader, while a writer waits or holds
+        # a writer waits here for another writer; a reader, while a writer waits or holds
+        fcntl.flock(gate, mode)
         data = _open(key, "timing")
         fcntl.flock(data, mode)
         if exclusive:

@@ -92,7 +92,7 @@ class TamperWatch:
         import time
 
         for attr in ("allclose", "equal", "isclose", "manual_seed", "randn", "rand", "randint",
-                     "randn_like", "rand_like", "empty", "zeros", "save", "load"):  # fmt: skip
+                     "randn_like", "rand_like", "empty", "zeros", "save", "load"):
             self.add(torch, attr, f"torch.{attr}")
         self.add(torch.testing, "assert_close", "torch.testing.assert_close")
         for attr in ("__eq__", "clone", "cpu", "to", "contiguous", "__torch_function__"):

@@ -65,7 +65,8 @@ def _c() -> Any:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+        _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                                ctypes.c_char_p]
     return _libc
 
 
@@ -113,8 +114,8 @@ def enter(spec: dict[str, Any]) -> None:
 
     spec: uid (int); keep: folders bound back in, writable (the sandbox's own); expose: folders bound
     back in read-only (the Python installation, this package) where a folder above them is closed to
-    other users; hide: more folders to cover with an empty tmpfs, files to cover with /dev/null. Raises OSError at the first step
-    that fails.
+    other users; hide: more folders to cover with an empty tmpfs, files to cover with /dev/null.
+    Raises OSError at the first step that fails.
     """
     uid = int(spec["uid"])
     keep = [os.path.abspath(p) for p in spec.get("keep", [])]
@@ -171,7 +172,7 @@ _DENIED_X86_64 = {
     "reboot": 169, "sethostname": 170, "setdomainname": 171, "iopl": 172, "ioperm": 173, "quotactl": 179,
     "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159,
     "personality": 135, "lookup_dcookie": 212, "vhangup": 153,
-}  # fmt: skip
+}
 _NR_CLONE, _NR_CLONE3 = 56, 435
 _NS_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x02000000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
@@ -180,7 +181,8 @@ _RET_ALLOW, _RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 
 
 class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
 
 
 class _SockFprog(ctypes.Structure):
@@ -206,15 +208,15 @@ def seccomp_program() -> list[tuple[int, int, int, int]]:
     def to(target: int, at: int) -> int:  # a forward jump from instruction `at` to `target`
         return target - (at + 1)
 
-    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, AUDIT_ARCH_X86_64), (ret, 0, 0, _RET_KILL_PROCESS), (ld_abs, 0, 0, 0),
-            (jge, to(deny, 4), 0, 0x40000000), (jeq, to(enosys, 5), 0, _NR_CLONE3),
-            (jeq, to(allow + 1, 6), 0, _NR_CLONE)]  # fmt: skip
+    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, AUDIT_ARCH_X86_64), (ret, 0, 0, _RET_KILL_PROCESS),
+            (ld_abs, 0, 0, 0), (jge, to(deny, 4), 0, 0x40000000), (jeq, to(enosys, 5), 0, _NR_CLONE3),
+            (jeq, to(allow + 1, 6), 0, _NR_CLONE)]
     prog += [(jeq, to(deny, 7 + i), 0, nr) for i, nr in enumerate(denied)]
     prog += [(ret, 0, 0, _RET_ALLOW),
              (ld_abs, 0, 0, 16),  # args[0], its low 32 bits: clone's flags
              (jset, to(deny, allow + 2), 0, _NS_FLAGS),
              (ret, 0, 0, _RET_ALLOW),
-             (ret, 0, 0, _RET_ERRNO | errno.EPERM), (ret, 0, 0, _RET_ERRNO | errno.ENOSYS)]  # fmt: skip
+             (ret, 0, 0, _RET_ERRNO | errno.EPERM), (ret, 0, 0, _RET_ERRNO | errno.ENOSYS)]
     assert len(prog) == enosys + 1
     return prog
 
@@ -234,7 +236,8 @@ def install_seccomp(spec_allow: bool = True) -> None:
     fprog = _SockFprog(len(prog), ctypes.cast(insns, ctypes.POINTER(_SockFilter)))
     if spec_allow:
         libc = _c()
-        rc = libc.syscall(_NR_SECCOMP, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_SPEC_ALLOW, ctypes.byref(fprog))
+        rc = libc.syscall(_NR_SECCOMP, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_SPEC_ALLOW,
+                          ctypes.byref(fprog))
         if rc == 0:
             return
         if ctypes.get_errno() not in (errno.EINVAL, errno.ENOSYS):
@@ -284,8 +287,8 @@ def _read_only_tree(writable: list[str]) -> None:
     mount_setattr(2) (Linux 5.12) does it for the whole tree; without it, only "/" becomes read-only.
     """
     attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY, 0, 0, 0)
-    rc = _c().syscall(ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), b"/", ctypes.c_uint(AT_RECURSIVE),
-                      ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))  # fmt: skip
+    rc = _c().syscall(ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), b"/",
+                      ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
     if rc != 0:
         if ctypes.get_errno() != errno.ENOSYS:
             _check(rc, "mount_setattr(/, read-only, recursive)")
@@ -304,7 +307,7 @@ def needed_paths() -> tuple[str, ...]:
 
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     found = [sys.prefix, sys.base_prefix, here, os.path.dirname(os.path.dirname(torch.__file__)),
-             os.path.dirname(os.path.dirname(triton.__file__))]  # fmt: skip
+             os.path.dirname(os.path.dirname(triton.__file__))]
     with contextlib.suppress(OSError):  # the NVIDIA daemons' sockets stay (the driver may ask them)
         found += [os.path.join("/run", n) for n in os.listdir("/run") if n.startswith("nvidia")]
     return tuple(sorted({os.path.realpath(p) for p in found}))
@@ -376,8 +379,9 @@ def probe(hide: list[str] | None = None) -> str | None:
             files = [sys.executable, os.__file__, torch.__file__, triton.__file__, __file__]
             spec = json.dumps({"hide": hide or [], "expose": list(needed_paths()), "files": files})
             res = subprocess.run([sys.executable, "-m", "drkernel.sandbox.isolation", tmp, spec],
-                                 capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin",
-                                 "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})  # fmt: skip
+                                 capture_output=True, text=True, timeout=30,
+                                 env={"PATH": "/usr/bin:/bin",
+                                      "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
         except (OSError, subprocess.SubprocessError) as exc:
             return f"the isolation probe did not run: {exc}"
     if res.returncode != 0:

@@ -59,12 +59,12 @@ def default_cache_path() -> Path:
 class Judge:
     """Judges candidates on one device. Use as a context manager, or call close()."""
 
-    def __init__(self, device: str | None = None, *, spares: int | None = None, cache_path: str | Path | None = None,
-                 memory_limit_mb: int | None = None, candidate_gpu_fraction: float = 0.6,
-                 reference_gpu_fraction: float = 0.3, shared_triton_cache: str | None = None,
-                 fork_server: bool = True, isolate_uid: bool | None = None,
-                 insecure: bool | None = None, hide: Sequence[str | Path] = (),
-                 zygote: Zygote | None = None) -> None:  # fmt: skip
+    def __init__(self, device: str | None = None, *, spares: int | None = None,
+                 cache_path: str | Path | None = None, memory_limit_mb: int | None = None,
+                 candidate_gpu_fraction: float = 0.6, reference_gpu_fraction: float = 0.3,
+                 shared_triton_cache: str | None = None, fork_server: bool = True,
+                 isolate_uid: bool | None = None, insecure: bool | None = None,
+                 hide: Sequence[str | Path] = (), zygote: Zygote | None = None) -> None:
         """`insecure`: run sandboxes without namespaces, for one's own code only (every result then
         says "isolation": "none"); otherwise the judge refuses to start where it cannot isolate them.
         None reads DRKERNEL_INSECURE=1. `hide`: more files or folders no sandbox may see (besides
@@ -72,8 +72,9 @@ class Judge:
         `zygote`: a fork server started earlier (`drkernel eval` starts one before importing torch);
         the judge owns it from here, and replaces it if it was started for another device."""
         try:
-            self._setup(device, spares, cache_path, memory_limit_mb, candidate_gpu_fraction, reference_gpu_fraction,
-                        shared_triton_cache, fork_server, isolate_uid, insecure, hide, zygote)  # fmt: skip
+            self._setup(device, spares, cache_path, memory_limit_mb, candidate_gpu_fraction,
+                        reference_gpu_fraction, shared_triton_cache, fork_server, isolate_uid, insecure,
+                        hide, zygote)
         except BaseException:
             if zygote is not None:
                 zygote.close()
@@ -82,7 +83,7 @@ class Judge:
     def _setup(self, device: str | None, spares: int | None, cache_path: str | Path | None,
                memory_limit_mb: int | None, candidate_gpu_fraction: float, reference_gpu_fraction: float,
                shared_triton_cache: str | None, fork_server: bool, isolate_uid: bool | None,
-               insecure: bool | None, hide: Sequence[str | Path], zygote: Zygote | None) -> None:  # fmt: skip
+               insecure: bool | None, hide: Sequence[str | Path], zygote: Zygote | None) -> None:
         if insecure is None:
             insecure = os.environ.get("DRKERNEL_INSECURE", "").strip().lower() in ("1", "true", "yes")
         self.device = resolve_device(device)
@@ -95,7 +96,8 @@ class Judge:
         # for the next one); a shared directory trades that isolation for no recompilation.
         self.shared_triton_cache = shared_triton_cache
         # hidden from every sandbox: the reference-timing cache's folder and the sandboxes' scratch root
-        extra = [*map(str, hide), *filter(None, os.environ.get("DRKERNEL_SANDBOX_HIDE", "").split(os.pathsep))]
+        extra = [*map(str, hide),
+                 *filter(None, os.environ.get("DRKERNEL_SANDBOX_HIDE", "").split(os.pathsep))]
         self._hide = _to_hide(cache_path, self.device, extra)
         self.insecure = insecure
         if not insecure:
@@ -132,7 +134,7 @@ class Judge:
         return SandboxProcess(role, self.device, self.memory_limit_mb, fraction,
                               triton_cache=self.shared_triton_cache, zygote=self._zygote,
                               isolate_uid=self.isolate_uid, namespaces=not self.insecure,
-                              hide=self._hide)  # fmt: skip
+                              hide=self._hide)
 
     def _fill_pool(self) -> None:
         while len(self._pool) < self.spares:
@@ -194,17 +196,19 @@ class Judge:
             result.stage_s["spare_wait"] = round(waited, 4)
         except SandboxFailure as exc:
             outcome = _FAILURE_OUTCOMES.get(exc.kind, EvalOutcome.RUNTIME_ERROR)
-            result = EvalResult.failure(outcome, exc.kind, exc.message, device=device, task_id=request.task_id)
+            result = EvalResult.failure(outcome, exc.kind, exc.message, device=device,
+                                        task_id=request.task_id)
             result.compiled = True
         except ReferenceFailure as exc:
             self._restart_reference()
             result = EvalResult.failure(EvalOutcome.INFRA_ERROR, exc.kind, exc.message, device=device,
-                                        task_id=request.task_id)  # fmt: skip
+                                        task_id=request.task_id)
         except Exception as exc:  # noqa: BLE001 - process edge: a judge bug must not kill the caller
             if not isinstance(exc, JudgeFault):
                 log.exception("judge failure")
             result = EvalResult(outcome=EvalOutcome.INFRA_ERROR, device=device, task_id=request.task_id,
-                                error=ErrorInfo("judge_error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))  # fmt: skip
+                                error=ErrorInfo("judge_error", f"{type(exc).__name__}: {exc}",
+                                                traceback.format_exc()))
             self._replace_device_state()
         finally:
             output = cand.output_tail() if cand is not None and cand.used else ""
@@ -292,7 +296,7 @@ def _to_hide(cache_path: str | Path | None, device: str, extra: list[str]) -> li
     import triton
 
     needed = [sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2]),
-              os.path.dirname(torch.__file__), os.path.dirname(triton.__file__)]  # fmt: skip
+              os.path.dirname(torch.__file__), os.path.dirname(triton.__file__)]
     hide = []
     candidates = [scratch_root(device) or tempfile.gettempdir(), *extra]
     if cache_path is not None:
@@ -302,8 +306,9 @@ def _to_hide(cache_path: str | Path | None, device: str, extra: list[str]) -> li
         folder = os.path.abspath(folder)
         if os.path.isfile(folder):
             hide.append(folder)
-        elif folder != "/" and not any(os.path.abspath(n) == folder or os.path.abspath(n).startswith(folder + os.sep)
-                                     for n in needed):  # fmt: skip
+        elif folder != "/" and not any(os.path.abspath(n) == folder
+                                       or os.path.abspath(n).startswith(folder + os.sep)
+                                       for n in needed):
             hide.append(folder)
     return hide
 
@@ -330,7 +335,7 @@ def _uid_isolation_works() -> bool:
     files = [sys.executable, os.__file__, torch.__file__, triton.__file__, __file__]
     try:
         probe = subprocess.run(["cat", *files], user=65534, group=65534, extra_groups=[],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)  # fmt: skip
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return False
     if probe.returncode != 0:
@@ -351,8 +356,9 @@ def _first_unreadable(files: list[str]) -> str:
     """The first of `files` that the unprivileged uid cannot read (a folder above it may be the cause)."""
     for path in files:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            if subprocess.run(["cat", path], user=65534, group=65534, extra_groups=[], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=10).returncode != 0:  # fmt: skip
+            if subprocess.run(["cat", path], user=65534, group=65534, extra_groups=[],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=10).returncode != 0:
                 return path
     return "?"
 

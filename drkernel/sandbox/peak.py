@@ -24,8 +24,9 @@ def _row_max_kernel() -> Any:
     import triton
     import triton.language as tl
 
+    # no annotations: @triton.jit reads them
     @triton.jit
-    def row_max(x_ptr, o_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]  # noqa: N803 (no annotations: @triton.jit reads them)
+    def row_max(x_ptr, o_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]  # noqa: N803
         row = tl.program_id(0)
         best = tl.full((BLOCK,), -float("inf"), tl.float32)
         for c0 in range(0, n, BLOCK):

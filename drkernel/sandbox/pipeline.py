@@ -30,15 +30,15 @@ class Evaluation:
     def __init__(self, request: EvalRequest, cand: SandboxProcess, ref: SandboxProcess,
                  cache: ReferenceTimingCache, device: DeviceInfo,
                  comparator: LocalComparator | ProcessComparator | None = None,
-                 judge_device: str = "cpu") -> None:  # fmt: skip
+                 judge_device: str = "cpu") -> None:
         opts = request.options
         rng = random.Random(opts.seed) if opts.seed is not None else random.SystemRandom()
         init_seed = rng.randrange(1 << 31)
         seeds = [rng.randrange(1 << 31) for _ in range(opts.num_correct_trials)]
         verdict = Verdict(EvalResult(outcome=EvalOutcome.OK, device=device, task_id=request.task_id))
         channel = Channel(cand, ref, time.monotonic() + opts.timeout_s, verdict)
-        self.ctx = Context(request, channel, verdict, cuda=device.kind == "cuda", device=judge_device, rng=rng,
-                           init_seed=init_seed, seeds=seeds)  # fmt: skip
+        self.ctx = Context(request, channel, verdict, cuda=device.kind == "cuda", device=judge_device,
+                           rng=rng, init_seed=init_seed, seeds=seeds)
         self.cache = cache
         self.comparator = comparator or LocalComparator("cpu")
 

@@ -32,8 +32,8 @@ from drkernel.sandbox.protocol import Hello, ProtocolError, read_message, write_
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SandboxFailure", "SandboxProcess", "UidLease", "Zygote", "remove_tree", "sandbox_env", "scratch_root",
-           "sweep_uid"]
+__all__ = ["SandboxFailure", "SandboxProcess", "UidLease", "Zygote", "remove_tree", "sandbox_env",
+           "scratch_root", "sweep_uid"]
 
 _POLL_S = 0.05
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -85,7 +85,7 @@ def sweep_uid(uid: int) -> None:
     cmd = [kill, "-9", "-1"] if kill else [sys.executable, "-c", "import os; os.kill(-1, 9)"]
     with contextlib.suppress(OSError, subprocess.SubprocessError):  # kill(-1) spares the caller itself
         subprocess.run(cmd, user=uid, group=uid, extra_groups=[], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=5, check=False)  # fmt: skip
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=5, check=False)
 
 
 _UID_DIR = "/tmp/drkernel-uids"
@@ -173,7 +173,7 @@ class Zygote:
                 [sys.executable, "-m", "drkernel.sandbox.zygote", str(theirs.fileno()), str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),),
                 cwd=self._tmp.name, start_new_session=True, env=env,
-            )  # fmt: skip
+            )
         theirs.close()
 
     def alive(self) -> bool:
@@ -189,7 +189,9 @@ class Zygote:
             socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
             reply = self._sock.recv(4096)
         except (TimeoutError, OSError) as exc:
-            raise SandboxFailure("sandbox_start", f"the fork server did not answer: {exc}{self._why()}") from None
+            raise SandboxFailure(
+                "sandbox_start", f"the fork server did not answer: {exc}{self._why()}"
+            ) from None
         if not reply:
             raise SandboxFailure("sandbox_start", f"the fork server exited{self._why()}")
         answer = json.loads(reply)
@@ -280,7 +282,7 @@ class SandboxProcess:
                  gpu_memory_fraction: float = 0.9, start_timeout_s: float = 120.0,
                  triton_cache: str | None = None, zygote: Zygote | None = None,
                  isolate_uid: bool = False, namespaces: bool = False,
-                 hide: list[str] | None = None) -> None:  # fmt: skip
+                 hide: list[str] | None = None) -> None:
         """`namespaces`: run in namespaces of its own under a leased uid (drkernel.sandbox.isolation;
         needs the fork server), with the folders in `hide` covered; `isolate_uid` alone: a leased uid."""
         if namespaces and zygote is None:
@@ -311,11 +313,11 @@ class SandboxProcess:
         self._rss_of_children = False
         if zygote is not None:
             request: dict[str, Any] = {"args": worker_args, "env": env, "cwd": home, "workdir": self.workdir,
-                                       "output_path": self.output_path, "uid": uid}  # fmt: skip
+                                       "output_path": self.output_path, "uid": uid}
             if namespaces:
                 keep = [self.workdir] + ([triton_cache] if triton_cache else [])
                 request["isolation"] = {"uid": uid, "keep": keep, "hide": list(hide or []),
-                                        "expose": list(isolation.needed_paths())}  # fmt: skip
+                                        "expose": list(isolation.needed_paths())}
             try:
                 pid = zygote.spawn(request, [cmd_r, resp_w])
             except BaseException:
@@ -327,13 +329,13 @@ class SandboxProcess:
             self._rss_of_children = namespaces  # the sandbox's processes are its init's descendants
         else:
             args = [sys.executable, "-m", "drkernel.sandbox.worker", str(cmd_r), str(resp_w),
-                    *map(str, worker_args)]  # fmt: skip
+                    *map(str, worker_args)]
             with open(self.output_path, "wb") as out:
                 self.proc = subprocess.Popen(
                     args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     pass_fds=(cmd_r, resp_w), cwd=home, start_new_session=True, env=env,
                     user=uid, group=uid, extra_groups=[] if uid is not None else None,
-                )  # fmt: skip
+                )
         os.close(cmd_r)
         os.close(resp_w)
         self.started_at = time.monotonic()
@@ -423,7 +425,9 @@ class SandboxProcess:
                     raise SandboxFailure("protocol", f"sandbox sent a malformed reply: {exc}") from None
                 if reply.get("seq", 0) != self._seq:
                     self.kill()
-                    raise SandboxFailure("protocol", f"reply out of sequence: {reply.get('seq')!r}, expected {self._seq}")
+                    raise SandboxFailure(
+                        "protocol", f"reply out of sequence: {reply.get('seq')!r}, expected {self._seq}"
+                    )
                 return reply
             if self.proc.poll() is not None:
                 raise self._death()
@@ -445,7 +449,9 @@ class SandboxProcess:
         tail = self.output_tail(1500).strip()
         if "MemoryError" in tail or "Cannot allocate memory" in tail:
             return SandboxFailure("memory_limit", f"the sandbox ran out of host memory and {how}")
-        return SandboxFailure("crash", f"the sandbox process {how}" + (f"; last output:\n{tail}" if tail else ""))
+        return SandboxFailure(
+            "crash", f"the sandbox process {how}" + (f"; last output:\n{tail}" if tail else "")
+        )
 
 
 def _tree_rss_mb(root: int) -> int | None:

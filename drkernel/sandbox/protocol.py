@@ -25,8 +25,8 @@ from typing import Any, ClassVar, TypeVar, Union
 
 __all__ = ["MAX_MESSAGE_BYTES", "BenchPrepare", "BenchPrepareReply", "BenchRun", "BenchRunReply", "Checksums",
            "ChecksumsReply", "ErrorReply", "Hello", "Load", "LoadReply", "Modes", "ModesReply", "OutputItem",
-           "Peak", "PeakReply", "Profile", "ProfileReply", "ProtocolError", "REPLIES", "REQUESTS", "Reply", "Request", "Run",
-           "RunReply", "WireError", "parse_reply", "read_message", "write_message"]
+           "Peak", "PeakReply", "Profile", "ProfileReply", "ProtocolError", "REPLIES", "REQUESTS", "Reply",
+           "Request", "Run", "RunReply", "WireError", "parse_reply", "read_message", "write_message"]
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 _HEADER = struct.Struct("<Q")
@@ -79,7 +79,10 @@ class Wire:
     """A message of fixed, typed fields: `to_wire` gives its JSON object, `from_wire` checks one."""
 
     def to_wire(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {
+            f.name: _plain(getattr(self, f.name))
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+        }
 
     @classmethod
     def from_wire(cls: type[W], data: Any) -> W:
@@ -294,7 +297,9 @@ class OutputItem(Wire):
 
     def __post_init__(self) -> None:
         if not _FILE_NAME.fullmatch(self.file):  # a bare name in the sandbox's own folder, nothing else
-            raise ProtocolError(f"OutputItem.file: {self.file[:200]!r} is not a file name of the sandbox's folder")
+            raise ProtocolError(
+                f"OutputItem.file: {self.file[:200]!r} is not a file name of the sandbox's folder"
+            )
         if not _is_structure(self.structure, 0):
             raise ProtocolError("OutputItem.structure: not an output structure (harness.flatten_outputs)")
 
@@ -343,12 +348,15 @@ class BenchRunReply(Reply):
     host_ms: list[float]
     launches: list[int]
     graph: bool
-    checksums: list[list[Any]]  # per window, per call: checksum rows (stages/timing.checksum_issue reads them)
+    # per window, per call: checksum rows (stages/timing.checksum_issue reads them)
+    checksums: list[list[Any]]
 
     def __post_init__(self) -> None:
         n = len(self.window_ms)
         if n == 0 or len(self.host_ms) != n or len(self.launches) != n or len(self.checksums) != n:
-            raise ProtocolError("BenchRunReply: one time, host time, launch count and checksum row per window")
+            raise ProtocolError(
+                "BenchRunReply: one time, host time, launch count and checksum row per window"
+            )
         if not all(math.isfinite(t) and t >= 0.0 for t in self.window_ms):
             raise ProtocolError("BenchRunReply: a window time that is negative or not finite")
         if not all(math.isfinite(t) for t in self.host_ms):  # host less spin: may dip a hair below 0
@@ -367,7 +375,9 @@ class ProfileReply(Reply):
     checksums: list[Any]
 
     def __post_init__(self) -> None:
-        if not all(len(v) == 2 and all(math.isfinite(x) and x >= 0 for x in v) for v in self.kernels.values()):
+        if not all(
+            len(v) == 2 and all(math.isfinite(x) and x >= 0 for x in v) for v in self.kernels.values()
+        ):
             raise ProtocolError("ProfileReply: kernels must map a name to [device us, calls]")
 
 

@@ -48,7 +48,7 @@ class ReferenceTimingCache:
 
     @staticmethod
     def key(problem_hash: str, device_name: str, backend: str, torch_version: str, trials: int, warmup: int,
-            preroll_us: float = 0.0, method: str = "") -> str:  # fmt: skip
+            preroll_us: float = 0.0, method: str = "") -> str:
         parts: list[object] = [problem_hash, device_name, backend, torch_version, trials, warmup]
         if preroll_us:
             parts.append(preroll_us)
@@ -75,7 +75,7 @@ class ReferenceTimingCache:
     def put_json(self, key: str, value: Any) -> None:
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO reference_timing (key, stats) VALUES (?, ?)",
-                             (key, json.dumps(value)))  # fmt: skip
+                             (key, json.dumps(value)))
             self._db.commit()
 
     def close(self) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-__all__ = ["ALLOWED_IMPORT_ROOTS", "IMPORT_RULE", "POLICY", "StaticReport", "allowed_imports_text", "check_source",
-           "is_policy_refusal"]  # fmt: skip
+__all__ = ["ALLOWED_IMPORT_ROOTS", "IMPORT_RULE", "POLICY", "StaticReport", "allowed_imports_text",
+           "check_source", "is_policy_refusal"]
 
 ALLOWED_IMPORT_ROOTS = frozenset(
     {
@@ -18,12 +18,14 @@ ALLOWED_IMPORT_ROOTS = frozenset(
         "operator", "dataclasses", "collections", "enum", "abc", "__future__", "numbers",
         "numpy", "einops", "warnings",
     }
-)  # fmt: skip
+)
 
 
 def allowed_imports_text() -> str:
     """The allow-list as a model reads it in its prompt and in feedback."""
-    return ", ".join(sorted(ALLOWED_IMPORT_ROOTS - {"__future__"}, key=lambda m: (m not in ("torch", "triton"), m)))
+    return ", ".join(
+        sorted(ALLOWED_IMPORT_ROOTS - {"__future__"}, key=lambda m: (m not in ("torch", "triton"), m))
+    )
 
 
 IMPORT_RULE = f"the judge allows imports of these modules only: {allowed_imports_text()}"
@@ -50,24 +52,24 @@ _INTROSPECTION_ATTRS = {
     "__closure__", "__bases__", "__mro__", "__self__", "__func__", "__getattribute__",
     "f_back", "f_globals", "f_locals", "f_code", "gi_frame", "cr_frame", "tb_frame",
     "_getframe", "get_referrers", "get_objects", "get_referents",
-}  # fmt: skip
+}
 # stdlib modules that allowed modules re-export as attributes (torch.os, torch.sys, dataclasses.inspect...)
 _ESCAPE_MODULES = {
     "os", "sys", "inspect", "builtins", "importlib", "ctypes", "threading", "_thread", "subprocess", "gc",
     "socket", "shutil", "pickle", "marshal", "multiprocessing", "traceback", "posix", "pty", "mmap",
-}  # fmt: skip
+}
 # calls that read or write files, or run code that is not in the source (dotted, after aliases)
 _FILE_CALLS = {
     "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "numpy.load", "numpy.loadtxt",
     "numpy.genfromtxt", "numpy.fromfile", "numpy.memmap", "numpy.lib.format.open_memmap", "numpy.fromregex",
-    "torch.save", "torch.load", "torch.from_file", "torch.Storage.from_file", "torch.UntypedStorage.from_file",
-    "torch.TypedStorage.from_file",
-}  # fmt: skip
+    "torch.save", "torch.load", "torch.from_file", "torch.Storage.from_file",
+    "torch.UntypedStorage.from_file", "torch.TypedStorage.from_file",
+}
 _FILE_METHODS = {"tofile", "from_file"}
 _CODE_MODULES = ("torch.utils.cpp_extension", "torch.hub", "torch.ops.load_library", "torch.package",
-                 "torch.utils.model_zoo", "torch.classes.load_library", "numpy.ctypeslib")  # fmt: skip
-_BUILTIN_VALUES = {"getattr", "setattr", "delattr", "__import__", "eval", "exec", "compile", "globals", "locals",
-                   "vars", "open", "breakpoint"}  # fmt: skip
+                 "torch.utils.model_zoo", "torch.classes.load_library", "numpy.ctypeslib")
+_BUILTIN_VALUES = {"getattr", "setattr", "delattr", "__import__", "eval", "exec", "compile", "globals",
+                   "locals", "vars", "open", "breakpoint"}
 _STREAM_ATTRS = {"Stream", "stream", "wait_stream", "record_stream", "ExternalStream", "set_stream"}
 _GRAPH_ATTRS = {"CUDAGraph", "graph", "make_graphed_callables"}
 _SUBCLASS_DEFS = {"__torch_function__", "__torch_dispatch__"}
@@ -122,7 +124,8 @@ class _Visitor(ast.NodeVisitor):
             self.report.flag("forbidden_import", f"line {line}: import {module}", by_import=True)
 
     def _dotted(self, node: ast.AST) -> str | None:
-        """`np.lib.format.open_memmap` -> "numpy.lib.format.open_memmap", through import and assignment aliases."""
+        """`np.lib.format.open_memmap` -> "numpy.lib.format.open_memmap", through import and
+        assignment aliases."""
         parts = []
         while isinstance(node, ast.Attribute):
             parts.append(node.attr)
@@ -168,7 +171,10 @@ class _Visitor(ast.NodeVisitor):
         if func == "torch.load":
             weights_only = next((k.value for k in node.keywords if k.arg == "weights_only"), None)
             if not (isinstance(weights_only, ast.Constant) and weights_only.value is True):
-                self.report.flag("dynamic_code", f"line {node.lineno}: torch.load without weights_only=True (unpickles code)")
+                self.report.flag(
+                    "dynamic_code",
+                    f"line {node.lineno}: torch.load without weights_only=True (unpickles code)",
+                )
         if isinstance(node.func, ast.Attribute) and node.func.attr in _FILE_METHODS:
             self.report.flag("file_access", f"line {node.lineno}: .{node.func.attr}(...)")
         if isinstance(node.func, ast.Name):
@@ -181,9 +187,13 @@ class _Visitor(ast.NodeVisitor):
                 if not isinstance(node.args[1], ast.Constant):
                     self.report.flag("dynamic_code", f"line {node.lineno}: getattr with a computed name")
                 elif str(node.args[1].value) in _ESCAPE_MODULES:
-                    self.report.flag("forbidden_import", f"line {node.lineno}: getattr(..., {node.args[1].value!r})")
+                    self.report.flag(
+                        "forbidden_import", f"line {node.lineno}: getattr(..., {node.args[1].value!r})"
+                    )
                 elif str(node.args[1].value) in _INTROSPECTION_ATTRS:
-                    self.report.flag("introspection", f"line {node.lineno}: getattr(..., {node.args[1].value!r})")
+                    self.report.flag(
+                        "introspection", f"line {node.lineno}: getattr(..., {node.args[1].value!r})"
+                    )
             elif node.func.id == "open":
                 self.report.flag("file_access", f"line {node.lineno}: open(...)")
         if isinstance(node.func, (ast.Attribute, ast.Name)) and (
@@ -193,8 +203,12 @@ class _Visitor(ast.NodeVisitor):
             if any(not isinstance(arg, ast.Constant) for arg in node.args):
                 self.report.flag("dynamic_code", f"line {node.lineno}: attribute name computed at run time")
             for arg in node.args:
-                if isinstance(arg, ast.Constant) and set(str(arg.value).split(".")) & (_INTROSPECTION_ATTRS | _ESCAPE_MODULES):
-                    self.report.flag("introspection", f"line {node.lineno}: {ast.unparse(node.func)}({arg.value!r})")
+                if isinstance(arg, ast.Constant) and set(str(arg.value).split(".")) & (
+                    _INTROSPECTION_ATTRS | _ESCAPE_MODULES
+                ):
+                    self.report.flag(
+                        "introspection", f"line {node.lineno}: {ast.unparse(node.func)}({arg.value!r})"
+                    )
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:

@@ -39,11 +39,11 @@ _DTYPES: dict[str, torch.dtype] = {
     name: getattr(torch, name)
     for name in (
         "float64", "float32", "float16", "bfloat16", "complex64", "complex128", "int64", "int32",
-        "int16", "int8", "uint8", "bool", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-        "uint16", "uint32", "uint64",
+        "int16", "int8", "uint8", "bool", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+        "float8_e5m2fnuz", "uint16", "uint32", "uint64",
     )
     if isinstance(getattr(torch, name, None), torch.dtype)
-}  # fmt: skip
+}
 
 
 class TensorFileError(ValueError):
@@ -104,7 +104,7 @@ def write_tensors(path: str, tensors: list[torch.Tensor], staging: Staging | Non
             raise TensorFileError(f"an output of dtype {t.dtype} cannot be judged")
     plain = [t.detach().contiguous() for t in tensors]
     entries = [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-                "nbytes": t.numel() * t.element_size()} for t in plain]  # fmt: skip
+                "nbytes": t.numel() * t.element_size()} for t in plain]
     header = json.dumps({"tensors": entries}, separators=(",", ":")).encode()
     written = 0
     with open(path, "wb", buffering=0) as f:
@@ -192,7 +192,7 @@ def open_output(path: str) -> Any:
 
 
 def read_header(path: str, expected: int, max_bytes: int = 4 << 30,
-                expect: list[tuple[torch.dtype | str, list[int]]] | None = None) -> list[Entry]:  # fmt: skip
+                expect: list[tuple[torch.dtype | str, list[int]]] | None = None) -> list[Entry]:
     """Parse and check a tensor file's header against the file's size. Raises TensorFileError.
 
     `expect`: the (dtype, shape) of each tensor, when known (the reference's; a dtype may be given as
@@ -221,7 +221,7 @@ def read_header(path: str, expected: int, max_bytes: int = 4 << 30,
         got = [(_dtype_name(d), s) for d, s, _ in parsed]
         if got != [(_dtype_name(d), list(s)) for d, s in expect]:
             raise TensorFileError(f"output dtypes and shapes {_describe(got)} differ from the expected "
-                                  f"{_describe(expect)}")  # fmt: skip
+                                  f"{_describe(expect)}")
     total = sum(n for _, _, n in parsed)
     if total > max_bytes:
         raise TensorFileError("output file exceeds the size limit")
@@ -243,16 +243,17 @@ def _describe(pairs: Any) -> str:
     return ", ".join(f"{str(d).removeprefix('torch.')}{list(s)}" for d, s in pairs) or "none"
 
 
-def read_tensors(path: str, expected: int, device: str = "cpu", max_bytes: int = 4 << 30,
-                 staging: Staging | None = None,
-                 expect: list[tuple[torch.dtype | str, list[int]]] | None = None) -> list[torch.Tensor]:  # fmt: skip
+def read_tensors(
+    path: str, expected: int, device: str = "cpu", max_bytes: int = 4 << 30,
+    staging: Staging | None = None, expect: list[tuple[torch.dtype | str, list[int]]] | None = None,
+) -> list[torch.Tensor]:
     """Read `expected` tensors from a file a sandbox wrote, onto `device`. Raises TensorFileError."""
     entries = read_header(path, expected, max_bytes, expect)
     return read_entries(path, entries, device, staging)
 
 
 def read_entries(path: str, entries: list[Entry], device: str = "cpu",
-                 staging: Staging | None = None) -> list[torch.Tensor]:  # fmt: skip
+                 staging: Staging | None = None) -> list[torch.Tensor]:
     """Read each entry of a header `read_header` checked, from a file opened again (and rechecked)."""
     target = torch.device(device)
     out = []
@@ -272,5 +273,6 @@ def read_entries(path: str, entries: list[Entry], device: str = "cpu",
                     n = min(buf.numel(), e.nbytes - start)
                     _read_exact(f, _mv(buf[:n]))
                     raw[start : start + n].copy_(buf[:n])
-            out.append(raw.view(e.dtype).reshape(e.shape) if e.nbytes else torch.empty(e.shape, dtype=e.dtype, device=target))
+            out.append(raw.view(e.dtype).reshape(e.shape) if e.nbytes
+                       else torch.empty(e.shape, dtype=e.dtype, device=target))
     return out

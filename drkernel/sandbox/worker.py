@@ -33,7 +33,9 @@ def _error(kind: str, exc: BaseException | None = None, message: str | None = No
     return P.ErrorReply(ok=False, error=P.WireError(kind, msg[:4000], (tb or "")[-6000:]), op_s=0.0)
 
 
-_INTERPRETER_UNSUPPORTED = {torch.bfloat16, *(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))}
+_INTERPRETER_UNSUPPORTED = {
+    torch.bfloat16, *(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
+}
 
 
 def _classify_forward_error(exc: BaseException) -> str:
@@ -126,7 +128,8 @@ class Sandbox:
         for owner, attr, _ in self.recorder.hooked():
             self.watch.add(owner, attr, f"{owner.__name__}.{attr}")
         startup["warm_up"] = round(_perf() - t0, 4)
-        return P.Hello(device_name=name, torch=torch.__version__, triton=triton.__version__, startup_s=startup)
+        return P.Hello(device_name=name, torch=torch.__version__, triton=triton.__version__,
+                       startup_s=startup)
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, msg: P.Load) -> P.LoadReply | P.ErrorReply:
@@ -144,8 +147,8 @@ class Sandbox:
                     exec(compile(msg.size_snippet, "<size>", "exec"), ns)
                 for name in ("get_inputs", "get_init_inputs", entry):
                     if name not in ns:  # a clear reference_error, not a bare KeyError
-                        raise NameError(f"the reference defines no {name} (KernelBench format: class {entry}, "
-                                        "get_inputs() and get_init_inputs())")  # fmt: skip
+                        raise NameError(f"the reference defines no {name} (KernelBench format: "
+                                        f"class {entry}, get_inputs() and get_init_inputs())")
                 self.get_inputs = ns["get_inputs"]
                 torch.manual_seed(msg.init_seed)
                 init_inputs = list(ns["get_init_inputs"]())
@@ -154,7 +157,8 @@ class Sandbox:
         if self.role == "reference":
             flops = ns.get("FLOPS")  # a problem may state the FLOPs of one call (speed of light)
             self._flops = None
-            if isinstance(flops, (int, float)) and not isinstance(flops, bool) and math.isfinite(flops) and flops > 0:
+            if (isinstance(flops, (int, float)) and not isinstance(flops, bool) and math.isfinite(flops)
+                    and flops > 0):
                 self._flops = float(flops)
             reply = self._build(ns[entry], init_inputs, msg.init_seed, "reference_error", key)
             if isinstance(reply, P.ErrorReply) or self.cuda:
@@ -180,7 +184,8 @@ class Sandbox:
             return _error("missing_model_new", message=f"the submission defines no class {entry}New")
         return self._build(cls, init_inputs, msg.init_seed, "init_error", key)
 
-    def _build(self, cls: Any, init_inputs: list[Any], seed: int, kind: str, key: str) -> P.LoadReply | P.ErrorReply:
+    def _build(self, cls: Any, init_inputs: list[Any], seed: int, kind: str,
+               key: str) -> P.LoadReply | P.ErrorReply:
         try:
             with self.mode:
                 model = harness.on_device_first(lambda: cls(*init_inputs), seed, self.device)
@@ -202,8 +207,8 @@ class Sandbox:
         bad = sorted({str(t.dtype) for t in tensors if t.dtype in _INTERPRETER_UNSUPPORTED})
         if bad:
             self.loaded_key = None
-            return _error("unsupported_dtype", message=f"{', '.join(bad)} cannot be judged on the CPU: Triton's "
-                          "interpreter computes these dtypes wrongly; judge this problem on a GPU")  # fmt: skip
+            return _error("unsupported_dtype", message=f"{', '.join(bad)} cannot be judged on the CPU: "
+                          "Triton's interpreter computes these dtypes wrongly; judge this problem on a GPU")
         return reply
 
     # -- calls -------------------------------------------------------------------------------
@@ -292,7 +297,8 @@ class Sandbox:
                 saved_info = self._save(out, f"{msg.tag}_{k}.pt")
             except tensorfile.TensorFileError as exc:
                 return _error("unsupported_output", exc)
-            mutated = any(isinstance(a, torch.Tensor) and not _same(a, b) for a, b in zip(inputs, saved, strict=True))
+            mutated = any(isinstance(a, torch.Tensor) and not _same(a, b)
+                          for a, b in zip(inputs, saved, strict=True))
             items.append(P.OutputItem(
                 **saved_info, launches=launches,
                 forward_s=round(forward_s, 6),  # the first includes the JIT compile of its kernels
@@ -348,7 +354,8 @@ class Sandbox:
                 calls = msg.calls
                 if calls is None:  # the reference chooses: a window of ~1 ms, at most 100 calls and 4 GiB
                     per_call = max(_nbytes(first), 1) * 2
-                    calls = max(1, min(100, math.ceil(msg.window_ms / max(est_ms, 1e-4)), (4 << 30) // per_call))
+                    calls = max(1, min(100, math.ceil(msg.window_ms / max(est_ms, 1e-4)),
+                                       (4 << 30) // per_call))
                 inputs = [first] + [self._fresh_inputs(seed + 1 + c) for c in range(calls - 1)]
                 self._bench = {"inputs": inputs, "graph": None, "outs": None, "model": self.model}
                 graph_error = None
@@ -366,8 +373,9 @@ class Sandbox:
         finally:
             self.model = eager
         return P.BenchPrepareReply(est_ms=est_ms, warmup_calls=done, calls=calls, input_bytes=_nbytes(first),
-                                   launch_ms=self._bench.get("launch_ms"), graph=self._bench["graph"] is not None,
-                                   graph_error=graph_error, tampered=self.watch.changed(), threads=self.threads.extra())
+                                   launch_ms=self._bench.get("launch_ms"),
+                                   graph=self._bench["graph"] is not None, graph_error=graph_error,
+                                   tampered=self.watch.changed(), threads=self.threads.extra())
 
     def _warm(self, inputs: list[Any], warmup_s: float, warmup: int) -> tuple[float, int]:
         """Time-based warm-up (clocks ramp up); returns the median per-call time of its calls."""
@@ -458,8 +466,9 @@ class Sandbox:
             return _error(_classify_forward_error(exc), exc)
         finally:
             self.model = eager
-        return P.BenchRunReply(window_ms=window_ms, host_ms=host_ms, launches=launches, graph=bench["graph"] is not None,
-                               checksums=sums, tampered=self.watch.changed(), threads=self.threads.extra())
+        return P.BenchRunReply(window_ms=window_ms, host_ms=host_ms, launches=launches,
+                               graph=bench["graph"] is not None, checksums=sums,
+                               tampered=self.watch.changed(), threads=self.threads.extra())
 
     def _bench_round(self, seeds: list[int], wseeds: list[int]) -> tuple[float, float, int, list[Any]]:
         """Refill the window's inputs from `seeds`, run the window timed, checksum every output."""
@@ -553,7 +562,8 @@ class Sandbox:
                 sums = harness.checksums(outs, msg.wseeds)
         except BaseException as exc:  # noqa: BLE001
             return _error(_classify_forward_error(exc), exc)
-        return P.ProfileReply(kernels=kernels, launches=launches, checksums=sums, tampered=self.watch.changed())
+        return P.ProfileReply(kernels=kernels, launches=launches, checksums=sums,
+                              tampered=self.watch.changed())
 
     def _profile_window(self, inputs: list[list[Any]]) -> tuple[dict[str, list[float]], list[str], list[Any]]:
         self.recorder.take()
@@ -607,7 +617,9 @@ def _overlaps(a: list[Any], b: list[Any]) -> bool:
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return bool(torch.equal(a.view(-1).view(torch.uint8), b.view(-1).view(torch.uint8))) if a.is_contiguous() and b.is_contiguous() else bool(torch.equal(a.nan_to_num(), b.nan_to_num()))
+    return (bool(torch.equal(a.view(-1).view(torch.uint8), b.view(-1).view(torch.uint8)))
+            if a.is_contiguous() and b.is_contiguous()
+            else bool(torch.equal(a.nan_to_num(), b.nan_to_num())))
 
 
 def _limits(memory_limit_mb: int, cuda: bool) -> None:
@@ -643,7 +655,7 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def serve(cmd_fd: int, resp_fd: int, role: str, device: str, workdir: str, memory_limit_mb: int,
-          gpu_fraction: float, parent_pid: int = 0) -> None:  # fmt: skip
+          gpu_fraction: float, parent_pid: int = 0) -> None:
     """Answer ops on `cmd_fd` until the judge closes it."""
     die_with_parent(int(parent_pid))
     _limits(memory_limit_mb, device.startswith("cuda"))

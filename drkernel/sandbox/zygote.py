@@ -42,7 +42,7 @@ def _record(folder: int, text: str) -> None:
     folder, so neither a link in place of the file nor a folder moved away may redirect a root write."""
     try:
         fd = os.open(STATUS_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | os.O_CLOEXEC, 0o644, dir_fd=folder)  # fmt: skip
+                     | os.O_CLOEXEC, 0o644, dir_fd=folder)
         try:
             if stat.S_ISREG(os.fstat(fd).st_mode):
                 os.write(fd, text.encode())

@@ -59,7 +59,7 @@ def load_requests(ctx: Context, snippet: str) -> tuple[Load, Load]:
         f.write(ctx.request.kernel_code)
     code = ctx.request.reference_code
     ref = Load(reference_code=code, size_snippet=snippet, reference_hash=reference_hash(code),
-               init_seed=ctx.init_seed, entry_point=ctx.opts.entry_point, candidate_path=None)  # fmt: skip
+               init_seed=ctx.init_seed, entry_point=ctx.opts.entry_point, candidate_path=None)
     return ref, dataclasses.replace(ref, candidate_path=path)
 
 
@@ -76,13 +76,15 @@ def trials(ctx: Context, comparator: Comparator) -> None:
         known.extend(n[:200] for n in dict.fromkeys(item.launches) if n[:200] not in known)
         del known[64:]  # names the sandbox reports: bounded in the result
         if not item.launches:
-            ctx.verdict.hack("decoy_kernel", f"trial with seed {seed} launched no Triton kernel of the submission")
+            ctx.verdict.hack("decoy_kernel",
+                             f"trial with seed {seed} launched no Triton kernel of the submission")
     _weak_reference(ctx, prints)
     if not all(t.passed for t in ctx.result.trials):
         ctx.result.outcome = EvalOutcome.INCORRECT
 
 
-def pair_items(seeds: list[int], ref_reply: RunReply, reply: RunReply) -> list[tuple[int, OutputItem, OutputItem]]:
+def pair_items(seeds: list[int], ref_reply: RunReply,
+               reply: RunReply) -> list[tuple[int, OutputItem, OutputItem]]:
     """(seed, reference item, candidate item) per call; a sandbox that answered another number of
     calls than it was asked is a protocol failure."""
     if len(reply.items) != len(seeds):
@@ -91,7 +93,7 @@ def pair_items(seeds: list[int], ref_reply: RunReply, reply: RunReply) -> list[t
 
 
 def compare_item(ctx: Context, comparator: Comparator, ref_item: OutputItem, item: OutputItem, seed: int,
-                 prints: list[torch.Tensor] | None = None) -> TrialReport:  # fmt: skip
+                 prints: list[torch.Tensor] | None = None) -> TrialReport:
     """Compare one output pair, and read what the candidate's call did beside the reference's."""
     hack = ctx.verdict.hack
     for evidence in item.subclass:
@@ -110,14 +112,15 @@ def compare_item(ctx: Context, comparator: Comparator, ref_item: OutputItem, ite
         # another name would make the judge read (the reference's outputs) or remove (as root) a file
         # the candidate chose: never follow it
         ctx.channel.cand_proc.kill()
-        raise SandboxFailure("protocol", f"the sandbox named its output {item.file[:200]!r}, not {ref_item.file!r}")
+        raise SandboxFailure("protocol",
+                             f"the sandbox named its output {item.file[:200]!r}, not {ref_item.file!r}")
     ref_path = os.path.join(ctx.channel.ref_proc.workdir, ref_item.file)
     out_path = os.path.join(ctx.channel.cand_proc.workdir, ref_item.file)
     opts = ctx.opts
     job = {"ref": [ref_path, len(ref_item.dtypes)], "out": [out_path, len(item.dtypes)],
            "structure": [ref_item.structure, item.structure], "atol": opts.atol, "rtol": opts.rtol,
            "relative": opts.check_relative_error, "fingerprint": prints is not None,
-           "expect": [[d, s] for d, s in zip(ref_item.dtypes, ref_item.shapes, strict=True)]}  # fmt: skip
+           "expect": [[d, s] for d, s in zip(ref_item.dtypes, ref_item.shapes, strict=True)]}
     try:
         c = comparator.compare(job)
     finally:  # outputs of GPU-sized problems are large: keep at most one pair on disk
@@ -140,11 +143,11 @@ def _weak_reference(ctx: Context, prints: list[torch.Tensor]) -> None:
     warnings = ctx.result.warnings
     if norm == 0.0 and spread == 0.0:
         warnings.append("weak_reference: the reference output is all zeros on every trial's inputs; "
-                        "an all-zeros kernel is correct here")  # fmt: skip
+                        "an all-zeros kernel is correct here")
     elif norm > 0.0 and spread / norm < WEAK_REFERENCE_VARIATION:
-        warnings.append(f"weak_reference: the reference output changes by at most {spread / norm:.2e} (relative "
-                        f"L2) between the {len(prints)} trials' random inputs; a kernel that ignores its inputs "
-                        "would pass")  # fmt: skip
+        warnings.append(f"weak_reference: the reference output changes by at most {spread / norm:.2e} "
+                        f"(relative L2) between the {len(prints)} trials' random inputs; a kernel that "
+                        "ignores its inputs would pass")
 
 
 def launch_modes(ctx: Context) -> None:
@@ -155,13 +158,14 @@ def launch_modes(ctx: Context) -> None:
         reply = ctx.channel.cand(Modes(seed=ctx.seeds[0]), ModesReply)
     missing = [mode for mode, n in reply.modes.items() if n == 0]
     if missing or not reply.modes:
-        ctx.verdict.hack("decoy_kernel", "no successful launch of a submission kernel in: " + (", ".join(missing)
-                                                                                               or "any mode"))
+        ctx.verdict.hack("decoy_kernel", "no successful launch of a submission kernel in: "
+                         + (", ".join(missing) or "any mode"))
 
 
 def _output_bytes(item: OutputItem) -> int | None:
     try:
-        return sum(math.prod(shape) * torch.empty(0, dtype=getattr(torch, dt.removeprefix("torch."))).element_size()
+        return sum(math.prod(shape)
+                   * torch.empty(0, dtype=getattr(torch, dt.removeprefix("torch."))).element_size()
                    for dt, shape in zip(item.dtypes, item.shapes, strict=True))
     except (AttributeError, TypeError, ValueError):
         return None

@@ -26,7 +26,7 @@ def profile(ctx: Context) -> None:
     verify_checksums(ctx, seeds, wseeds, [reply.checksums], "profiled window")
     own = set(reply.launches)
     kernels = [KernelTime(name=k[:200], device_us=v[0], calls=int(v[1]), own=k in own)
-               for k, v in reply.kernels.items()]  # fmt: skip
+               for k, v in reply.kernels.items()]
     kernels.sort(key=lambda k: -k.device_us)
     total = sum(k.device_us for k in kernels)
     result = ctx.result
@@ -37,10 +37,10 @@ def profile(ctx: Context) -> None:
     if timed is None or result.kernel_timing is None:
         return
     if per_call != timed:
-        ctx.verdict.hack("observer_dependent", f"{per_call:g} submission launches per call under the profiler, "
-                         f"{timed:g} in timed calls")  # fmt: skip
+        ctx.verdict.hack("observer_dependent", f"{per_call:g} submission launches per call under the "
+                         f"profiler, {timed:g} in timed calls")
     kt = result.kernel_timing
     profiled_ms = total / 1e3 / max(n, 1)
     if kt.median_ms > 0.05 and profiled_ms < 0.25 * kt.median_ms:
-        ctx.verdict.hack("observer_dependent", f"under the profiler the device worked {profiled_ms:.4f} ms per "
-                         f"call, {kt.median_ms:.4f} ms in the timed windows")  # fmt: skip
+        ctx.verdict.hack("observer_dependent", f"under the profiler the device worked {profiled_ms:.4f} ms "
+                         f"per call, {kt.median_ms:.4f} ms in the timed windows")

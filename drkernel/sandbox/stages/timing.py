@@ -56,7 +56,7 @@ def _warmup_s(ctx: Context) -> float:
 
 
 def _window_stats(reply: BenchRunReply, prep: BenchPrepareReply, calls: int, windows: int,
-                  external_ms: float) -> TimingStats:  # fmt: skip
+                  external_ms: float) -> TimingStats:
     stats = timing_stats([w / calls for w in reply.window_ms], [h / calls for h in reply.host_ms])
     stats.window_calls, stats.windows, stats.graph = calls, windows, reply.graph
     stats.external_ms_per_call = external_ms / (calls * windows)
@@ -78,14 +78,14 @@ def reference_timing(ctx: Context, cache: ReferenceTimingCache) -> TimingStats:
     backend = opts.reference_backend
     total = opts.num_perf_trials or (100 if ctx.cuda else 3)
     key = cache.key(reference_hash(ctx.request.reference_code), device_name, backend, torch_version, total,
-                    opts.num_warmup, 0.0, method=REFERENCE_METHOD)  # fmt: skip
+                    opts.num_warmup, 0.0, method=REFERENCE_METHOD)
     stats = cache.get(key)
     if stats is None:
         ref = ctx.channel.ref
         with timing_lock(ctx.device):
             prep = ref(BenchPrepare(seed=ctx.rng.randrange(1 << 30), calls=None, warmup=opts.num_warmup,
                                     warmup_s=_warmup_s(ctx), graph=ctx.cuda, compile=backend == "compile",
-                                    window_ms=1.0), BenchPrepareReply)  # fmt: skip
+                                    window_ms=1.0), BenchPrepareReply)
             calls = prep.calls
             # enough windows for the number of timed calls asked, and on a GPU for ~10 ms of device
             # time (small kernels: a steadier median); 5 to 15 windows. Each timed call costs its
@@ -93,7 +93,8 @@ def reference_timing(ctx: Context, cache: ReferenceTimingCache) -> TimingStats:
             # windows of graph replay agree within 0.1-0.7 % across processes (bench/timing_probe.py
             # with 20 windows, run Q; 15 not measured apart).
             budget = math.ceil(10.0 / max(calls * prep.est_ms, 1e-3)) if ctx.cuda else 1
-            windows = min(max(5 if ctx.cuda else 1, math.ceil(total / calls), budget), 15 if ctx.cuda else 100)
+            windows = min(max(5 if ctx.cuda else 1, math.ceil(total / calls), budget),
+                          15 if ctx.cuda else 100)
             seeds, wseeds = ctx.fresh(windows, calls), ctx.fresh(windows, calls)
             t0 = time.perf_counter()
             reply = ref(BenchRun(seeds=seeds, wseeds=wseeds), BenchRunReply)
@@ -121,7 +122,7 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
     with gpu_work(ctx.device):
         prep = cand(BenchPrepare(seed=ctx.rng.randrange(1 << 30), calls=calls, warmup=ctx.opts.num_warmup,
                                  warmup_s=_warmup_s(ctx), graph=ctx.cuda, compile=False, window_ms=1.0),
-                    BenchPrepareReply)  # fmt: skip
+                    BenchPrepareReply)
     suspicions: list[tuple[str, str]] = []
     for run in range(CONFIRM_RUNS):
         seeds, wseeds = ctx.fresh(windows, calls), ctx.fresh(windows, calls)
@@ -130,7 +131,8 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
             reply = cand(BenchRun(seeds=seeds, wseeds=wseeds), BenchRunReply)
             external_ms = (time.perf_counter() - t0) * 1e3
         if len(reply.window_ms) != windows:
-            verdict.hack("replayed_output", f"the timed op answered {len(reply.window_ms)} of {windows} windows")
+            verdict.hack("replayed_output",
+                         f"the timed op answered {len(reply.window_ms)} of {windows} windows")
         if any(n == 0 for n in reply.launches):
             verdict.hack("decoy_kernel", "a timed window launched no Triton kernel of the submission")
         verify_checksums(ctx, seeds, wseeds, reply.checksums, "timed window")
@@ -161,13 +163,13 @@ def _stream_check(ctx: Context, window_ms: list[float], host_ms: list[float]) ->
     event = statistics.median(window_ms)
     gap = statistics.median(h - e for h, e in zip(host_ms, window_ms, strict=True))
     if gap > 0.2 + 0.5 * event:
-        return "timing_evasion", (f"the device stayed busy {gap:.3f} ms past the timed stream's {event:.3f} ms "
-                                  "window: work ran outside it")  # fmt: skip
+        return "timing_evasion", (f"the device stayed busy {gap:.3f} ms past the timed stream's "
+                                  f"{event:.3f} ms window: work ran outside it")
     return None
 
 
 def verify_checksums(ctx: Context, seeds: list[list[int]], wseeds: list[list[int]], got: list[Any],
-                     where: str) -> None:  # fmt: skip
+                     where: str) -> None:
     """Every timed output against the reference's checksum of the same inputs."""
     with gpu_work(ctx.device):
         want = ctx.channel.ref(Checksums(seeds=seeds, wseeds=wseeds), ChecksumsReply).checksums
@@ -189,7 +191,7 @@ def verify_checksums(ctx: Context, seeds: list[list[int]], wseeds: list[list[int
 
 
 def _external_clock(ctx: Context, window_ms: list[float], external_ms: float,
-                    ref: TimingStats) -> tuple[str, str] | None:  # fmt: skip
+                    ref: TimingStats) -> tuple[str, str] | None:
     """The judge's clock around the timed op bounds what the sandbox may report. Besides the windows
     the op fills inputs and checksums outputs, which cost the reference `ref.overhead_ms` for the
     same calls; an honest sandbox spends about as much. (Where those costs dwarf the windows, as for
@@ -200,8 +202,8 @@ def _external_clock(ctx: Context, window_ms: list[float], external_ms: float,
     else:  # the interpreter and a shared CPU: only gross forgeries
         floor = 0.5 * (external_ms - 1.5 * overhead - 100.0)
     if sum(window_ms) < floor:
-        return "timer_mismatch", (f"the sandbox reported {sum(window_ms):.3f} ms of timed windows; the judge's "
-                                  f"own clock allows no less than {floor:.3f} ms")  # fmt: skip
+        return "timer_mismatch", (f"the sandbox reported {sum(window_ms):.3f} ms of timed windows; the "
+                                  f"judge's own clock allows no less than {floor:.3f} ms")
     return None
 
 
@@ -230,8 +232,8 @@ def _speed_of_light(ctx: Context, cache: ReferenceTimingCache, ref: TimingStats,
     # timing); only past the L2 (60 MB on an H200): a smaller working set may run from the cache
     fraction = sol.kernel_bandwidth_fraction
     if bw and fraction is not None and fraction > 1.1 and min_bytes > (64 << 20):
-        ctx.verdict.hack("faster_than_light", f"timed at {sol.kernel_gbs:.0f} GB/s for its {min_bytes} bytes, "
-                         f"above the device's measured {bw:.0f} GB/s")  # fmt: skip
+        ctx.verdict.hack("faster_than_light", f"timed at {sol.kernel_gbs:.0f} GB/s for its {min_bytes} "
+                         f"bytes, above the device's measured {bw:.0f} GB/s")
 
 
 def _peaks(ctx: Context, cache: ReferenceTimingCache) -> PeakReply:
@@ -243,7 +245,7 @@ def _peaks(ctx: Context, cache: ReferenceTimingCache) -> PeakReply:
         with timing_lock(ctx.device):
             peaks = ctx.channel.ref(Peak(), PeakReply)
         cache.put_json(key, {"bandwidth_gbs": peaks.bandwidth_gbs, "tflops_fp32": peaks.tflops_fp32,
-                             "tflops_bf16": peaks.tflops_bf16})  # fmt: skip
+                             "tflops_bf16": peaks.tflops_bf16})
     dev = ctx.result.device
     if dev is not None:
         dev.peak_bandwidth_gbs, dev.peak_tflops_fp32, dev.peak_tflops_bf16 = (
@@ -287,4 +289,5 @@ def checksum_issue(want: list[Any], got: Any, slack: float) -> str | None:
     return None
 
 
-_CHECKSUM_BOUNDS = {"torch.float64": 1e-7, "torch.float32": 1e-3, "torch.float16": 5e-3, "torch.bfloat16": 2e-2}
+_CHECKSUM_BOUNDS = {"torch.float64": 1e-7, "torch.float32": 1e-3, "torch.float16": 5e-3,
+                    "torch.bfloat16": 2e-2}

@@ -41,8 +41,8 @@ def shape_variants(ctx: Context, comparator: LocalComparator | ProcessComparator
         except SandboxFailure as exc:
             left = len(variants) - k
             checked += left
-            issues.append(f"variant {k + 1}: the submission's sandbox ended ({exc.kind}: {exc.message[:200]}); "
-                          f"{left} variant(s) failed")  # fmt: skip
+            issues.append(f"variant {k + 1}: the submission's sandbox ended "
+                          f"({exc.kind}: {exc.message[:200]}); {left} variant(s) failed")
             break
         checked += 1
         if issue is None:
