@@ -22,6 +22,7 @@
 #   profwarm bench/profiler_warm.py: the candidate sandbox's first profiler session, each way of
 #            warming it: wall and CPU seconds, what it replaces, whether a later session still
 #            sees the kernels (issue 14: 5.6 s of a single eval in run Y)                 (~1 min)
+#   latency  bench/eval_latency.py: where a single `drkernel eval`'s seconds go (issue 14 target 3) (~1 min)
 #   seccomp  bench/seccomp_cost.py: what the sandbox's seccomp filter costs CPU-bound work   (~1 min)
 #   extra    KernelGYM coverage fields on the GPU, isolation attacks on the GPU host,
 #            and two single `drkernel eval` runs from the shell, timed (issues 13-15)     (~2 min)
@@ -78,6 +79,9 @@ for part in "$@"; do
     timeout "${BISECT_TIMEOUT:-150}" python3 bench/timing_bisect.py --procs 3 ${BISECT_ARGS:-} --json "$OUT/bisect.json" > "$OUT/bisect.log" 2>&1 ;;
   peak)
     timeout 150 python3 bench/peak_probe.py > "$OUT/peak.log" 2>&1 ;;
+  latency)
+    timeout "${LATENCY_TIMEOUT:-150}" python3 bench/eval_latency.py --device cuda --json "$OUT/latency.json" \
+      > "$OUT/latency.log" 2>&1 ;;
   profwarm)
     timeout 200 python3 bench/profiler_warm.py --procs 2 --json "$OUT/profwarm.json" > "$OUT/profwarm.log" 2>&1 ;;
   seccomp)
@@ -91,7 +95,7 @@ for part in "$@"; do
       { TIMEFORMAT="eval $k wall %R s"; time timeout 120 python3 -m drkernel.cli eval \
         drkernel/examples/relu_scale/reference.py drkernel/examples/relu_scale/kernel.py; } >> "$OUT/extra.log" 2>&1
     done ;;
-  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect | peak | profwarm)" >&2
+  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect | peak | profwarm | latency)" >&2
      exit 2 ;;
   esac
 done
