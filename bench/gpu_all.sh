@@ -104,7 +104,7 @@ commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 if [ -f "$OUT/gpu_tests.log" ]; then
   summary=$(grep -E "^=+ .*(passed|failed|error).* in [0-9.]+s" "$OUT/gpu_tests.log" | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')
   if [ -z "$summary" ]; then verdict="$verdict tests: NO SUMMARY (cut short?);"
-  elif echo "$summary" | grep -qE "failed|error"; then verdict="$verdict tests: FAILED ($summary);"
+  elif echo "$summary" | grep -qE "(^|[ ,])[0-9]+ (failed|errors?)"; then verdict="$verdict tests: FAILED ($summary);"
   else verdict="$verdict tests: passed ($summary);"; fi
 fi
 if [ -f "$OUT/suite.log" ]; then

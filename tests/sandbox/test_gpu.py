@@ -185,6 +185,15 @@ def test_lazy_offload_has_near_zero_coverage(judge: Judge) -> None:
     assert result.coverage is not None and result.coverage < 0.1, describe(result)
 
 
+@pytest.mark.xfail(strict=True, reason="known hole (issue 13): coverage comes from an eager window a "
+                   "candidate can tell from a timed one; to close it, profile the timed calls' own graph")
+def test_profiler_aware_offload_with_equal_launches_gets_the_timed_calls_coverage(judge: Judge) -> None:
+    """C7 with the launch count held equal: all the work in Triton only while the profiler records."""
+    result = evaluate(judge, asset("hacks", "c7_profiler_aware_offload"), big_matmul())
+    lazy = result.coverage is not None and result.coverage < 0.1
+    assert (result.outcome is EvalOutcome.HACK_DETECTED and result.reward == 0.0) or lazy, describe(result)
+
+
 def test_identity_memo_gains_nothing_on_gpu(judge: Judge, honest_big: EvalResult) -> None:
     """Anchor probe 5: a hit on a refilled buffer serves a stale output -> the checksums catch it."""
     result = evaluate(judge, asset("hacks", "c5_cache_identity"), big_relu_scale())
