@@ -3,7 +3,8 @@ launch per call either way. While a profiler records, a Triton kernel does the w
 slow as torch's, so the profiled time is no quarter of the timed one); in timed calls torch does the
 matmul and the Triton launch is a copy. The judge's launch-count and profiled-time checks both pass, so
 the coverage measured in the profiled window is ~1.0 for work that, when timed, is ~1 % Triton.
-Written before any defence (issue 13): coverage must describe the timed calls.
+Written before any defence (issue 13), reasoned, not yet run on a GPU: coverage must describe the
+timed calls. Both paths give the right product (checked through Triton's interpreter).
 
 row: C7
 reference: matmul
