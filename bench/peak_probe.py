@@ -24,22 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def times_ms(fn: Any, reps: int, spin_cycles: int = 0) -> list[float]:
-    """Events around each call, as the judge's peak op times them; with `spin_cycles`, a GPU spin is
-    queued first, so the call is submitted while the GPU is busy and its launch gap is not timed (as
-    the judge's timed windows do)."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if spin_cycles:
-            torch.cuda._sleep(spin_cycles)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return times
+    """Events around each call, by the judge's own peak timer (peak.event_timer); with `spin_cycles`, a
+    GPU spin is queued first, so the call is submitted while the GPU is busy and its launch gap is not
+    timed (as the judge's timed windows do)."""
+
+    def pair() -> tuple[Any, Any]:
+        return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    timer = peak.event_timer(pair, torch.cuda.Event.record, torch.cuda.Event.elapsed_time,
+                             torch.cuda.synchronize, torch.cuda._sleep, spin_cycles)
+    return timer(fn, reps)
 
 
 def cycles_per_ms() -> float:

@@ -64,6 +64,31 @@ def bandwidth_candidates(device: torch.device, n: int = 1 << 28) -> dict[str, tu
 Timer = Callable[[Callable[[], Any], int], list[float]]
 
 
+def event_timer(clock: Callable[[], tuple[Any, Any]], record: Callable[[Any], Any],
+                elapsed: Callable[[Any, Any], float], sync: Callable[[], Any],
+                spin: Callable[[int], Any] | None = None, spin_cycles: int = 0) -> Timer:
+    """A Timer: `reps` calls of fn, one at a time, each between a pair of events from `clock()`, after
+    one untimed call. With `spin`, a GPU spin of `spin_cycles` is queued before each start event, so the
+    call is submitted while the GPU is busy (bench/peak_probe.py times the ways so too)."""
+
+    def times_ms(fn: Callable[[], Any], reps: int) -> list[float]:
+        fn()
+        sync()
+        times = []
+        for _ in range(reps):
+            start, end = clock()
+            if spin is not None and spin_cycles:
+                spin(spin_cycles)
+            record(start)
+            fn()
+            record(end)
+            sync()
+            times.append(elapsed(start, end))
+        return times
+
+    return times_ms
+
+
 def measure(device: torch.device, times_ms: Timer, n: int = 1 << 28,
             m: int = 8192) -> tuple[float, float, float, dict[str, float]]:
     """(bandwidth GB/s, fp32 TFLOP/s, bf16 TFLOP/s, GB/s of each bandwidth way) on a CUDA device.

@@ -519,20 +519,8 @@ class Sandbox:
         if not self.cuda or self.role != "reference":
             return P.PeakReply(bandwidth_gbs=None, tflops_fp32=None, tflops_bf16=None)
 
-        def times_ms(fn: Any, reps: int) -> list[float]:
-            fn()
-            self._sync()
-            times = []
-            for _ in range(reps):
-                start, end = self._clock()
-                self._record(start)
-                fn()
-                self._record(end)
-                self._sync()
-                times.append(self._elapsed(start, end))
-            return times
-
-        bandwidth, fp32, bf16, _ = peak.measure(self.device, times_ms)
+        timer = peak.event_timer(self._clock, self._record, self._elapsed, self._sync)
+        bandwidth, fp32, bf16, _ = peak.measure(self.device, timer)
         return P.PeakReply(bandwidth_gbs=bandwidth, tflops_fp32=fp32, tflops_bf16=bf16)
 
     def checksums(self, msg: P.Checksums) -> P.ChecksumsReply | P.ErrorReply:

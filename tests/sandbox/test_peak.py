@@ -64,3 +64,24 @@ def test_a_way_that_fails_is_no_ceiling_but_a_failed_copy_is_an_error() -> None:
 def test_the_cache_key_names_the_new_method() -> None:
     """A ceiling cached by the copy-only measurement is never read back as this one's."""
     assert peak.METHOD != "peak-v1"
+
+
+def test_the_event_timer_times_each_call_between_its_own_events_after_an_untimed_one() -> None:
+    """One timer for the judge's peak op and bench/peak_probe.py: the order of what it queues."""
+    log: list[str] = []
+    pairs = iter(range(100))
+
+    def clock() -> tuple[int, int]:
+        k = next(pairs)
+        return 2 * k, 2 * k + 1
+
+    timer = peak.event_timer(clock, lambda e: log.append(f"record {e}"), lambda s, e: float(e - s + len(log)),
+                             lambda: log.append("sync"), lambda c: log.append(f"spin {c}"), 7)
+    times = timer(lambda: log.append("call"), 2)
+    assert log == ["call", "sync",
+                   "spin 7", "record 0", "call", "record 1", "sync",
+                   "spin 7", "record 2", "call", "record 3", "sync"]
+    assert times == [1.0 + 7, 1.0 + 12]  # elapsed(start, end) of each call's pair, as the log stood then
+    plain: list[str] = []
+    peak.event_timer(clock, plain.append, lambda s, e: 0.0, lambda: None)(lambda: None, 1)
+    assert len(plain) == 2  # no spin given: start and end only
