@@ -14,6 +14,7 @@ import signal
 import socket
 import stat
 import sys
+import tempfile
 import traceback
 from typing import Any
 
@@ -93,6 +94,10 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
     # nothing of the fork server's reaches the sandbox but its pipes and stdio
     _close_all_but({0, 1, 2, *fds})
     os.environ.update(req["env"])
+    # torch's import (and torch._dynamo's, in preload) cached tempfile's folder: the fork server's own,
+    # which the sandbox cannot see. Forget it, so Triton's CUDA driver and the candidate make their
+    # scratch files under the sandbox's TMPDIR (docs/benchmarks.md run Z).
+    tempfile.tempdir = None
     code = 0
     try:
         if req.get("isolation") is not None:
