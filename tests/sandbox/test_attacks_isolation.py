@@ -195,10 +195,10 @@ def test_a_sandbox_makes_its_scratch_files_in_its_own_tmpdir(judge: Judge) -> No
     those imports cache tempfile's folder: the fork server's own, which the sandbox cannot see. Triton's
     CUDA driver makes a scratch folder with tempfile at a sandbox's first launch, so at 1841033 every GPU
     verdict was a FileNotFoundError (run Z). The sandbox must make its scratch files in its TMPDIR."""
-    r = evaluate(judge, (ASSETS / "attacks" / "tempdir_probe.py").read_text())
+    r = evaluate(judge, attack("tempdir_probe"))
     assert r.outcome is EvalOutcome.OK, describe(r)
     lines = [line.split(" ", 1)[1] for line in r.sandbox_output.splitlines() if line.startswith("TEMPDIR ")]
     assert lines, describe(r)
     for line in lines:  # one per sandbox that loaded the module
-        cached, env, made_in = (eval(part) for part in line.split(" "))  # noqa: S307 - our own repr()s
+        cached, env, made_in = json.loads(line)
         assert cached == env == made_in and "drkernel-zygote-" not in cached, line

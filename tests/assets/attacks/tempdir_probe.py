@@ -2,6 +2,7 @@
 folder with tempfile at import. The sandbox must hand it its own TMPDIR, not a path the fork server
 cached before it forked (run Z of docs/benchmarks.md: every GPU verdict was a FileNotFoundError)."""
 
+import json
 import os
 import tempfile
 
@@ -11,7 +12,7 @@ import triton
 import triton.language as tl
 
 _SCRATCH = tempfile.mkdtemp()  # raises FileNotFoundError where the cached folder is not in the sandbox
-print("TEMPDIR", repr(tempfile.gettempdir()), repr(os.environ.get("TMPDIR")), repr(os.path.dirname(_SCRATCH)),
+print("TEMPDIR", json.dumps([tempfile.gettempdir(), os.environ.get("TMPDIR"), os.path.dirname(_SCRATCH)]),
       flush=True)
 
 
