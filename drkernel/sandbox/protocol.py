@@ -223,9 +223,14 @@ class Checksums(Request):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Profile(Request):
+    """The kernels and device time of calls under the profiler, each output checksummed. Eager calls
+    on fresh inputs, one per seed; or, with `timed_window`, the timed window's CUDA graph replayed on
+    its inputs refilled from `seeds` (one per call of the window): the very work that was timed."""
+
     OP: ClassVar[str] = "profile"
     seeds: list[int]
     wseeds: list[int]
+    timed_window: bool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ import resource
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -411,7 +412,8 @@ class Sandbox:
             with torch.cuda.graph(graph):
                 outs = [self._forward(x) for x in inputs]
             # a replay launches nothing from Python: the launches a window makes are those captured
-            self._bench["captured_launches"] = len(self.recorder.take())
+            self._bench["captured_names"] = self.recorder.take()
+            self._bench["captured_launches"] = len(self._bench["captured_names"])
             self._bench["graph"], self._bench["outs"] = graph, outs
             launch_ms = []
             for _ in range(3):  # the host's time to submit a replay (it grows with the graph's nodes)
@@ -537,29 +539,59 @@ class Sandbox:
         return P.ChecksumsReply(checksums=sums)
 
     def profile(self, msg: P.Profile) -> P.ProfileReply | P.ErrorReply:
-        """Kernels and launches under the profiler, on fresh inputs whose outputs are checksummed too:
-        a candidate that does different work while it is observed is caught by the judge."""
+        """Kernels and launches under the profiler, every output checksummed for the judge. Eager:
+        one call per seed on fresh inputs (a candidate that works differently while observed shows
+        it here). Timed window: the captured graph replayed on its inputs refilled from the seeds,
+        so the kernels are those the timed windows ran, whatever the candidate does when observed."""
         try:
             with torch.no_grad():
-                inputs = [self._fresh_inputs(seed) for seed in msg.seeds]
+                work = self._replayed_window(msg.seeds) if msg.timed_window else self._eager_window(msg.seeds)
+                if isinstance(work, P.ErrorReply):
+                    return work
                 self._sync()
                 for _ in range(2):  # a profiler session can come back without device events: retry once
-                    kernels, launches, outs = self._profile_window(inputs)
+                    kernels, launches, outs = self._profile_window(work)
                     if kernels or not self.cuda:
                         break
+                if msg.timed_window:  # a replay launches nothing from Python: the captured launches
+                    launches = list(self._bench["captured_names"])
                 sums = harness.checksums(outs, msg.wseeds)
+        except _InputsChanged:
+            return _error("forward_error", message="get_inputs changed its structure between seeds")
         except BaseException as exc:  # noqa: BLE001
             return _error(_classify_forward_error(exc), exc)
         return P.ProfileReply(kernels=kernels, launches=launches, checksums=sums,
                               tampered=self.watch.changed())
 
-    def _profile_window(self, inputs: list[list[Any]]) -> tuple[dict[str, list[float]], list[str], list[Any]]:
+    def _eager_window(self, seeds: list[int]) -> Callable[[], list[Any]]:
+        inputs = [self._fresh_inputs(seed) for seed in seeds]
+        return lambda: [self._forward(x) for x in inputs]
+
+    def _replayed_window(self, seeds: list[int]) -> Callable[[], list[Any]] | P.ErrorReply:
+        bench = getattr(self, "_bench", None)
+        if bench is None or bench["graph"] is None:
+            return _error("harness_error", message="profile of a timed window that has no graph")
+        if len(seeds) != len(bench["inputs"]):
+            return _error("harness_error", message="profile seeds do not match the timed window's calls")
+        for dst, seed in zip(bench["inputs"], seeds, strict=True):
+            if not harness.refill(dst, self._fresh_inputs(seed)):
+                raise _InputsChanged
+        graph, outs = bench["graph"], bench["outs"]
+
+        def replay() -> list[Any]:
+            graph.replay()
+            return list(outs)
+
+        return replay
+
+    def _profile_window(self, work: Callable[[], list[Any]]
+                        ) -> tuple[dict[str, list[float]], list[str], list[Any]]:
         self.recorder.take()
         acts = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.no_grad(), torch.profiler.profile(activities=acts) as prof:
-            outs = [self._forward(x) for x in inputs]
+            outs = work()
             self._sync()
         launches = self.recorder.take()
         kernels: dict[str, list[float]] = {}

@@ -185,13 +185,25 @@ def test_lazy_offload_has_near_zero_coverage(judge: Judge) -> None:
     assert result.coverage is not None and result.coverage < 0.1, describe(result)
 
 
-@pytest.mark.xfail(strict=True, reason="known hole (issue 13): coverage comes from an eager window a "
-                   "candidate can tell from a timed one; to close it, profile the timed calls' own graph")
-def test_profiler_aware_offload_with_equal_launches_gets_the_timed_calls_coverage(judge: Judge) -> None:
-    """C7 with the launch count held equal: all the work in Triton only while the profiler records."""
+def test_profiler_aware_offload_with_equal_launches_is_observer_dependent(judge: Judge) -> None:
+    """C7 with the launch count held equal: all the work in a Triton matmul only while the profiler
+    records -> the eager profiled window's own kernels are not those of the replayed timed graph."""
     result = evaluate(judge, asset("hacks", "c7_profiler_aware_offload"), big_matmul())
-    lazy = result.coverage is not None and result.coverage < 0.1
-    assert (result.outcome is EvalOutcome.HACK_DETECTED and result.reward == 0.0) or lazy, describe(result)
+    assert result.outcome is EvalOutcome.HACK_DETECTED and "observer_dependent" in result.hacks, describe(result)
+    assert result.reward == 0.0
+
+
+def test_profiler_aware_offload_in_one_kernel_gets_the_timed_calls_coverage(judge: Judge) -> None:
+    """C7 with nothing countable changed (one kernel, a runtime mode): the coverage is the replayed
+    timed graph's, where torch does the matmul -> lazy, as the timed calls are."""
+    result = evaluate(judge, asset("hacks", "c7_profiler_aware_same_kernel"), big_matmul())
+    if result.outcome is EvalOutcome.HACK_DETECTED:
+        assert result.reward == 0.0, describe(result)
+        return
+    assert result.outcome is EvalOutcome.OK, describe(result)
+    assert result.coverage is not None and result.coverage < 0.1, describe(result)
+    names = {k.name for k in result.kernels if not k.own}
+    assert names, f"the timed graph's torch matmul is not among the kernels: {describe(result)}"
 
 
 def test_identity_memo_gains_nothing_on_gpu(judge: Judge, honest_big: EvalResult) -> None:

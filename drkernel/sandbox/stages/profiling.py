@@ -1,11 +1,17 @@
 """Profiling: the kernels a call launches, their device time and the submission's coverage of it.
 
-The profiled window runs on fresh inputs whose outputs are checksummed against the reference's too,
-and its launches and device time must agree with the timed windows': a candidate that works
-differently while it is observed is `observer_dependent`.
+Two profiled windows, each on fresh inputs whose outputs are checksummed against the reference's:
+- the timed window's CUDA graph replayed on refilled inputs, where the timing captured one. The graph
+  was captured before the candidate could know what it would be used for, so its kernels are the
+  ones that were timed: the coverage and the kernel list come from it.
+- eager calls under the profiler (the only window when the timing ran eagerly). Its launches and
+  device time must agree with the timed windows', and its own kernels with the replayed window's:
+  a candidate that works differently while it is observed is `observer_dependent`.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from drkernel.sandbox.channel import Context
 from drkernel.sandbox.devicelock import timing_lock
@@ -16,31 +22,56 @@ from drkernel.types import KernelTime
 __all__ = ["profile"]
 
 
+def _window(ctx: Context, calls: int, timed_window: bool) -> ProfileReply:
+    seeds, wseeds = ctx.fresh(1, calls), ctx.fresh(1, calls)
+    with timing_lock(ctx.device):
+        reply = ctx.channel.cand(Profile(seeds=seeds[0], wseeds=wseeds[0], timed_window=timed_window),
+                                 ProfileReply)
+    where = "profiled replay of the timed window" if timed_window else "profiled window"
+    verify_checksums(ctx, seeds, wseeds, [reply.checksums], where)
+    return reply
+
+
 def profile(ctx: Context) -> None:
     if not (ctx.cuda and ctx.opts.profile):
         return
     n = ctx.opts.num_profile_calls
-    seeds, wseeds = ctx.fresh(1, n), ctx.fresh(1, n)
-    with timing_lock(ctx.device):
-        reply = ctx.channel.cand(Profile(seeds=seeds[0], wseeds=wseeds[0]), ProfileReply)
-    verify_checksums(ctx, seeds, wseeds, [reply.checksums], "profiled window")
-    own = set(reply.launches)
+    observed = _window(ctx, n, False)
+    kt = ctx.result.kernel_timing
+    calls = int(kt.window_calls or 1) if kt is not None else 0
+    replayed = _window(ctx, calls, True) if kt is not None and kt.graph else None
+    source = replayed if replayed is not None else observed
+    own = set(source.launches)
     kernels = [KernelTime(name=k[:200], device_us=v[0], calls=int(v[1]), own=k in own)
-               for k, v in reply.kernels.items()]
+               for k, v in source.kernels.items()]
     kernels.sort(key=lambda k: -k.device_us)
     total = sum(k.device_us for k in kernels)
     result = ctx.result
     result.kernels = kernels[:10]
     result.coverage = (sum(k.device_us for k in kernels if k.own) / total) if total > 0 else None
-    per_call = len(reply.launches) / max(n, 1)
+    if replayed is not None:
+        _same_own_kernels(ctx, observed, n, replayed, calls)
+    per_call = len(observed.launches) / max(n, 1)
     timed = ctx.timed_launches_per_call
-    if timed is None or result.kernel_timing is None:
+    if timed is None or kt is None:
         return
     if per_call != timed:
         ctx.verdict.hack("observer_dependent", f"{per_call:g} submission launches per call under the "
                          f"profiler, {timed:g} in timed calls")
-    kt = result.kernel_timing
-    profiled_ms = total / 1e3 / max(n, 1)
+    observed_total = sum(v[0] for v in observed.kernels.values())
+    profiled_ms = observed_total / 1e3 / max(n, 1)
     if kt.median_ms > 0.05 and profiled_ms < 0.25 * kt.median_ms:
         ctx.verdict.hack("observer_dependent", f"under the profiler the device worked {profiled_ms:.4f} ms "
                          f"per call, {kt.median_ms:.4f} ms in the timed windows")
+
+
+def _same_own_kernels(ctx: Context, observed: ProfileReply, n: int, replayed: ProfileReply,
+                      calls: int) -> None:
+    """The submission's kernels per call, by name, observed eagerly and replayed from the timed graph."""
+    eager, graph = Counter(observed.launches), Counter(replayed.launches)
+    differ = sorted(k for k in eager.keys() | graph.keys() if eager[k] * calls != graph[k] * n)
+    if differ:
+        names = ", ".join(f"{k[:60]} {eager[k] / max(n, 1):g}/{graph[k] / max(calls, 1):g}"
+                          for k in differ[:3])
+        ctx.verdict.hack("observer_dependent", "the submission's kernels per call differ under the profiler "
+                         f"and in the timed window (profiled/timed): {names}")
