@@ -13,7 +13,8 @@ window waiting.
 
 Both are flocks on files named after the GPU: they end with their holder, even one that crashed.
 A thread that holds the timing lock passes through `gpu_work` (the same thread must not wait on
-itself).
+itself). `counting_waits` adds up, for one thread's evaluation, the seconds it waited for the lock and
+held it exclusively: where several judges share a GPU, they show whether the lock bounds the rate.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ import os
 import re
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["device_key", "gpu_work", "lock_dir", "timing_lock"]
+__all__ = ["counting_waits", "device_key", "gpu_work", "lock_dir", "timing_lock"]
 
-_held = threading.local()  # .timing: this thread holds a timing lock
+_held = threading.local()  # .timing: this thread holds a timing lock; .waits: its counters, or None
 
 
 def lock_dir() -> Path:
@@ -52,6 +54,17 @@ def _open(key: str, kind: str) -> int:
     folder = lock_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     return os.open(folder / f"{key}.{kind}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+@contextlib.contextmanager
+def counting_waits() -> Iterator[dict[str, float]]:
+    """Seconds this thread waits for the lock (exclusive, shared) and holds it exclusively, in the block."""
+    waits = {"wait_exclusive": 0.0, "wait_shared": 0.0, "held_exclusive": 0.0}
+    outer, _held.waits = getattr(_held, "waits", None), waits
+    try:
+        yield waits
+    finally:
+        _held.waits = outer
 
 
 @contextlib.contextmanager
@@ -79,11 +92,16 @@ def _device_lock(device: str, exclusive: bool) -> Iterator[None]:
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     gate = _open(key, "gate")
     data = -1
+    waits = getattr(_held, "waits", None)
+    t0 = held = time.monotonic()
     try:
         # a writer waits here for another writer; a reader, while a writer waits or holds
         fcntl.flock(gate, mode)
         data = _open(key, "timing")
         fcntl.flock(data, mode)
+        held = time.monotonic()
+        if waits is not None:
+            waits["wait_exclusive" if exclusive else "wait_shared"] += held - t0
         if exclusive:
             _held.timing = True
         else:
@@ -92,6 +110,8 @@ def _device_lock(device: str, exclusive: bool) -> Iterator[None]:
     finally:
         if exclusive:
             _held.timing = False
+            if waits is not None and data >= 0:
+                waits["held_exclusive"] += time.monotonic() - held
         if data >= 0:
             os.close(data)  # closing a descriptor drops its flock
         os.close(gate)

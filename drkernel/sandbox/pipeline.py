@@ -16,6 +16,7 @@ from collections.abc import Callable
 from drkernel.reward.speedup import result_reward, reward_config
 from drkernel.sandbox.channel import Channel, Context, ReferenceFailure, Stop, Verdict
 from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
+from drkernel.sandbox.devicelock import counting_waits
 from drkernel.sandbox.process import SandboxProcess
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.stages import correctness, profiling, timing, variants
@@ -60,13 +61,16 @@ class Evaluation:
 
     def run(self) -> EvalResult:
         result = self.ctx.result
-        try:
-            for name, step in self.steps():
-                t0 = time.monotonic()
-                step()
-                result.stage_s[name] = round(result.stage_s.get(name, 0.0) + time.monotonic() - t0, 4)
-        except Stop:
-            pass
+        with counting_waits() as waits:
+            try:
+                for name, step in self.steps():
+                    t0 = time.monotonic()
+                    step()
+                    result.stage_s[name] = round(result.stage_s.get(name, 0.0) + time.monotonic() - t0, 4)
+            except Stop:
+                pass
+        if self.ctx.cuda:  # the device lock's share of the stages' time (sandbox/devicelock.py)
+            result.stage_s.update({f"lock_{k}": round(v, 4) for k, v in waits.items()})
         if result.hacks:
             result.outcome = EvalOutcome.HACK_DETECTED
         if result.outcome is not EvalOutcome.OK:

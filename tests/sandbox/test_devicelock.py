@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drkernel.sandbox.devicelock import device_key, timing_lock
+from drkernel.sandbox.devicelock import counting_waits, device_key, gpu_work, timing_lock
 
 
 def test_device_key_names_the_physical_gpu() -> None:
@@ -101,3 +101,26 @@ def test_the_thread_holding_the_timing_lock_passes_through_shared_work(
         pass
     with gpu_work("cpu"):
         pass
+
+
+def test_waits_and_exclusive_holds_are_counted_per_thread(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    holder = ("import time\nfrom drkernel.sandbox.devicelock import timing_lock\n"
+              "with timing_lock('cuda:0'):\n    print('held', flush=True)\n    time.sleep(1.0)\n")
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    with counting_waits() as waits:
+        with gpu_work("cuda:0"):  # waits for the other process's window
+            pass
+        with timing_lock("cuda:0"):
+            time.sleep(0.3)
+        with timing_lock("cpu"):  # no lock: nothing counted
+            time.sleep(0.8)
+    proc.wait(timeout=10)
+    assert waits["wait_shared"] > 0.5 and waits["wait_exclusive"] < 0.2
+    assert 0.3 <= waits["held_exclusive"] < 1.0
+    with timing_lock("cuda:0"):  # outside the block: the counters stay as they were
+        pass
+    assert 0.3 <= waits["held_exclusive"] < 1.0
