@@ -113,9 +113,7 @@ class Sandbox:
                 # tamper watch takes its baseline. (It does not slow the kernels timed later:
                 # bench/timing_probe.py graphprof, 4.34 against 4.30 us, run R.)
                 t1 = _perf()
-                with torch.profiler.profile(
-                    activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-                ):
+                with profiler_session(True):
                     (x + 1).sum().item()
                 startup["profiler_warm"] = round(_perf() - t1, 4)
             self._sync()
@@ -587,15 +585,12 @@ class Sandbox:
     def _profile_window(self, work: Callable[[], list[Any]]
                         ) -> tuple[dict[str, list[float]], list[str], list[Any]]:
         self.recorder.take()
-        acts = [torch.profiler.ProfilerActivity.CPU]
-        if self.cuda:
-            acts.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.no_grad(), torch.profiler.profile(activities=acts) as prof:
+        with torch.no_grad(), profiler_session(self.cuda) as prof:
             outs = work()
             self._sync()
         launches = self.recorder.take()
         kernels: dict[str, list[float]] = {}
-        for evt in prof.events():
+        for evt in prof.function_events:
             if getattr(evt, "device_type", None) != torch.autograd.DeviceType.CUDA:
                 continue
             us = float(getattr(evt, "device_time", None) or evt.time_range.elapsed_us())
@@ -603,6 +598,14 @@ class Sandbox:
             slot[0] += us
             slot[1] += 1
         return kernels, launches, outs
+
+
+def profiler_session(cuda: bool) -> Any:
+    """A Kineto profiler session (CPU, and CUDA on a GPU): torch.autograd.profiler's, the one that
+    torch.profiler.profile wraps. The wrapper's first start asks `hasattr(torch, "_inductor")`, which
+    imports torch._inductor and torch._dynamo (about 900 modules: 2.6 s on the CPU machine, the bulk of
+    a candidate's 5.6 s profiler warm-up on the H200 host, docs/benchmarks.md run Y); this imports none."""
+    return torch.autograd.profiler.profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True)
 
 
 class _InputsChanged(Exception):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import socket
 import stat
@@ -95,9 +94,9 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
     # nothing of the fork server's reaches the sandbox but its pipes and stdio
     _close_all_but({0, 1, 2, *fds})
     os.environ.update(req["env"])
-    # torch's import (and torch._dynamo's, in preload) cached tempfile's folder: the fork server's own,
-    # which the sandbox cannot see. Forget it, so Triton's CUDA driver and the candidate make their
-    # scratch files under the sandbox's TMPDIR (docs/benchmarks.md run Z).
+    # the fork server's imports cache tempfile's folder (torch's does on both builds): the fork
+    # server's own, which the sandbox cannot see. Forget it, so Triton's CUDA driver and the candidate
+    # make their scratch files under the sandbox's TMPDIR (docs/benchmarks.md run Z).
     tempfile.tempdir = None
     code = 0
     try:
@@ -122,32 +121,13 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
         os._exit(code)
 
 
-def preload(profiler: bool = True) -> None:
-    """What every sandbox imports, imported once here and inherited through fork; with `profiler`,
-    what a candidate's first profiler session would import too (preload_profiler)."""
+def preload() -> None:
+    """What every sandbox imports, imported once here and inherited through fork. (Not torch._dynamo:
+    the sandbox's profiler session, worker.profiler_session, does not import it.)"""
     import torch  # noqa: F401 - the point of the zygote: import once, fork many
     import triton  # noqa: F401
 
     from drkernel.sandbox import isolation, worker  # noqa: F401
-
-    if profiler:
-        preload_profiler()
-
-
-def preload_profiler() -> None:
-    """torch._dynamo: a process's first torch.profiler session imports it (about 900 modules, sympy
-    and torch.distributed among them; 1.4 s of CPU on the CPU machine), which every candidate sandbox
-    paid in its profiler warm-up (5.6 s of a single `drkernel eval` on the H200, docs/benchmarks.md
-    run Y). Importing it initialises no CUDA and starts no thread, so the children still fork clean.
-    Only for GPU sandboxes (process.sandbox_env names a GPU): the interpreter's are never profiled.
-    The fork server imports it after it has answered the first fork (the reference's, which is never
-    profiled, starts meanwhile), when no request waits, or before it forks a candidate."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", "").strip():
-        import torch._dynamo  # noqa: F401
-
-
-def _waiting(sock: socket.socket) -> bool:
-    return bool(select.select([sock], [], [], 0)[0])
 
 
 def main() -> None:
@@ -155,15 +135,11 @@ def main() -> None:
     from drkernel.sandbox.worker import die_with_parent
 
     die_with_parent(int(sys.argv[2]))
-    preload(profiler=False)
+    preload()
     from drkernel.sandbox import isolation
 
     signal.signal(signal.SIGCHLD, _reap)
-    forked, profiler_ready = 0, False
     while True:
-        if not profiler_ready and forked and not _waiting(sock):
-            preload_profiler()
-            profiler_ready = True
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
         except OSError:
@@ -171,9 +147,6 @@ def main() -> None:
         if not msg:
             return
         req = json.loads(msg)
-        if not profiler_ready and (req.get("args") or [""])[0] != "reference":
-            preload_profiler()
-            profiler_ready = True
         if req.get("isolation") is not None:
             try:
                 isolation.new_pid_namespace()
@@ -191,7 +164,6 @@ def main() -> None:
             continue
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         pid = os.fork()
-        forked += 1
         if pid == 0:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
             _child(req, fds, sock)

@@ -189,8 +189,8 @@ def test_profiler_aware_offload_with_equal_launches_is_observer_dependent(judge:
     """C7 with the launch count held equal: all the work in a Triton matmul only while the profiler
     records -> the eager profiled window's own kernels are not those of the replayed timed graph."""
     result = evaluate(judge, asset("hacks", "c7_profiler_aware_offload"), big_matmul())
-    assert result.outcome is EvalOutcome.HACK_DETECTED and "observer_dependent" in result.hacks, describe(result)
-    assert result.reward == 0.0
+    assert result.outcome is EvalOutcome.HACK_DETECTED, describe(result)
+    assert "observer_dependent" in result.hacks and result.reward == 0.0, describe(result)
 
 
 def test_profiler_aware_offload_in_one_kernel_gets_the_timed_calls_coverage(judge: Judge) -> None:
@@ -363,10 +363,10 @@ def test_a_harness_takeover_that_forges_window_times_is_caught_on_gpu(judge: Jud
 
 
 def test_the_fork_servers_preload_leaves_cuda_uninitialised_on_the_gpu_build() -> None:
-    """zygote.preload imports torch._dynamo where a GPU is visible: on the CUDA build of torch too it
-    must start no thread and no CUDA context, or no forked sandbox could use the GPU."""
+    """On the CUDA build of torch too, zygote.preload must start no thread and no CUDA context, or no
+    forked sandbox could use the GPU; and the sandbox's profiler session imports nothing it guards."""
     from tests.sandbox.test_zygote_preload import _first_session
 
-    got = _first_session(preload=True, visible="0")
+    got = _first_session(visible="0")
     assert got["threads"] == 1 and got["cuda"] is False, got
     assert got["new_modules"] < 50 and got["replaced"] == [], got
