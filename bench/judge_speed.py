@@ -4,7 +4,8 @@ precision: 10 fresh evaluations (the reference re-timed each time: a salted comm
   relu(x + bias), BLOCK 4096, against torch.relu(x + bias), at three sizes; max/min of the speedup and
   the median, beside the device-time ratio that CUDA-graph replay gives in a separate process
   (bench/timing_probe.py's graph method).
-throughput: N distinct kernels (each a fresh Triton compile) through one warm judge, one GPU.
+throughput: N distinct kernels (each a fresh Triton compile) through warm judges sharing one GPU: threads of
+  this process, or (--processes) the local executor's judge processes, as the service runs them.
 Run on the GPU machine:  python bench/judge_speed.py [--evals 10] [--json FILE]
 """
 
@@ -168,6 +169,33 @@ def _precision(evals: int, shapes: list[tuple[int, int]], pause_s: float, spares
     return table
 
 
+def throughput_processes(n: int, judges: int) -> dict:
+    """As `throughput`, through the service's local executor: `judges` judges on the GPU, each in its
+    own process (executor.judges_per_gpu), instead of threads of this one."""
+    from drkernel.executors.local import LocalExecutor
+
+    ref = REF.format(rows=2048, cols=2048)
+    config = LocalExecutor.Config(devices=("cuda:0",), judges_per_gpu=judges, isolation="process")
+    with LocalExecutor(config) as executor:
+        t_warm = time.monotonic()
+        warmup = [EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=0))
+                  for _ in range(judges)]
+        executor.evaluate(warmup)
+        print(f"{judges} judge process(es) warm in {time.monotonic() - t_warm:.1f} s", flush=True)
+        requests = [EvalRequest(reference_code=ref, kernel_code=KERNEL.format(cols=2048, salt=k + 1))
+                    for k in range(n)]
+        busy = Busy()
+        t0 = time.monotonic()
+        results = executor.evaluate(requests)
+        wall = time.monotonic() - t0
+        load = busy.stop()
+    for d in results:
+        if d.outcome.value != "ok":
+            print(f"throughput: NOT OK: {d.outcome.value} {d.hack_details} {d.error}", flush=True)
+    rows = [(d.outcome.value, {**dict(d.stage_s or {}), "wall": d.wall_s or 0.0}) for d in results]
+    return _throughput_row(n, judges, wall, [rows], load) | {"processes": True}
+
+
 def throughput(n: int, judges: int) -> dict:
     """`n` distinct kernels (fresh compiles) through `judges` warm judges sharing one GPU; their timing
     windows take turns on the device (sandbox/devicelock.py), everything else overlaps."""
@@ -205,6 +233,11 @@ def throughput(n: int, judges: int) -> dict:
     finally:
         for j in pool:
             j.close()
+    return _throughput_row(n, judges, wall, parts, load)
+
+
+def _throughput_row(n: int, judges: int, wall: float, parts: list[list[tuple[str, dict[str, float]]]],
+                    load: dict) -> dict:
     outcomes = [o for part in parts for o, _ in part]
     stages: dict[str, list[float]] = {}
     for _, st in (x for part in parts for x in part):
@@ -263,6 +296,8 @@ def main() -> None:
     ap.add_argument("--throughput", type=int, default=24,
                     help="distinct kernels per throughput run (0: none)")
     ap.add_argument("--judges", default="1,4", help="judges sharing the GPU, one throughput run each")
+    ap.add_argument("--processes", action="store_true",
+                    help="throughput through the local executor: each judge in its own process")
     ap.add_argument("--under-load", type=int, default=0, help="other judges working on the GPU meanwhile")
     ap.add_argument("--pause", type=float, default=0.0,
                     help="seconds before each precision evaluation (the pool's new spares are up by then)")
@@ -273,7 +308,7 @@ def main() -> None:
     result = {"precision": precision(args.evals, shapes, args.under_load, args.pause, args.spares)}  # type: ignore[arg-type]
     runs = []
     for k in (int(v) for v in args.judges.split(",") if v) if args.throughput else ():
-        runs.append(throughput(args.throughput, k))
+        runs.append((throughput_processes if args.processes else throughput)(args.throughput, k))
         print(json.dumps(runs[-1]), flush=True)
     result["throughput"] = runs
     print(f"\n{'shape':>10} {'kernel_us':>9} {'spread':>7} {'median':>7} {'graph':>7} "
@@ -286,7 +321,8 @@ def main() -> None:
               f"{f(r['kernel_bandwidth_fraction'], '7.2f')}")
     for t in runs:
         print(f"throughput: {t['per_minute']:.1f} evaluations/min ({t['evaluations']} fresh compiles, "
-              f"{t['judges']} judge(s) on one GPU, {t['ok']} ok)")
+              f"{t['judges']} judge {'processes' if t.get('processes') else 'threads'} on one GPU, "
+              f"{t['ok']} ok)")
         cpu, gpu = t.get("host_cpu_busy"), t.get("gpu_util")
         print(f"  host CPUs busy {cpu if cpu is None else format(cpu, '.0%')} of {t.get('cpus')}, "
               f"GPU utilization {gpu if gpu is None else format(gpu, '.0%')}; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -16,7 +17,7 @@ from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.types import MAX_SOURCE_BYTES, EvalOptions, EvalRequest, EvalResult
 
 if TYPE_CHECKING:
-    from drkernel.sandbox.process import Zygote
+    from drkernel.sandbox.process import ComparisonProcess, Zygote
 
 __all__ = ["kernel_line", "register", "render_verdict"]
 
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     _check_flags(args)
     # The fork server imports torch and triton (seconds); it starts first, so that this process's
     # own imports of them overlap with its.
-    zygote = _prestart(args.device)
+    zygote, comparison = _prestart(args.device)
     from drkernel.sandbox.judge import Judge, default_cache_path
     from drkernel.sandbox.process import SandboxFailure
 
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with Judge(device=options.device, spares=1, cache_path=args.cache or default_cache_path(),
                    memory_limit_mb=options.memory_limit_mb, insecure=args.insecure,
-                   zygote=zygote) as judge:
+                   zygote=zygote, comparison=comparison) as judge:
             result = judge.evaluate(request)
     except SandboxFailure as exc:  # the judge's own machinery, never the candidate's doing
         print(f"drkernel eval: the judge could not start its sandboxes: {exc}", file=sys.stderr)
@@ -156,20 +157,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prestart(device: str | None) -> Zygote | None:
-    """A fork server for the device the judge will most likely resolve (`Judge` checks it, and starts
-    its own where this one does not fit); None where it cannot start here."""
-    from drkernel.sandbox.process import Zygote
+def _prestart(device: str | None) -> tuple[Zygote | None, ComparisonProcess | None]:
+    """A fork server for the device the judge will most likely resolve, and on a GPU its comparison
+    child (`Judge` checks both, and starts its own where one does not fit); None where one cannot
+    start here. Both import torch; started first, they do it while this process does."""
+    from drkernel.sandbox.process import ComparisonProcess, Zygote
 
     if device is None:
         device = ("cuda" if os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
                   else "cpu")
     if device != "cpu" and device != "cuda" and not device.startswith("cuda:"):
-        return None  # a bad spelling: Judge says what is wrong with it
+        return None, None  # a bad spelling: Judge says what is wrong with it
     try:
-        return Zygote(device)
+        zygote = Zygote(device)
     except OSError:
-        return None
+        return None, None
+    comparison = None
+    if device.startswith("cuda") and os.path.exists("/dev/nvidiactl"):
+        with contextlib.suppress(OSError):  # the judge resolves "cuda" to "cuda:0"
+            comparison = ComparisonProcess("cuda:0" if device == "cuda" else device)
+    return zygote, comparison
 
 
 def _fmt(value: float | None, unit: str = "", digits: int = 3) -> str:

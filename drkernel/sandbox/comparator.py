@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, layout_issue, load_tensors
+from drkernel.sandbox.process import ComparisonProcess
 from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
 from drkernel.sandbox.tensorfile import Entry, TensorFileError, read_header
 
@@ -146,24 +147,18 @@ class LocalComparator:
 class ProcessComparator:
     """Compares in a child process that holds the judge's only CUDA context; replaced on a fault."""
 
-    def __init__(self, device: str, fault: str | None = None) -> None:
+    def __init__(self, device: str, fault: str | None = None,
+                 started: ComparisonProcess | None = None) -> None:
+        """`started`: a comparison child started earlier for this device (`drkernel eval` starts one
+        before importing torch); owned from here."""
         self.device = device
         self._fault = fault
         self._proc: subprocess.Popen[bytes] | None = None
-        self._start()
+        self._start(started)
 
-    def _start(self) -> None:
-        cmd_r, cmd_w = os.pipe()
-        resp_r, resp_w = os.pipe()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_parent(), env.get("PYTHONPATH")]))
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "drkernel.sandbox.comparator", str(cmd_r), str(resp_w), self.device],
-            pass_fds=(cmd_r, resp_w), env=env, stdin=subprocess.DEVNULL, start_new_session=False,
-        )
-        os.close(cmd_r)
-        os.close(resp_w)
-        self._w, self._r = cmd_w, resp_r
+    def _start(self, started: ComparisonProcess | None = None) -> None:
+        child = started or ComparisonProcess(self.device)
+        self._proc, self._w, self._r = child.proc, child.w, child.r
 
     def compare(self, job: dict[str, Any]) -> dict[str, Any]:
         fault, self._fault = self._fault, None
@@ -183,9 +178,9 @@ class ProcessComparator:
             if ready:
                 return read_message(self._r)
             if self._proc is None or self._proc.poll() is not None:
-                raise ProtocolError(
-                    f"it exited with status {None if self._proc is None else self._proc.returncode}"
-                )
+                code = None if self._proc is None else self._proc.returncode
+                why = f" (it could not select {self.device})" if code == NO_DEVICE_STATUS else ""
+                raise ProtocolError(f"it exited with status {code}{why}")
             if time.monotonic() > deadline:
                 raise ProtocolError("it did not answer within 600 s")
 
@@ -206,13 +201,20 @@ class ProcessComparator:
         self._w = self._r = -1
 
 
-def make_comparator(device: str) -> LocalComparator | ProcessComparator:
+NO_DEVICE_STATUS = 3  # the comparison child's exit status where it cannot select its device
+
+
+def make_comparator(device: str,
+                    started: ComparisonProcess | None = None) -> LocalComparator | ProcessComparator:
+    """`started`: a comparison child started earlier; used where it was started for `device`, else closed."""
     fault = os.environ.get(FAULT_ENV) or None
-    return ProcessComparator(device, fault) if device.startswith("cuda") else LocalComparator(device, fault)
-
-
-def _package_parent() -> str:
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cuda = device.startswith("cuda")
+    if started is not None and (not cuda or started.device != device or started.proc.poll() is not None):
+        started.close()
+        started = None
+    if cuda:
+        return ProcessComparator(device, fault, started)
+    return LocalComparator(device, fault)
 
 
 def _serve(cmd_fd: int, resp_fd: int, device: str) -> None:
@@ -222,7 +224,10 @@ def _serve(cmd_fd: int, resp_fd: int, device: str) -> None:
     with contextlib.suppress(OSError, AttributeError):  # die with the judge
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if device.startswith("cuda"):
-        torch.cuda.set_device(device)
+        try:
+            torch.cuda.set_device(device)
+        except Exception:  # noqa: BLE001 - a device the judge would refuse (a prestart's guess): no traceback
+            os._exit(NO_DEVICE_STATUS)
     while True:
         try:
             job = read_message(cmd_fd)

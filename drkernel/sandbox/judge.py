@@ -23,7 +23,7 @@ from drkernel.errors import ConfigError
 from drkernel.sandbox import isolation
 from drkernel.sandbox.comparator import JudgeFault, make_comparator
 from drkernel.sandbox.pipeline import Evaluation, ReferenceFailure
-from drkernel.sandbox.process import SandboxFailure, SandboxProcess, Zygote, scratch_root
+from drkernel.sandbox.process import ComparisonProcess, SandboxFailure, SandboxProcess, Zygote, scratch_root
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.types import MAX_SOURCE_BYTES, DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
 
@@ -64,13 +64,16 @@ class Judge:
                  candidate_gpu_fraction: float = 0.6, reference_gpu_fraction: float = 0.3,
                  shared_triton_cache: str | None = None, fork_server: bool = True,
                  isolate_uid: bool | None = None, insecure: bool | None = None,
-                 hide: Sequence[str | Path] = (), zygote: Zygote | None = None) -> None:
+                 hide: Sequence[str | Path] = (), zygote: Zygote | None = None,
+                 comparison: ComparisonProcess | None = None) -> None:
         """`insecure`: run sandboxes without namespaces, for one's own code only (every result then
         says "isolation": "none"); otherwise the judge refuses to start where it cannot isolate them.
         None reads DRKERNEL_INSECURE=1. `hide`: more files or folders no sandbox may see (besides
         DRKERNEL_SANDBOX_HIDE, a list like PATH); the timing cache and the scratch folders always are.
         `zygote`: a fork server started earlier (`drkernel eval` starts one before importing torch);
-        the judge owns it from here, and replaces it if it was started for another device."""
+        the judge owns it from here, and replaces it if it was started for another device.
+        `comparison`: the same for the comparison child of a GPU judge (sandbox/comparator.py)."""
+        self._comparison: ComparisonProcess | None = comparison
         try:
             self._setup(device, spares, cache_path, memory_limit_mb, candidate_gpu_fraction,
                         reference_gpu_fraction, shared_triton_cache, fork_server, isolate_uid, insecure,
@@ -78,6 +81,8 @@ class Judge:
         except BaseException:
             if zygote is not None:
                 zygote.close()
+            if self._comparison is not None:
+                self._comparison.close()
             raise
 
     def _setup(self, device: str | None, spares: int | None, cache_path: str | Path | None,
@@ -119,7 +124,8 @@ class Judge:
         self._ref: SandboxProcess | None = None
         self._closed = False
         # On a GPU the judge's only device context lives in this child (comparisons, fingerprints)
-        self._comparator = make_comparator(self.device)
+        self._comparator = make_comparator(self.device, self._comparison)
+        self._comparison = None  # the comparator owns it now
         self.judge_restarts = 0
         self._fill_pool()
         self._ref = self._spawn("reference")

@@ -160,6 +160,43 @@ def sandbox_env(device: str, triton_cache: str, home: str) -> dict[str, str]:
     return env
 
 
+class ComparisonProcess:
+    """The judge's comparison child on a GPU (drkernel.sandbox.comparator's `_serve`), started without
+    importing torch here: `drkernel eval` starts it beside the fork server, before its own imports, so
+    that the child's import of torch is off the path of a single evaluation. ProcessComparator owns it."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        cmd_r, cmd_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        env = dict(os.environ)
+        package_parent = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
+        try:
+            self.proc: subprocess.Popen[bytes] = subprocess.Popen(
+                [sys.executable, "-m", "drkernel.sandbox.comparator", str(cmd_r), str(resp_w), device],
+                pass_fds=(cmd_r, resp_w), env=env, stdin=subprocess.DEVNULL, start_new_session=False,
+            )
+        except BaseException:
+            for fd in (cmd_w, resp_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(cmd_r)
+            os.close(resp_w)
+        self.w, self.r = cmd_w, resp_r
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        with contextlib.suppress(subprocess.SubprocessError):
+            self.proc.wait(timeout=10)
+        for fd in (self.w, self.r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.w = self.r = -1
+
+
 class Zygote:
     """Judge-side handle of a fork server (drkernel.sandbox.zygote) for one device."""
 
