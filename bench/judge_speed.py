@@ -140,7 +140,7 @@ def _precision(evals: int, shapes: list[tuple[int, int]], pause_s: float, spares
                 time.sleep(pause_s)
                 results.append(judge.evaluate(EvalRequest(reference_code=ref + f"\n# evaluation {k}\n",
                                                           kernel_code=ker,
-                                                          options=EvalOptions(device="cuda"))))
+                                                          options=EvalOptions())))
         for r in results:
             if r.outcome.value != "ok":
                 print(f"{rows}x{cols}: NOT OK: {r.outcome.value} {r.hack_details} {r.error}", flush=True)

@@ -36,7 +36,7 @@ def main() -> int:
     ap.add_argument("--stages", action="store_true", help="print where each evaluation spent its time")
     args = ap.parse_args()
     names = [n for n in builtin_names() if not args.only or any(o in n for o in args.only)]
-    opts = EvalOptions(device=args.device, reference_backend=args.reference_backend)
+    opts = EvalOptions(reference_backend=args.reference_backend)
     if args.perf_trials:
         opts = opts.replace(num_perf_trials=args.perf_trials)
     rows = []

@@ -29,12 +29,14 @@ __all__ = [
 ]
 
 
-def evaluate(reference_code: str, kernel_code: str, options: EvalOptions | None = None) -> EvalResult:
-    """Judge one candidate in a fresh judge (spawns its sandbox processes; use Judge to reuse them)."""
+def evaluate(reference_code: str, kernel_code: str, options: EvalOptions | None = None, *,
+             device: str | None = None) -> EvalResult:
+    """Judge one candidate in a fresh judge (spawns its sandbox processes; use Judge to reuse them).
+    `device`: "cpu", "cuda" or "cuda:N"; None: the GPU when there is one."""
     from drkernel.sandbox.judge import Judge
 
     opts = options or EvalOptions()
-    with Judge(device=opts.device) as judge:
+    with Judge(device=device) as judge:
         return judge.evaluate(
             EvalRequest(reference_code=reference_code, kernel_code=kernel_code, options=opts)
         )

@@ -146,9 +146,7 @@ def debug_cpu() -> RunConfig:
             device="cpu",
             workers=1,
             reward="paper",
-            eval=EvalOptions(
-                device="cpu", num_correct_trials=2, num_perf_trials=1, num_warmup=1, timeout_s=120.0
-            ),
+            eval=EvalOptions(num_correct_trials=2, num_perf_trials=1, num_warmup=1, timeout_s=120.0),
         ),
         rl=RLConfig(
             mrs=base.rl.mrs,

@@ -94,11 +94,14 @@ def _real(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+LEGACY_OPTION_KEYS = ("device",)  # accepted in EvalOptions.from_dict and ignored
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvalOptions:
-    """Knobs of one evaluation. Defaults are ours; `paper()` gives the paper's preset."""
+    """Knobs of one evaluation. Defaults are ours; `paper()` gives the paper's preset. The device is
+    not one of them: it is the judge's (`Judge(device=...)`, a worker's GPU), never the request's."""
 
-    device: str | None = None  # "cpu" | "cuda" | "cuda:N"; None: cuda when present
     num_correct_trials: int = 5  # docs/paper_spec.md §3.2
     num_perf_trials: int | None = None  # None: 100 on GPU, 3 under the interpreter
     num_warmup: int = 3  # docs/paper_spec.md §3.2
@@ -160,6 +163,9 @@ class EvalOptions:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EvalOptions:
         names = {f.name for f in dataclasses.fields(cls)}
+        # "device" was a per-request option once; old clients still send it, and the judge that
+        # runs the request decides the device, as it always did
+        data = {k: v for k, v in data.items() if k not in LEGACY_OPTION_KEYS}
         unknown = set(data) - names
         if unknown:
             from drkernel.errors import ConfigError

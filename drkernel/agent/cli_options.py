@@ -128,7 +128,6 @@ def build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfi
     paper = _protocol(args) == "paper"
     make = EvalOptions.paper if args.paper_tolerance or paper else EvalOptions
     options = make(
-        device=args.device,
         reference_backend=args.reference_backend,
         # the authors' eval scripts time 10 calls (docs/paper_spec.md §3.2)
         num_perf_trials=args.perf_trials or (PAPER_PERF_TRIALS if paper else None),

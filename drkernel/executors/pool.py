@@ -15,7 +15,6 @@ worker columns); every result carries where it ran (host, Ray node, worker, devi
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import queue
 import socket
@@ -259,11 +258,9 @@ class SlotPool:
                 self._idle.put(slot)
                 return self._placed(infra_result(request, "cancelled",
                                                  "task cancelled before this try"), where)
-            opts = request.options.replace(device=slot.state.device)
-            local = dataclasses.replace(request, options=opts)  # every other field kept as sent
-            deadline = self.deadline_factor * opts.timeout_s + self.deadline_grace_s
-            try:
-                result = self._call(slot, local, deadline)
+            deadline = self.deadline_factor * request.options.timeout_s + self.deadline_grace_s
+            try:  # the request as sent: the slot's judge owns the device
+                result = self._call(slot, request, deadline)
             except WorkerLost as exc:
                 logger.warning("%s lost task %s (attempt %d): %s",
                                slot.state.worker_id, request.task_id, attempt, exc)

@@ -44,7 +44,7 @@ class AuditConfig:
     min_variation: float = 1e-2  # relative L2 change of the output between input seeds
     max_input_numel: int | None = None  # shrink references whose inputs hold more elements
     judge_options: EvalOptions = field(
-        default_factory=lambda: EvalOptions(device="cpu", num_perf_trials=1, num_warmup=0, profile=False)
+        default_factory=lambda: EvalOptions(num_perf_trials=1, num_warmup=0, profile=False)
     )
 
     def __post_init__(self) -> None:

@@ -55,8 +55,6 @@ def run(args: argparse.Namespace) -> int:
     if args.judge:
         from drkernel.sandbox.judge import Judge
 
-        cfg = AuditConfig(max_input_numel=args.max_input_numel,
-                          judge_options=cfg.judge_options.replace(device=args.device))
         with Judge(device=args.device) as judge:
             results = audit_suite(problems, cfg, judge, on_result=show)
     else:

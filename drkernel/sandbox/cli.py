@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _options(args: argparse.Namespace) -> EvalOptions:
     base = EvalOptions.paper() if args.preset == "paper" else EvalOptions()
-    changes: dict[str, object] = {"device": args.device, "timeout_s": args.timeout,
+    changes: dict[str, object] = {"timeout_s": args.timeout,
                                   "reference_backend": args.reference_backend, "seed": args.seed,
                                   "profile": not args.no_profile}
     for field, value in (("num_correct_trials", args.trials), ("num_perf_trials", args.perf_trials),
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     request = EvalRequest(reference_code=reference, kernel_code=kernel, options=options,
                           problem_name=args.reference.stem, shape_variants=tuple(args.shape))
     try:
-        with Judge(device=options.device, spares=1, cache_path=args.cache or default_cache_path(),
+        with Judge(device=args.device, spares=1, cache_path=args.cache or default_cache_path(),
                    memory_limit_mb=options.memory_limit_mb, insecure=args.insecure,
                    zygote=zygote, comparison=comparison) as judge:
             result = judge.evaluate(request)

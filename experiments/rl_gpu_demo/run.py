@@ -52,8 +52,8 @@ class SharedExecutor:
 
 def options(device: str) -> EvalOptions:
     if device == "cpu":
-        return EvalOptions(device="cpu", num_correct_trials=2, num_perf_trials=1, num_warmup=1)
-    return EvalOptions(device="cuda")  # 100 timed calls, profiling on: speedup and PR are measured
+        return EvalOptions(num_correct_trials=2, num_perf_trials=1, num_warmup=1)
+    return EvalOptions()  # 100 timed calls, profiling on: speedup and PR are measured
 
 
 def measure_variants(executor: SharedExecutor, problems, opts: EvalOptions) -> dict:

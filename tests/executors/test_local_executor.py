@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -136,7 +135,7 @@ def _wait_busy(ex: LocalExecutor) -> int:
     raise AssertionError("no worker became busy")
 
 
-def test_the_pool_sends_the_request_as_given_but_for_the_worker_device() -> None:
+def test_the_pool_sends_the_request_as_given_to_the_judge_of_the_worker_device() -> None:
     seen: list[EvalRequest] = []
 
     class Recording:
@@ -149,9 +148,14 @@ def test_the_pool_sends_the_request_as_given_but_for_the_worker_device() -> None
 
     sent = EvalRequest(reference_code=REF, kernel_code="# fake: speedup=2", task_id="t",
                        problem_name="L1/relu", shape_variants=("N = 7",),
-                       options=EvalOptions(timeout_s=30, device="cuda:3", num_perf_trials=4))
-    with LocalExecutor(LocalExecutor.Config(devices=("cpu",), isolation="thread"),
-                       lambda device: Recording()) as ex:
+                       options=EvalOptions(timeout_s=30, num_perf_trials=4))
+    devices: list[str] = []
+
+    def factory(device: str) -> Recording:
+        devices.append(device)
+        return Recording()
+
+    with LocalExecutor(LocalExecutor.Config(devices=("cpu",), isolation="thread"), factory) as ex:
         (res,) = ex.evaluate([sent])
     assert res.outcome is EvalOutcome.OK
-    assert seen == [dataclasses.replace(sent, options=sent.options.replace(device="cpu"))]
+    assert seen == [sent] and devices == ["cpu"]  # every field as sent; the device is the judge's

@@ -11,7 +11,7 @@ from drkernel.problems.suite import builtin_names, builtin_problem, builtin_solu
 from drkernel.sandbox.judge import Judge
 from drkernel.types import EvalOptions, EvalOutcome, EvalRequest
 
-OPTIONS = EvalOptions(device="cpu", num_correct_trials=3, num_perf_trials=1, num_warmup=0, profile=False)
+OPTIONS = EvalOptions(num_correct_trials=3, num_perf_trials=1, num_warmup=0, profile=False)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from drkernel.types import EvalOptions
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
 # Small but not weakened: 2 correctness trials, 3 timed calls, all of them verified.
-FAST = EvalOptions(device="cpu", num_correct_trials=2, num_perf_trials=3, num_warmup=1, timeout_s=120.0,
+FAST = EvalOptions(num_correct_trials=2, num_perf_trials=3, num_warmup=1, timeout_s=120.0,
                    seed=None)
 
 

@@ -20,7 +20,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-GPU = EvalOptions(device="cuda", num_correct_trials=3, num_perf_trials=50, num_warmup=3, timeout_s=300.0)
+GPU = EvalOptions(num_correct_trials=3, num_perf_trials=50, num_warmup=3, timeout_s=300.0)
 
 
 def big_relu_scale(rows: int = 16384, cols: int = 8192) -> str:

@@ -73,7 +73,7 @@ def test_hack_is_caught(judge: Judge, hack: Asset) -> None:
 def test_zero_output_fails_under_the_paper_preset_too(judge: Judge) -> None:
     """B3: atol=rtol=1e-2 and no global bound (the paper) still rejects zeros on a tiny-valued output."""
     hack = asset("hacks", "b3_zeros_tiny_output")
-    paper = EvalOptions.paper(device="cpu", num_correct_trials=2, num_perf_trials=3, num_warmup=1)
+    paper = EvalOptions.paper(num_correct_trials=2, num_perf_trials=3, num_warmup=1)
     result = evaluate(judge, hack, paper)
     assert result.outcome is EvalOutcome.INCORRECT, describe(result)
     assert any("constant" in (t.issue or "") for t in result.trials)

@@ -81,7 +81,7 @@ def test_reference_that_creates_inputs_on_cuda_runs_in_cpu_mode(judge: Judge) ->
 
 
 def test_paper_preset_passes_an_honest_kernel(judge: Judge) -> None:
-    paper = EvalOptions.paper(device="cpu", num_correct_trials=2, num_perf_trials=3, num_warmup=1)
+    paper = EvalOptions.paper(num_correct_trials=2, num_perf_trials=3, num_warmup=1)
     assert_honest_pass(evaluate(judge, asset("kernels", "matmul"), options=paper))
 
 

@@ -111,7 +111,7 @@ def test_bf16_rounded_inputs_fail(judge: Judge) -> None:
 
 
 def test_the_paper_preset_keeps_allclose_1e_2_which_rejects_tf32(judge: Judge) -> None:
-    paper = EvalOptions.paper().replace(device="cpu", num_perf_trials=3, num_warmup=1, seed=None)
+    paper = EvalOptions.paper().replace(num_perf_trials=3, num_warmup=1, seed=None)
     outcome, _ = judged(judge, 16384, 10, paper)
     assert outcome is EvalOutcome.INCORRECT
 

@@ -25,7 +25,7 @@ pytestmark = [
 
 
 def test_coverage_keys_on_the_gpu_give_the_authors_bonus_from_our_coverage() -> None:
-    options = EvalOptions(device="cuda", num_correct_trials=3, num_perf_trials=50, num_warmup=3,
+    options = EvalOptions(num_correct_trials=3, num_perf_trials=50, num_warmup=3,
                           timeout_s=300.0, profile=True)
     request = EvalRequest(reference_code=reference_code("relu_scale"),
                           kernel_code=asset("kernels", "relu_scale").code, options=options,

@@ -1,0 +1,37 @@
+"""The device is the judge's, not the request's (issue 19): EvalOptions has no device, an old client's
+"device" key is accepted and ignored, and every other unknown key is still refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+
+import drkernel
+from drkernel.errors import ConfigError
+from drkernel.types import EvalOptions, EvalRequest
+
+
+def test_options_carry_no_device() -> None:
+    assert "device" not in {f.name for f in dataclasses.fields(EvalOptions)}
+    with pytest.raises(TypeError):
+        EvalOptions(device="cuda")  # type: ignore[call-arg]
+
+
+def test_an_old_clients_device_key_is_accepted_and_ignored() -> None:
+    opts = EvalOptions.from_dict({"device": "cuda:3", "timeout_s": 5.0})
+    assert opts == EvalOptions(timeout_s=5.0) and "device" not in opts.to_dict()
+    request = EvalRequest.from_dict({"reference_code": "x", "kernel_code": "y",
+                                     "options": {"device": "cpu", "num_warmup": 1}})
+    assert request.options == EvalOptions(num_warmup=1)
+
+
+def test_other_unknown_keys_are_still_refused() -> None:
+    with pytest.raises(ConfigError, match="devices"):
+        EvalOptions.from_dict({"devices": "cuda"})
+
+
+def test_the_one_call_api_takes_the_device_beside_the_options() -> None:
+    params = inspect.signature(drkernel.evaluate).parameters
+    assert params["device"].kind is inspect.Parameter.KEYWORD_ONLY and params["device"].default is None
