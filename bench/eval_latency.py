@@ -88,7 +88,8 @@ def timeline(device: str) -> dict[str, Any]:
     from drkernel.sandbox import process
 
     tl.wrap(process.Zygote, "__init__", "fork server Popen")
-    zygote = eval_cli._prestart(device)
+    tl.wrap(process.ComparisonProcess, "__init__", "comparison process Popen (prestart)")
+    zygote, comparison = eval_cli._prestart(device)
     s = time.monotonic() - tl.t0
     from drkernel.sandbox import comparator, isolation, judge, pipeline
     from drkernel.types import EvalRequest
@@ -97,7 +98,7 @@ def timeline(device: str) -> dict[str, Any]:
     tl.wrap(judge, "resolve_device", "resolve_device")
     tl.wrap(judge, "_to_hide", "hidden paths")
     tl.wrap(isolation, "probe", "isolation probe")
-    tl.wrap(judge, "make_comparator", "comparison process Popen")
+    tl.wrap(judge, "make_comparator", "comparator (adopts the prestarted child)")
     tl.wrap(process.SandboxProcess, "__init__", "sandbox spawn (fork)")
     tl.wrap(pipeline.Evaluation, "run", "evaluation")
     tl.wrap(comparator.ProcessComparator, "compare", "comparison")
@@ -123,7 +124,8 @@ def timeline(device: str) -> dict[str, Any]:
     ref = (EXAMPLE / "reference.py").read_text()
     ker = (EXAMPLE / "kernel.py").read_text()
     s = time.monotonic() - tl.t0
-    j = judge.Judge(device=device, spares=1, cache_path=judge.default_cache_path(), zygote=zygote)
+    j = judge.Judge(device=device, spares=1, cache_path=judge.default_cache_path(), zygote=zygote,
+                    comparison=comparison)
     tl.spans.append(("Judge()", s, time.monotonic() - tl.t0))
     s = time.monotonic() - tl.t0
     result = j.evaluate(EvalRequest(reference_code=ref, kernel_code=ker))
