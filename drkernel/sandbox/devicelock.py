@@ -14,7 +14,8 @@ window waiting.
 Both are flocks on files named after the GPU: they end with their holder, even one that crashed.
 A thread that holds the timing lock passes through `gpu_work` (the same thread must not wait on
 itself). `counting_waits` adds up, for one thread's evaluation, the seconds it waited for the lock and
-held it exclusively: where several judges share a GPU, they show whether the lock bounds the rate.
+held it exclusively, and per named section (`what`) the seconds it held it either way: where several
+judges share a GPU, they show whether the lock bounds the rate, and which sections hold it.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def _open(key: str, kind: str) -> int:
 
 @contextlib.contextmanager
 def counting_waits() -> Iterator[dict[str, float]]:
-    """Seconds this thread waits for the lock (exclusive, shared) and holds it exclusively, in the block."""
+    """Seconds this thread waits for the lock (exclusive, shared) and holds it exclusively in the block;
+    and `held_<what>` for each named section it held, either way."""
     waits = {"wait_exclusive": 0.0, "wait_shared": 0.0, "held_exclusive": 0.0}
     outer, _held.waits = getattr(_held, "waits", None), waits
     try:
@@ -68,21 +70,22 @@ def counting_waits() -> Iterator[dict[str, float]]:
 
 
 @contextlib.contextmanager
-def timing_lock(device: str) -> Iterator[None]:
-    """Hold the device exclusively for the block; nothing on a CPU device."""
-    with _device_lock(device, exclusive=True):
+def timing_lock(device: str, what: str = "") -> Iterator[None]:
+    """Hold the device exclusively for the block; nothing on a CPU device. `what`: the section's name
+    for counting_waits."""
+    with _device_lock(device, exclusive=True, what=what):
         yield
 
 
 @contextlib.contextmanager
-def gpu_work(device: str) -> Iterator[None]:
+def gpu_work(device: str, what: str = "") -> Iterator[None]:
     """Hold the device shared for the block: it waits for timing windows, and timing windows for it."""
-    with _device_lock(device, exclusive=False):
+    with _device_lock(device, exclusive=False, what=what):
         yield
 
 
 @contextlib.contextmanager
-def _device_lock(device: str, exclusive: bool) -> Iterator[None]:
+def _device_lock(device: str, exclusive: bool, what: str = "") -> Iterator[None]:
     """The gate, then the lock itself. A writer keeps the gate for the whole block, so no new reader
     gets in while it waits or holds; a reader lets go of the gate once it holds the lock shared."""
     key = device_key(device)
@@ -110,8 +113,12 @@ def _device_lock(device: str, exclusive: bool) -> Iterator[None]:
     finally:
         if exclusive:
             _held.timing = False
-            if waits is not None and data >= 0:
-                waits["held_exclusive"] += time.monotonic() - held
+        if waits is not None and data >= 0:
+            span = time.monotonic() - held
+            if exclusive:
+                waits["held_exclusive"] += span
+            if what:
+                waits[f"held_{what}"] = waits.get(f"held_{what}", 0.0) + span
         if data >= 0:
             os.close(data)  # closing a descriptor drops its flock
         os.close(gate)

@@ -112,15 +112,16 @@ def test_waits_and_exclusive_holds_are_counted_per_thread(tmp_path: Path,
     proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     with counting_waits() as waits:
-        with gpu_work("cuda:0"):  # waits for the other process's window
-            pass
-        with timing_lock("cuda:0"):
+        with gpu_work("cuda:0", "checksums"):  # waits for the other process's window
+            time.sleep(0.2)
+        with timing_lock("cuda:0", "timed"):
             time.sleep(0.3)
         with timing_lock("cpu"):  # no lock: nothing counted
             time.sleep(0.8)
     proc.wait(timeout=10)
     assert waits["wait_shared"] > 0.5 and waits["wait_exclusive"] < 0.2
     assert 0.3 <= waits["held_exclusive"] < 1.0
+    assert 0.2 <= waits["held_checksums"] < 0.8 and waits["held_timed"] == waits["held_exclusive"]
     with timing_lock("cuda:0"):  # outside the block: the counters stay as they were
         pass
     assert 0.3 <= waits["held_exclusive"] < 1.0

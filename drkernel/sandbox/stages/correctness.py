@@ -154,7 +154,7 @@ def launch_modes(ctx: Context) -> None:
     """The submission's own kernels must launch in train/eval x grad/no-grad alike."""
     if ctx.verdict.failed:
         return
-    with gpu_work(ctx.device):
+    with gpu_work(ctx.device, "launch_modes"):
         reply = ctx.channel.cand(Modes(seed=ctx.seeds[0]), ModesReply)
     missing = [mode for mode, n in reply.modes.items() if n == 0]
     if missing or not reply.modes:

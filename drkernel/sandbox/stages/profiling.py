@@ -24,7 +24,7 @@ __all__ = ["profile"]
 
 def _window(ctx: Context, calls: int, timed_window: bool) -> ProfileReply:
     seeds, wseeds = ctx.fresh(1, calls), ctx.fresh(1, calls)
-    with timing_lock(ctx.device):
+    with timing_lock(ctx.device, "profile"):
         reply = ctx.channel.cand(Profile(seeds=seeds[0], wseeds=wseeds[0], timed_window=timed_window),
                                  ProfileReply)
     where = "profiled replay of the timed window" if timed_window else "profiled window"

@@ -82,7 +82,7 @@ def reference_timing(ctx: Context, cache: ReferenceTimingCache) -> TimingStats:
     stats = cache.get(key)
     if stats is None:
         ref = ctx.channel.ref
-        with timing_lock(ctx.device):
+        with timing_lock(ctx.device, "reference_timing"):
             prep = ref(BenchPrepare(seed=ctx.rng.randrange(1 << 30), calls=None, warmup=opts.num_warmup,
                                     warmup_s=_warmup_s(ctx), graph=ctx.cuda, compile=backend == "compile",
                                     window_ms=1.0), BenchPrepareReply)
@@ -119,14 +119,14 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
     calls, windows = int(ref.window_calls or 1), int(ref.windows or 1)
     cand, verdict = ctx.channel.cand, ctx.verdict
     # building the window (warm-up, capture, one untimed round) needs no device to itself: shared
-    with gpu_work(ctx.device):
+    with gpu_work(ctx.device, "window_build"):
         prep = cand(BenchPrepare(seed=ctx.rng.randrange(1 << 30), calls=calls, warmup=ctx.opts.num_warmup,
                                  warmup_s=_warmup_s(ctx), graph=ctx.cuda, compile=False, window_ms=1.0),
                     BenchPrepareReply)
     suspicions: list[tuple[str, str]] = []
     for run in range(CONFIRM_RUNS):
         seeds, wseeds = ctx.fresh(windows, calls), ctx.fresh(windows, calls)
-        with timing_lock(ctx.device):  # the device to itself: one timing window per GPU, host-wide
+        with timing_lock(ctx.device, "timed"):  # the device to itself: one timing window per GPU, host-wide
             t0 = time.perf_counter()
             reply = cand(BenchRun(seeds=seeds, wseeds=wseeds), BenchRunReply)
             external_ms = (time.perf_counter() - t0) * 1e3
@@ -171,7 +171,7 @@ def _stream_check(ctx: Context, window_ms: list[float], host_ms: list[float]) ->
 def verify_checksums(ctx: Context, seeds: list[list[int]], wseeds: list[list[int]], got: list[Any],
                      where: str) -> None:
     """Every timed output against the reference's checksum of the same inputs."""
-    with gpu_work(ctx.device):
+    with gpu_work(ctx.device, "reference_checksums"):
         want = ctx.channel.ref(Checksums(seeds=seeds, wseeds=wseeds), ChecksumsReply).checksums
     hack = ctx.verdict.hack
     if len(got) != len(want):
@@ -242,7 +242,7 @@ def _peaks(ctx: Context, cache: ReferenceTimingCache) -> PeakReply:
     key = cache.key("peak", device_name, "device", torch_version, 0, 0, method=peak.METHOD)
     peaks = _cached_peaks(cache.get_json(key))
     if peaks is None:
-        with timing_lock(ctx.device):
+        with timing_lock(ctx.device, "peak"):
             peaks = ctx.channel.ref(Peak(), PeakReply)
         cache.put_json(key, {"bandwidth_gbs": peaks.bandwidth_gbs, "tflops_fp32": peaks.tflops_fp32,
                              "tflops_bf16": peaks.tflops_bf16})
