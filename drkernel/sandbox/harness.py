@@ -235,49 +235,103 @@ def checksum(out: Any, wseed: int) -> list[list[Any]]:
 def checksums(outs: Iterable[Any], wseeds: list[int]) -> list[list[list[Any]]]:
     """checksum() of each output, read back from each device once for all of them.
 
-    A window has up to 100 calls: one read per output leaf would wait for the device 100 times.
-    `outs` may be a generator: each output is dropped once its sums are queued."""
+    A window has up to 100 calls: one read per output leaf would wait for the device 100 times, and
+    a dozen small ops per leaf cost more host time than a small kernel's whole window (run AF: the
+    device lock held ~0.95 s per evaluation). So leaves of one length are copied into the rows of a
+    batch (at most CHECKSUM_BATCH_BYTES) and summed row-wise a batch at a time: each row's sums are
+    its own leaf's, with its own `w`. `outs` may be a generator: each output is dropped once copied."""
     metas: list[list[tuple[list[Any], str, int]]] = []  # per output leaf: [shape, dtype], device, slot
-    pending: dict[str, list[torch.Tensor]] = {}
+    batches: dict[tuple[str, int], _Batch] = {}  # (device, numel) -> rows not yet summed
+    done: dict[str, list[torch.Tensor]] = {}  # device -> summed blocks of [slot, s, q, nan, pinf, ninf]
+    slots: dict[str, int] = {}
     for out, wseed in zip(outs, wseeds, strict=True):
         _, tensors = flatten_outputs(out)  # every leaf is a tensor
         row: list[tuple[list[Any], str, int]] = []
         for k, t in enumerate(tensors):
-            slot = pending.setdefault(str(t.device), [])
-            slot.append(_leaf_sums(t, (int(wseed) * 1_000_003 + k) % (1 << 63)))
-            row.append(([list(t.shape), str(t.dtype)], str(t.device), len(slot) - 1))
+            x = _as_float_row(t)
+            dev = str(x.device)
+            batch = batches.get((dev, x.numel()))
+            if batch is None:
+                batch = batches[(dev, x.numel())] = _Batch(x.numel())
+            slot = slots.get(dev, 0)
+            slots[dev] = slot + 1
+            batch.add(x, (int(wseed) * 1_000_003 + k) % (1 << 63), slot)
+            if batch.full():
+                done.setdefault(dev, []).append(batch.flush())
+            row.append(([list(t.shape), str(t.dtype)], dev, slot))
         metas.append(row)
-    values = {dev: torch.stack(vecs).tolist() for dev, vecs in pending.items()}
+    for (dev, _), batch in batches.items():
+        if batch.rows:
+            done.setdefault(dev, []).append(batch.flush())
+    values: dict[str, dict[int, list[float]]] = {}
+    for dev, blocks in done.items():
+        table = torch.cat(blocks).tolist()  # one read per device
+        values[dev] = {int(r[0]): r[1:] for r in table}
     rows: list[list[list[Any]]] = []
     for row in metas:
-        done: list[list[Any]] = []
+        sums: list[list[Any]] = []
         for meta, dev, i in row:
             s, q, nan, pinf, ninf = values[dev][i]
-            done.append([*meta, s, q, int(nan), int(pinf), int(ninf)])
-        rows.append(done)
+            sums.append([*meta, s, q, int(nan), int(pinf), int(ninf)])
+        rows.append(sums)
     return rows
 
 
+CHECKSUM_BATCH_BYTES = 64 << 20  # of float32 rows per batch (each batch holds as much again of w)
+_SMALL = 1 << 22  # leaves under this many elements are summed in float64
 _generators: dict[str, torch.Generator] = {}
 
 
-def _leaf_sums(t: torch.Tensor, seed: int) -> torch.Tensor:
-    """[sum(w * x), sum(x * x), NaN, +Inf, -Inf] of one leaf as float64, on its device, not read back."""
+def _as_float_row(t: torch.Tensor) -> torch.Tensor:
     x = t.detach()
     if x.is_complex():
         x = torch.view_as_real(x)
-    x = x.reshape(-1).to(torch.float32)
-    counts = torch.stack([torch.isnan(x).sum(), torch.isposinf(x).sum(), torch.isneginf(x).sum()]).double()
-    x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-    g = _generators.get(str(x.device))
-    if g is None:
-        g = _generators[str(x.device)] = torch.Generator(device=x.device)
-    g.manual_seed(seed)
-    w = torch.randn(x.numel(), generator=g, device=x.device, dtype=torch.float32)
-    small = x.numel() < (1 << 22)
-    s = torch.dot(x.double(), w.double()) if small else torch.dot(x, w).double()
-    q = x.double().square().sum() if small else x.square().sum().double()
-    return torch.cat([torch.stack([s, q]), counts])
+    return x.reshape(-1).to(torch.float32)
+
+
+class _Batch:
+    """Rows of equal length (float32 leaves) and their `w`s, summed row-wise at once."""
+
+    def __init__(self, numel: int) -> None:
+        self.numel = numel
+        self.cap = max(1, CHECKSUM_BATCH_BYTES // (4 * max(numel, 1)))
+        self.x: torch.Tensor | None = None
+        self.w: torch.Tensor | None = None
+        self.rows: list[int] = []  # the slots of the rows, in order
+
+    def add(self, x: torch.Tensor, seed: int, slot: int) -> None:
+        if self.x is None or self.w is None:
+            shape = (self.cap, self.numel)
+            self.x = torch.empty(shape, dtype=torch.float32, device=x.device)
+            self.w = torch.empty(shape, dtype=torch.float32, device=x.device)
+        r = len(self.rows)
+        self.x[r].copy_(x)
+        g = _generators.get(str(x.device))
+        if g is None:
+            g = _generators[str(x.device)] = torch.Generator(device=x.device)
+        g.manual_seed(seed)
+        torch.randn(self.numel, generator=g, device=x.device, dtype=torch.float32, out=self.w[r])
+        self.rows.append(slot)
+
+    def full(self) -> bool:
+        return len(self.rows) >= self.cap
+
+    def flush(self) -> torch.Tensor:
+        """[slot, sum(w * x), sum(x * x), NaN, +Inf, -Inf] per row, as float64, on the device."""
+        assert self.x is not None and self.w is not None
+        n = len(self.rows)
+        x, w = self.x[:n], self.w[:n]
+        counts = torch.stack([torch.isnan(x).sum(1), torch.isposinf(x).sum(1), torch.isneginf(x).sum(1)],
+                             dim=1).double()
+        x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+        if self.numel < _SMALL:
+            xd = x.double()
+            s, q = (xd * w.double()).sum(1), xd.square().sum(1)
+        else:
+            s, q = (x * w).sum(1).double(), x.square().sum(1).double()
+        slots = torch.tensor(self.rows, dtype=torch.float64, device=x.device)
+        self.rows = []
+        return torch.cat([slots[:, None], s[:, None], q[:, None], counts], dim=1)
 
 
 def refill(dst: list[Any], src: list[Any]) -> bool:

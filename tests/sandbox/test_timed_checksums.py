@@ -143,6 +143,45 @@ def test_window_checksums_are_each_outputs_own() -> None:
         harness.checksums(outs, [1])  # a seed per output
 
 
+@pytest.mark.parametrize("batch_bytes", [1, 200, 64 << 20], ids=["row_per_batch", "some_rows", "one_batch"])
+def test_batched_window_checksums_are_each_leafs_own_sums(monkeypatch: pytest.MonkeyPatch,
+                                                          batch_bytes: int) -> None:
+    """Leaves of one length are summed in batches of rows: whatever the batch size, each row holds its
+    own leaf's sums with its own w (leaves of other lengths, dtypes and complex ones interleaved)."""
+    import torch
+
+    from drkernel.sandbox import harness
+
+    monkeypatch.setattr(harness, "CHECKSUM_BATCH_BYTES", batch_bytes)
+    g = torch.Generator().manual_seed(5)
+    outs = []
+    for c in range(7):
+        a = torch.randn(6, 5, generator=g)
+        if c == 2:
+            a[0, 0], a[1, 1], a[2, 2] = float("nan"), float("inf"), -float("inf")
+        extra = torch.randn(3, generator=g, dtype=torch.complex64) if c % 2 else torch.randn(4, 4).half()
+        outs.append((a, extra))
+    wseeds = [101 + c for c in range(7)]
+    rows = harness.checksums((o for o in outs), wseeds)
+
+    def oracle(t: torch.Tensor, seed: int) -> list[float]:
+        x = (torch.view_as_real(t) if t.is_complex() else t).reshape(-1).to(torch.float32)
+        counts = [int(torch.isnan(x).sum()), int(torch.isposinf(x).sum()), int(torch.isneginf(x).sum())]
+        x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).double()
+        w = torch.randn(x.numel(), generator=torch.Generator().manual_seed(seed)).double()
+        return [float(torch.dot(x, w)), float(x.square().sum()), *counts]
+
+    for out, wseed, row in zip(outs, wseeds, rows, strict=True):
+        assert len(row) == 2
+        for k, (leaf, got) in enumerate(zip(out, row, strict=True)):
+            want = oracle(leaf, (wseed * 1_000_003 + k) % (1 << 63))
+            assert got[:2] == [list(leaf.shape), str(leaf.dtype)]
+            assert got[2] == pytest.approx(want[0], rel=1e-9, abs=1e-9)
+            assert got[3] == pytest.approx(want[1], rel=1e-9)
+            assert got[4:] == want[2:]
+    assert rows[2][0][4:] == [1, 1, 1]
+
+
 @pytest.mark.parametrize("only_first", [True, False], ids=["once", "every_run"])
 def test_a_clock_suspicion_is_confirmed_on_fresh_inputs_before_it_is_a_verdict(judge: Judge,
                                                                                only_first: bool) -> None:
