@@ -20,14 +20,16 @@ def test_device_key_names_the_physical_gpu() -> None:
     assert device_key("cuda:2", visible="") == "gpu-2"
 
 
-def test_the_timing_lock_is_exclusive_across_processes(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def _hold_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seconds: float) -> subprocess.Popen[str]:
+    """Another process that holds GPU 7's timing lock (its files in tmp_path) for `seconds` from now."""
     monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
-    holder = ("import time\nfrom drkernel.sandbox.devicelock import timing_lock\n"
-              "with timing_lock('cuda:0'):\n    print('held', flush=True)\n    time.sleep(1.5)\n")
-    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return _holder("timing", seconds)
+
+
+def test_the_timing_lock_is_exclusive_across_processes(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = _hold_elsewhere(tmp_path, monkeypatch, 1.5)
     t0 = time.monotonic()
     with timing_lock("cuda:0"):  # waits for the other process to let go
         waited = time.monotonic() - t0
@@ -105,12 +107,7 @@ def test_the_thread_holding_the_timing_lock_passes_through_shared_work(
 
 def test_waits_and_exclusive_holds_are_counted_per_thread(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
-    holder = ("import time\nfrom drkernel.sandbox.devicelock import timing_lock\n"
-              "with timing_lock('cuda:0'):\n    print('held', flush=True)\n    time.sleep(1.0)\n")
-    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    proc = _hold_elsewhere(tmp_path, monkeypatch, 1.0)
     with counting_waits() as waits:
         with gpu_work("cuda:0", "checksums"):  # waits for the other process's window
             time.sleep(0.2)
