@@ -34,7 +34,7 @@ SANDBOX_ALL = {
                            "load_requests", "pair_items", "reference_hash", "static_gate", "trials"},
     "stages.timing": {"checksum_issue", "kernel_timing", "reference_timing", "timing_stats",
                       "verify_checksums"},
-    "stages.profiling": {"profile"},
+    "stages.profiling": {"kernel_times", "profile"},
     "stages.variants": {"shape_variants"},
     "refcache": {"ReferenceTimingCache"},
     "tensorfile": {"MAGIC", "Entry", "Staging", "TensorFileError", "open_output", "read_entries",

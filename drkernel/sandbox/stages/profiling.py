@@ -19,7 +19,7 @@ from drkernel.sandbox.protocol import Profile, ProfileReply
 from drkernel.sandbox.stages.timing import verify_checksums
 from drkernel.types import KernelTime
 
-__all__ = ["profile"]
+__all__ = ["kernel_times", "profile"]
 
 
 def _window(ctx: Context, calls: int, timed_window: bool) -> ProfileReply:
@@ -41,14 +41,9 @@ def profile(ctx: Context) -> None:
     calls = int(kt.window_calls or 1) if kt is not None else 0
     replayed = _window(ctx, calls, True) if kt is not None and kt.graph else None
     source = replayed if replayed is not None else observed
-    own = set(source.launches)
-    kernels = [KernelTime(name=k[:200], device_us=v[0], calls=int(v[1]), own=k in own)
-               for k, v in source.kernels.items()]
-    kernels.sort(key=lambda k: -k.device_us)
-    total = sum(k.device_us for k in kernels)
     result = ctx.result
+    kernels, result.coverage = kernel_times(source.kernels, source.launches)
     result.kernels = kernels[:10]
-    result.coverage = (sum(k.device_us for k in kernels if k.own) / total) if total > 0 else None
     if replayed is not None:
         _same_own_kernels(ctx, observed, n, replayed, calls)
     per_call = len(observed.launches) / max(n, 1)
@@ -63,6 +58,21 @@ def profile(ctx: Context) -> None:
     if kt.median_ms > 0.05 and profiled_ms < 0.25 * kt.median_ms:
         ctx.verdict.hack("observer_dependent", f"under the profiler the device worked {profiled_ms:.4f} ms "
                          f"per call, {kt.median_ms:.4f} ms in the timed windows")
+
+
+def kernel_times(events: dict[str, list[float]],
+                 launches: list[str]) -> tuple[list[KernelTime], float | None]:
+    """The profiled kernels, by device time, and the coverage: the share of device time in the
+    submission's own kernels, those whose names the launch hook recorded. A name is the submission's
+    only where the device ran it no more often than the hook saw it launched: a Triton kernel named
+    after the vendor kernel that does the work (a cuBLAS GEMM's plain name, read from a profiler run
+    at import) shows up there twice per call for one launch, and none of that name's time counts."""
+    launched = Counter(launches)
+    kernels = [KernelTime(name=k[:200], device_us=v[0], calls=int(v[1]), own=0 < int(v[1]) <= launched[k])
+               for k, v in events.items()]
+    kernels.sort(key=lambda k: -k.device_us)
+    total = sum(k.device_us for k in kernels)
+    return kernels, (sum(k.device_us for k in kernels if k.own) / total) if total > 0 else None
 
 
 def _same_own_kernels(ctx: Context, observed: ProfileReply, n: int, replayed: ProfileReply,
