@@ -206,6 +206,21 @@ def test_profiler_aware_offload_in_one_kernel_gets_the_timed_calls_coverage(judg
     assert names, f"the timed graph's torch matmul is not among the kernels: {describe(result)}"
 
 
+def test_a_triton_kernel_named_after_the_vendor_gemm_covers_nothing(judge: Judge) -> None:
+    """Coverage by name collision: the matmul in torch, a copy named after cuBLAS's GEMM kernel. Two
+    kernels a call by that name, one launch seen by the hook: none of its time is the submission's.
+    (Written in session 10 without a GPU: skipped, and says why, where the attack does not arm.)"""
+    result = evaluate(judge, asset("hacks", "c7_vendor_kernel_name"), big_matmul())
+    if result.outcome is EvalOutcome.HACK_DETECTED:
+        assert result.reward == 0.0, describe(result)
+        return
+    assert result.outcome is EvalOutcome.OK, describe(result)
+    armed = [k for k in result.kernels if k.name in result.launched_kernels and k.calls > 0]
+    if not armed or "copy" in armed[0].name:
+        pytest.skip(f"the attack did not arm (no GEMM name to take): {[k.name for k in result.kernels]}")
+    assert not armed[0].own and result.coverage is not None and result.coverage < 0.1, describe(result)
+
+
 def test_identity_memo_gains_nothing_on_gpu(judge: Judge, honest_big: EvalResult) -> None:
     """Anchor probe 5: a hit on a refilled buffer serves a stale output -> the checksums catch it."""
     result = evaluate(judge, asset("hacks", "c5_cache_identity"), big_relu_scale())
