@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import subprocess
 import sys
 import threading
 import time
@@ -153,32 +152,29 @@ class ProcessComparator:
         before importing torch); owned from here."""
         self.device = device
         self._fault = fault
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._start(started)
-
-    def _start(self, started: ComparisonProcess | None = None) -> None:
-        child = started or ComparisonProcess(self.device)
-        self._proc, self._w, self._r = child.proc, child.w, child.r
+        self._child: ComparisonProcess | None = started or ComparisonProcess(device)
 
     def compare(self, job: dict[str, Any]) -> dict[str, Any]:
         fault, self._fault = self._fault, None
         msg = dict(job, inject=fault)
         try:
-            write_message(self._w, msg)
-            reply = self._receive(deadline=time.monotonic() + 600.0)
+            if self._child is None:
+                raise ProtocolError("it was closed")
+            write_message(self._child.w, msg)
+            reply = self._receive(self._child, deadline=time.monotonic() + 600.0)
         except (OSError, ProtocolError) as exc:
             raise JudgeFault(f"the comparison process failed: {exc}") from exc
         if not reply.get("ok"):
             raise JudgeFault(str(reply.get("error") or "the comparison process failed"))
         return dict(reply["result"])
 
-    def _receive(self, deadline: float) -> dict[str, Any]:
+    def _receive(self, child: ComparisonProcess, deadline: float) -> dict[str, Any]:
         while True:
-            ready, _, _ = select.select([self._r], [], [], 0.05)
+            ready, _, _ = select.select([child.r], [], [], 0.05)
             if ready:
-                return read_message(self._r)
-            if self._proc is None or self._proc.poll() is not None:
-                code = None if self._proc is None else self._proc.returncode
+                return read_message(child.r)
+            code = child.proc.poll()
+            if code is not None:
                 why = f" (it could not select {self.device})" if code == NO_DEVICE_STATUS else ""
                 raise ProtocolError(f"it exited with status {code}{why}")
             if time.monotonic() > deadline:
@@ -186,19 +182,12 @@ class ProcessComparator:
 
     def restart(self) -> None:
         self.close()
-        self._start()
+        self._child = ComparisonProcess(self.device)
 
     def close(self) -> None:
-        if self._proc is not None:
-            with contextlib.suppress(OSError):
-                self._proc.kill()
-            with contextlib.suppress(subprocess.SubprocessError):
-                self._proc.wait(timeout=10)
-            self._proc = None
-        for fd in (getattr(self, "_w", -1), getattr(self, "_r", -1)):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._w = self._r = -1
+        if self._child is not None:
+            self._child.close()
+            self._child = None
 
 
 NO_DEVICE_STATUS = 3  # the comparison child's exit status where it cannot select its device

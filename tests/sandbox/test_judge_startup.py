@@ -81,7 +81,7 @@ def test_a_prestarted_comparison_child_is_adopted_for_its_device_and_closed_othe
     child = ComparisonProcess("cpu")
     comparator = ProcessComparator("cpu", None, child)
     try:
-        assert comparator._proc is child.proc and child.proc.poll() is None
+        assert comparator._child is child and child.proc.poll() is None
     finally:
         comparator.close()
     assert child.proc.poll() is not None
