@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from drkernel.sandbox.process import SandboxFailure, SandboxProcess
 from drkernel.sandbox.protocol import ErrorReply, ProtocolError, Reply, Request, parse_reply
@@ -23,6 +23,7 @@ __all__ = ["COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "V
 COMPILE_KINDS = {"syntax_error", "import_error", "missing_model_new", "triton_compile_error"}
 EVIDENCE_CHARS = 1000  # of one hack's evidence in the result; the sandbox may report megabytes
 R = TypeVar("R", bound=Reply)
+S = TypeVar("S", bound=Reply)
 
 
 class ReferenceFailure(Exception):
@@ -93,6 +94,14 @@ class Channel:
         self.cand_proc.send(cand_req.to_wire())
         ref_reply = self._ref_reply(ref_req, kind)
         return ref_reply, self._cand_reply(cand_req, kind)
+
+    def side_by_side(self, ref_req: Request, ref_kind: type[R], cand_req: Request,
+                     cand_kind: type[S]) -> tuple[R, S]:
+        """Two different ops at once, one in each sandbox; the reference's reply is read first."""
+        self.ref_proc.send(ref_req.to_wire())
+        self.cand_proc.send(cand_req.to_wire())
+        ref_reply = self._ref_reply(ref_req, ref_kind)
+        return ref_reply, self._cand_reply(cand_req, cand_kind)
 
     def both_lenient(self, ref_req: Request, cand_req: Request,
                      kind: type[R]) -> tuple[R | ReferenceFailure, R | ErrorReply]:
@@ -186,6 +195,10 @@ class Context:
     timed_launches_per_call: float | None = None
     output_bytes: int | None = None  # of one call's outputs, from the reference's trial files
     problem_flops: float | None = None  # a module-level FLOPS of the reference, where it states one
+    # windows whose reference checksums were computed ahead (timing, beside the window's build):
+    # name -> (seeds, wseeds, the reference's checksums); a stage takes its own out once
+    checksums_ahead: dict[str, tuple[list[list[int]], list[list[int]], list[Any]]] = field(
+        default_factory=dict)
 
     @property
     def opts(self) -> EvalOptions:

@@ -12,6 +12,7 @@ Two profiled windows, each on fresh inputs whose outputs are checksummed against
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from drkernel.sandbox.channel import Context
 from drkernel.sandbox.devicelock import timing_lock
@@ -22,24 +23,34 @@ from drkernel.types import KernelTime
 __all__ = ["kernel_times", "profile"]
 
 
-def _window(ctx: Context, calls: int, timed_window: bool) -> ProfileReply:
-    seeds, wseeds = ctx.fresh(1, calls), ctx.fresh(1, calls)
-    with timing_lock(ctx.device, "profile"):
-        reply = ctx.channel.cand(Profile(seeds=seeds[0], wseeds=wseeds[0], timed_window=timed_window),
-                                 ProfileReply)
+def _window(ctx: Context, name: str, calls: int, timed_window: bool) -> tuple[ProfileReply, Any]:
+    """One profiled window on seeds whose reference checksums the timing computed ahead (or fresh
+    ones, whose checksums the caller computes); the caller holds the device."""
+    ahead = ctx.checksums_ahead.pop(name, None)
+    if ahead is not None and len(ahead[0]) == 1 and len(ahead[0][0]) == calls:
+        seeds, wseeds, want = ahead
+    else:
+        seeds, wseeds, want = ctx.fresh(1, calls), ctx.fresh(1, calls), None
+    reply = ctx.channel.cand(Profile(seeds=seeds[0], wseeds=wseeds[0], timed_window=timed_window),
+                             ProfileReply)
     where = "profiled replay of the timed window" if timed_window else "profiled window"
-    verify_checksums(ctx, seeds, wseeds, [reply.checksums], where)
-    return reply
+    return reply, lambda: verify_checksums(ctx, seeds, wseeds, [reply.checksums], where, want)
 
 
 def profile(ctx: Context) -> None:
     if not (ctx.cuda and ctx.opts.profile):
         return
     n = ctx.opts.num_profile_calls
-    observed = _window(ctx, n, False)
     kt = ctx.result.kernel_timing
     calls = int(kt.window_calls or 1) if kt is not None else 0
-    replayed = _window(ctx, calls, True) if kt is not None and kt.graph else None
+    with timing_lock(ctx.device, "profile"):  # both windows in one exclusive hold
+        observed, check_observed = _window(ctx, "profile", n, False)
+        replay = _window(ctx, "replay", calls, True) if kt is not None and kt.graph else None
+    check_observed()
+    replayed = None
+    if replay is not None:
+        replayed, check_replayed = replay
+        check_replayed()
     source = replayed if replayed is not None else observed
     result = ctx.result
     kernels, result.coverage = kernel_times(source.kernels, source.launches)

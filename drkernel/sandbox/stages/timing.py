@@ -118,14 +118,34 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
     ref = reference_timing(ctx, cache)
     calls, windows = int(ref.window_calls or 1), int(ref.windows or 1)
     cand, verdict = ctx.channel.cand, ctx.verdict
-    # building the window (warm-up, capture, one untimed round) needs no device to itself: shared
+    # Building the window (warm-up, capture, one untimed round) needs no device to itself: shared.
+    # Beside it, in the reference's sandbox, the reference's checksums of the first timed run's and
+    # the profiled windows' inputs: seeds drawn now, sent to the candidate only when it runs them.
+    # One shared hold instead of three: the device lock is what bounds judges sharing a GPU (run AI).
+    plan = {"timed": (ctx.fresh(windows, calls), ctx.fresh(windows, calls))}
+    if ctx.cuda and ctx.opts.profile:
+        n = ctx.opts.num_profile_calls
+        plan["profile"] = (ctx.fresh(1, n), ctx.fresh(1, n))
+        plan["replay"] = (ctx.fresh(1, calls), ctx.fresh(1, calls))
+    names = list(plan)
+    rows = [(s, w) for name in names for s, w in zip(*plan[name], strict=True)]
     with gpu_work(ctx.device, "window_build"):
-        prep = cand(BenchPrepare(seed=ctx.rng.randrange(1 << 30), calls=calls, warmup=ctx.opts.num_warmup,
-                                 warmup_s=_warmup_s(ctx), graph=ctx.cuda, compile=False, window_ms=1.0),
-                    BenchPrepareReply)
+        sums, prep = ctx.channel.side_by_side(
+            Checksums(seeds=[s for s, _ in rows], wseeds=[w for _, w in rows]), ChecksumsReply,
+            BenchPrepare(seed=ctx.rng.randrange(1 << 30), calls=calls, warmup=ctx.opts.num_warmup,
+                         warmup_s=_warmup_s(ctx), graph=ctx.cuda, compile=False, window_ms=1.0),
+            BenchPrepareReply)
+    if len(sums.checksums) != len(rows):
+        raise ProtocolError(f"the reference answered {len(sums.checksums)} of {len(rows)} windows")
+    start = 0
+    for name in names:
+        seeds, wseeds = plan[name]
+        ctx.checksums_ahead[name] = (seeds, wseeds, sums.checksums[start:start + len(seeds)])
+        start += len(seeds)
     suspicions: list[tuple[str, str]] = []
     for run in range(CONFIRM_RUNS):
-        seeds, wseeds = ctx.fresh(windows, calls), ctx.fresh(windows, calls)
+        ahead = ctx.checksums_ahead.pop("timed", None)
+        seeds, wseeds, want = ahead if ahead else (ctx.fresh(windows, calls), ctx.fresh(windows, calls), None)
         with timing_lock(ctx.device, "timed"):  # the device to itself: one timing window per GPU, host-wide
             t0 = time.perf_counter()
             reply = cand(BenchRun(seeds=seeds, wseeds=wseeds), BenchRunReply)
@@ -135,7 +155,7 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
                          f"the timed op answered {len(reply.window_ms)} of {windows} windows")
         if any(n == 0 for n in reply.launches):
             verdict.hack("decoy_kernel", "a timed window launched no Triton kernel of the submission")
-        verify_checksums(ctx, seeds, wseeds, reply.checksums, "timed window")
+        verify_checksums(ctx, seeds, wseeds, reply.checksums, "timed window", want)
         verdict.stop_if_failed()
         suspicion = _stream_check(ctx, reply.window_ms, reply.host_ms) or _external_clock(
             ctx, reply.window_ms, external_ms, ref)
@@ -169,10 +189,12 @@ def _stream_check(ctx: Context, window_ms: list[float], host_ms: list[float]) ->
 
 
 def verify_checksums(ctx: Context, seeds: list[list[int]], wseeds: list[list[int]], got: list[Any],
-                     where: str) -> None:
-    """Every timed output against the reference's checksum of the same inputs."""
-    with gpu_work(ctx.device, "reference_checksums"):
-        want = ctx.channel.ref(Checksums(seeds=seeds, wseeds=wseeds), ChecksumsReply).checksums
+                     where: str, want: list[Any] | None = None) -> None:
+    """Every timed output against the reference's checksum of the same inputs (`want`, where the
+    reference computed them ahead; else now)."""
+    if want is None:
+        with gpu_work(ctx.device, "reference_checksums"):
+            want = ctx.channel.ref(Checksums(seeds=seeds, wseeds=wseeds), ChecksumsReply).checksums
     hack = ctx.verdict.hack
     if len(got) != len(want):
         hack("replayed_output", f"the {where} returned no checksum for some calls")
