@@ -23,8 +23,16 @@ from drkernel.errors import ConfigError
 from drkernel.sandbox import isolation
 from drkernel.sandbox.comparator import JudgeFault, make_comparator
 from drkernel.sandbox.pipeline import Evaluation, ReferenceFailure
-from drkernel.sandbox.process import ComparisonProcess, SandboxFailure, SandboxProcess, Zygote, scratch_root
+from drkernel.sandbox.process import (
+    ComparisonProcess,
+    SandboxFailure,
+    SandboxProcess,
+    Zygote,
+    sandbox_env,
+    scratch_root,
+)
 from drkernel.sandbox.refcache import ReferenceTimingCache
+from drkernel.sandbox.tritonseed import TritonSeed
 from drkernel.types import MAX_SOURCE_BYTES, DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
 
 __all__ = ["Judge", "default_cache_path", "resolve_device", "validate_request"]
@@ -65,15 +73,19 @@ class Judge:
                  shared_triton_cache: str | None = None, fork_server: bool = True,
                  isolate_uid: bool | None = None, insecure: bool | None = None,
                  hide: Sequence[str | Path] = (), zygote: Zygote | None = None,
-                 comparison: ComparisonProcess | None = None) -> None:
+                 comparison: ComparisonProcess | None = None, refill: bool = True) -> None:
         """`insecure`: run sandboxes without namespaces, for one's own code only (every result then
         says "isolation": "none"); otherwise the judge refuses to start where it cannot isolate them.
         None reads DRKERNEL_INSECURE=1. `hide`: more files or folders no sandbox may see (besides
         DRKERNEL_SANDBOX_HIDE, a list like PATH); the timing cache and the scratch folders always are.
         `zygote`: a fork server started earlier (`drkernel eval` starts one before importing torch);
         the judge owns it from here, and replaces it if it was started for another device.
-        `comparison`: the same for the comparison child of a GPU judge (sandbox/comparator.py)."""
+        `comparison`: the same for the comparison child of a GPU judge (sandbox/comparator.py).
+        `refill`: start a new spare each time one is taken (a judge of one evaluation, `drkernel eval`,
+        says False: a spare it would kill unused only competes with the evaluation for the device)."""
         self._comparison: ComparisonProcess | None = comparison
+        self._seed: TritonSeed | None = None
+        self.refill = refill
         try:
             self._setup(device, spares, cache_path, memory_limit_mb, candidate_gpu_fraction,
                         reference_gpu_fraction, shared_triton_cache, fork_server, isolate_uid, insecure,
@@ -103,6 +115,11 @@ class Judge:
         # hidden from every sandbox: the reference-timing cache's folder and the sandboxes' scratch root
         extra = [*map(str, hide),
                  *filter(None, os.environ.get("DRKERNEL_SANDBOX_HIDE", "").split(os.pathsep))]
+        # Triton's C helpers, built once and copied into each sandbox's private cache (tritonseed.py)
+        seed_folder = (_seed_folder(self.device, cache_path, insecure)
+                       if self.cuda and shared_triton_cache is None else None)
+        if seed_folder is not None and seed_folder[1]:
+            extra.append(str(seed_folder[0]))
         self._hide = _to_hide(cache_path, self.device, extra)
         self.insecure = insecure
         if not insecure:
@@ -115,6 +132,9 @@ class Judge:
             self.isolate_uid = bool(isolate_uid)
             self.isolation = "uid" if self.isolate_uid else "none"
         self.cache = ReferenceTimingCache(cache_path)
+        if seed_folder is not None:
+            folder, persistent = seed_folder
+            self._seed = TritonSeed(folder, sandbox_env(self.device, "", ""), persistent=persistent)
         # A fork server imports torch and triton once; each sandbox is then a fork (fast to spawn).
         if zygote is not None and (not fork_server or not zygote.serves(self.device)):
             zygote.close()
@@ -140,7 +160,7 @@ class Judge:
         return SandboxProcess(role, self.device, self.memory_limit_mb, fraction,
                               triton_cache=self.shared_triton_cache, zygote=self._zygote,
                               isolate_uid=self.isolate_uid, namespaces=not self.insecure,
-                              hide=self._hide)
+                              hide=self._hide, triton_seed=self._seed.ready() if self._seed else None)
 
     def _fill_pool(self) -> None:
         while len(self._pool) < self.spares:
@@ -149,7 +169,8 @@ class Judge:
     def _take_candidate(self) -> SandboxProcess:
         while True:
             proc = self._pool.popleft() if self._pool else self._spawn("candidate")
-            self._fill_pool()  # the next one warms up while this one works
+            if self.refill:
+                self._fill_pool()  # the next one warms up while this one works
             try:
                 proc.wait_ready()
                 return proc
@@ -249,14 +270,17 @@ class Judge:
         if self._closed:
             return
         self._closed = True
-        for proc in self._pool:
+        procs = [*self._pool, *([self._ref] if self._ref is not None else [])]
+        for proc in procs:  # all at once: each one's exit (its CUDA context torn down) overlaps the others'
+            proc.signal_kill()
+        for proc in procs:
             proc.kill()
         self._pool.clear()
-        if self._ref is not None:
-            self._ref.kill()
         if self._zygote is not None:
             self._zygote.close()
         self._comparator.close()
+        if self._seed is not None:
+            self._seed.close()
         self.cache.close()
 
     def __enter__(self) -> Judge:
@@ -270,6 +294,19 @@ class Judge:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+def _seed_folder(device: str, cache_path: str | Path | None, insecure: bool) -> tuple[Path, bool]:
+    """Where the judge's Triton seed lives, and whether it stays for the next judge on this host: beside
+    the reference-timing cache (the default one's folder without a cache), hidden from every sandbox
+    and writable by root alone. An insecure judge's sandboxes share its uid and could rewrite a seed,
+    so it gets one of its own under the scratch root, removed when it closes."""
+    import tempfile
+
+    if not insecure:
+        return Path(os.path.abspath(cache_path or default_cache_path())).parent / "triton-seed", True
+    root = scratch_root(device) or tempfile.gettempdir()
+    return Path(tempfile.mkdtemp(prefix="drkernel-seed-", dir=root)), False
 
 
 def default_spares(cuda: bool) -> int:

@@ -29,6 +29,7 @@ from typing import Any
 
 from drkernel.sandbox import isolation
 from drkernel.sandbox.protocol import Hello, ProtocolError, read_message, write_message
+from drkernel.sandbox.tritonseed import copy_seed
 
 log = logging.getLogger(__name__)
 
@@ -319,9 +320,11 @@ class SandboxProcess:
                  gpu_memory_fraction: float = 0.9, start_timeout_s: float = 120.0,
                  triton_cache: str | None = None, zygote: Zygote | None = None,
                  isolate_uid: bool = False, namespaces: bool = False,
-                 hide: list[str] | None = None) -> None:
+                 hide: list[str] | None = None, triton_seed: str | None = None) -> None:
         """`namespaces`: run in namespaces of its own under a leased uid (drkernel.sandbox.isolation;
-        needs the fork server), with the folders in `hide` covered; `isolate_uid` alone: a leased uid."""
+        needs the fork server), with the folders in `hide` covered; `isolate_uid` alone: a leased uid.
+        `triton_seed`: the judge's build of Triton's C helpers (sandbox/tritonseed.py), copied into the
+        sandbox's own Triton cache (not into a shared `triton_cache`)."""
         if namespaces and zygote is None:
             raise ValueError("sandbox namespaces need the fork server")
         isolate_uid = isolate_uid or namespaces
@@ -346,6 +349,7 @@ class SandboxProcess:
         parent = zygote.proc.pid if zygote is not None else os.getpid()
         worker_args = [role, device, self.workdir, memory_limit_mb, gpu_memory_fraction, parent]
         env = sandbox_env(device, triton_cache or os.path.join(self.workdir, "triton"), home)
+        self.seeded = triton_cache is None and copy_seed(triton_seed, env["TRITON_CACHE_DIR"], uid)
         self.proc: subprocess.Popen[bytes] | _ForkedChild
         self._rss_of_children = False
         if zygote is not None:
@@ -398,6 +402,12 @@ class SandboxProcess:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def signal_kill(self) -> None:
+        """SIGKILL the sandbox's process group and return at once (kill() then waits and cleans up)."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
 
     def kill(self) -> None:
         if self.proc.poll() is None:

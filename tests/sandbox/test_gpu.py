@@ -7,6 +7,7 @@ the anchor's scale (8192 x 8192 and more) where a check needs real device time t
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -385,3 +386,56 @@ def test_the_fork_servers_preload_leaves_cuda_uninitialised_on_the_gpu_build() -
     got = _first_session(visible="0")
     assert got["threads"] == 1 and got["cuda"] is False, got
     assert got["new_modules"] < 50 and got["replaced"] == [], got
+
+
+FIRST_LAUNCH = '''
+import json, torch, triton, triton.language as tl
+import triton.runtime.build as build
+built, real = [], build._build
+def record(name, *a, **k):
+    built.append(name)
+    return real(name, *a, **k)
+build._build = record
+@triton.jit
+def double(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+x = torch.ones(1000, device="cuda")
+double[(1,)](x, x.numel(), BLOCK=1024)
+assert float(x.sum()) == 2000.0
+print(json.dumps(built))
+'''
+
+
+def _first_launch_builds(cache: str, script: str) -> list[str]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    cp = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "TRITON_CACHE_DIR": cache})
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    return list(json.loads(cp.stdout.strip().splitlines()[-1]))
+
+
+def test_the_judges_triton_seed_is_what_a_first_launch_finds(tmp_path: Path) -> None:
+    """Issue 14: the judge builds Triton's driver utilities once (sandbox/tritonseed.py); a process whose
+    Triton cache starts as a copy of that build compiles no `cuda_utils` of its own at its first
+    launch, where one with an empty cache does (the control). A judge's spares spawned once the seed
+    exists are seeded, and an honest kernel is judged `ok` in one of them."""
+    from drkernel.sandbox.tritonseed import copy_seed
+
+    with Judge(device="cuda", cache_path=None, spares=1) as judge:
+        assert judge._seed is not None
+        seed = judge._seed.wait(300)
+        assert seed is not None, judge._seed.error
+        script = tmp_path / "first_launch.py"
+        script.write_text(FIRST_LAUNCH)
+        assert copy_seed(seed, str(tmp_path / "seeded"), None)
+        assert "cuda_utils" not in _first_launch_builds(str(tmp_path / "seeded"), str(script))
+        assert "cuda_utils" in _first_launch_builds(str(tmp_path / "empty"), str(script))
+        for _ in range(2):  # the spare made before the seed existed, then one made after
+            r = evaluate(judge, asset("kernels", "relu_scale"))
+            assert r.outcome is EvalOutcome.OK, describe(r)
+        assert all(p.seeded for p in judge._pool)
