@@ -113,6 +113,7 @@ def timeline(device: str) -> dict[str, Any]:
                 {
                     "proc": proc,
                     "role": proc.role,
+                    "seeded": proc.seeded,
                     "startup_s": info.startup_s,
                     "fork_to_ready_s": round(time.monotonic() - proc.started_at, 3),
                 }
@@ -125,7 +126,7 @@ def timeline(device: str) -> dict[str, Any]:
     ker = (EXAMPLE / "kernel.py").read_text()
     s = time.monotonic() - tl.t0
     j = judge.Judge(device=device, spares=1, cache_path=judge.default_cache_path(), zygote=zygote,
-                    comparison=comparison)
+                    comparison=comparison, refill=False)
     tl.spans.append(("Judge()", s, time.monotonic() - tl.t0))
     s = time.monotonic() - tl.t0
     result = j.evaluate(EvalRequest(reference_code=ref, kernel_code=ker))
@@ -162,7 +163,8 @@ def main() -> None:
     for sp in tlr["spans"]:
         print(f"  {sp['start_s']:7.2f} -> {sp['end_s']:7.2f}  ({sp['took_s']:6.2f} s)  {sp['step']}")
     for x in tlr["sandbox_startup"]:
-        print(f"  {x['role']} sandbox: fork to ready {x['fork_to_ready_s']:.2f} s, inside: {x['startup_s']}")
+        print(f"  {x['role']} sandbox (Triton seed copied: {x['seeded']}): fork to ready "
+              f"{x['fork_to_ready_s']:.2f} s, inside: {x['startup_s']}")
     print("evaluation stages: " + ", ".join(f"{k} {v:.2f}s" for k, v in tlr["stage_s"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))

@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with Judge(device=args.device, spares=1, cache_path=args.cache or default_cache_path(),
                    memory_limit_mb=options.memory_limit_mb, insecure=args.insecure,
-                   zygote=zygote, comparison=comparison) as judge:
+                   zygote=zygote, comparison=comparison, refill=False) as judge:
             result = judge.evaluate(request)
     except SandboxFailure as exc:  # the judge's own machinery, never the candidate's doing
         print(f"drkernel eval: the judge could not start its sandboxes: {exc}", file=sys.stderr)
