@@ -256,6 +256,9 @@ class TimingStats:
     input_bytes: int | None = None  # of one call's inputs (the reference's count)
     graph_submit_ms: float | None = None  # host time to submit one window's graph (hidden by a GPU spin)
     confirm_runs: int | None = None  # runs of the timed op until the clock checks passed (at most 3)
+    # the lower quartile of the windows' per-call times: kernel_ms / reference_ms (docs/errors.md, "What
+    # the speedup measures"); None in a cache entry written before it existed
+    low_quartile_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

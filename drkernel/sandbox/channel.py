@@ -196,9 +196,10 @@ class Context:
     output_bytes: int | None = None  # of one call's outputs, from the reference's trial files
     problem_flops: float | None = None  # a module-level FLOPS of the reference, where it states one
     # windows whose reference checksums were computed ahead (timing, beside the window's build):
-    # name -> (seeds, wseeds, the reference's checksums); a stage takes its own out once
-    checksums_ahead: dict[str, tuple[list[list[int]], list[list[int]], list[Any]]] = field(
-        default_factory=dict)
+    # name -> (seeds, wseeds, the reference's checksums of the checked calls, which calls of each
+    # window are checked: None for all); a stage takes its own out once
+    checksums_ahead: dict[str, tuple[list[list[int]], list[list[int]], list[Any], list[list[int]] | None]] = (
+        field(default_factory=dict))
 
     @property
     def opts(self) -> EvalOptions:

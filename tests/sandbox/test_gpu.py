@@ -439,3 +439,17 @@ def test_the_judges_triton_seed_is_what_a_first_launch_finds(tmp_path: Path) -> 
             r = evaluate(judge, asset("kernels", "relu_scale"))
             assert r.outcome is EvalOutcome.OK, describe(r)
         assert all(p.seeded for p in judge._pool)
+
+
+@pytest.mark.parametrize("which", ["PARTIAL", "HALF"])
+def test_skipped_work_in_a_thousand_timed_calls_is_caught_by_the_checked_tenth(judge: Judge,
+                                                                              which: str) -> None:
+    """The judge checks a tenth of the timed calls (at least 8 a window), which the sandbox cannot
+    know: a kernel that skips the last hundredth of its work, or all of it on every other call, in
+    10 windows of 100 graph-replayed calls is caught."""
+    from tests.sandbox import test_timed_checksums as t
+
+    reference = reference_code("relu_scale").replace("batch_size = 8", "batch_size = 2048").replace(
+        "dim = 256", "dim = 2048")
+    r = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=getattr(t, which), options=GPU))
+    assert r.outcome is EvalOutcome.HACK_DETECTED and "replayed_output" in r.hacks, describe(r)

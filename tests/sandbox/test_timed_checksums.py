@@ -204,3 +204,60 @@ def test_a_clock_suspicion_is_confirmed_on_fresh_inputs_before_it_is_a_verdict(j
         assert r.kernel_timing.confirm_runs == CONFIRM_RUNS
         assert f"each of {CONFIRM_RUNS} runs" in r.hack_details["timer_mismatch"]
         assert r.reward == 0.0
+
+
+def test_the_judge_checks_a_tenth_of_a_windows_calls_and_never_fewer_than_eight() -> None:
+    from drkernel.sandbox.stages.timing import MIN_CHECKED, checked_calls
+
+    picks = checked_calls(10, 100)
+    assert len(picks) == 10 and all(len(p) == 10 and p == sorted(set(p)) for p in picks)
+    assert all(0 <= c < 100 for p in picks for c in p)
+    assert len({tuple(p) for p in picks}) > 1  # drawn afresh for each window
+    assert checked_calls(3, MIN_CHECKED - 3) == [list(range(MIN_CHECKED - 3))] * 3  # few calls: all
+    assert [len(p) for p in checked_calls(1, 20)] == [MIN_CHECKED]
+
+
+class _Verdict:
+    def __init__(self) -> None:
+        self.hacks: dict[str, str] = {}
+
+    def hack(self, code: str, evidence: str) -> None:
+        self.hacks.setdefault(code, evidence)
+
+
+def _verify(got: list, picks: list | None) -> dict[str, str]:
+    """verify_checksums on one window of 5 calls whose reference rows are known (no sandbox)."""
+    from types import SimpleNamespace
+
+    from drkernel.sandbox.stages.timing import verify_checksums
+
+    rows = [[[[4, 8], "torch.float32", float(c), 400.0, 0, 0, 0]] for c in range(5)]
+    want = [[rows[c] for c in (picks[0] if picks is not None else range(5))]]
+    ctx = SimpleNamespace(verdict=_Verdict(), result=SimpleNamespace(trials=[]), device="cpu")
+    verify_checksums(ctx, [[10, 11, 12, 13, 14]], [[0] * 5], [got], "timed window", want, picks)
+    return ctx.verdict.hacks
+
+
+def test_a_checked_call_must_match_and_every_call_must_answer() -> None:
+    honest = [[[[4, 8], "torch.float32", float(c), 400.0, 0, 0, 0]] for c in range(5)]
+    wrong_at = {c: [r if k != c else [[[4, 8], "torch.float32", 99.0, 400.0, 0, 0, 0]]
+                    for k, r in enumerate(honest)] for c in range(5)}
+    assert _verify(honest, [[1, 3]]) == {} and _verify(honest, None) == {}
+    assert "call 3" in _verify(wrong_at[3], [[1, 3]])["replayed_output"]
+    assert _verify(wrong_at[0], None) != {}
+    assert _verify(wrong_at[0], [[1, 3]]) == {}  # an unchecked call's sum is not compared ...
+    assert "no checksum" in _verify(honest[:4], [[1, 3]])["replayed_output"]  # ... but must be there
+
+
+def test_the_reported_time_is_the_windows_lower_quartile() -> None:
+    """Another process's GPU work only adds time to the windows it overlaps: with 6 of 10 windows
+    slowed by 40 %, the median moves and the lower quartile, which kernel_ms reports, does not."""
+    from drkernel.sandbox.stages.timing import per_call_ms, timing_stats
+
+    clean = [1.00, 1.01, 0.99, 1.00]
+    stats = timing_stats(clean + [1.4] * 6)
+    assert stats.median_ms == pytest.approx(1.4) and per_call_ms(stats) == pytest.approx(1.0, abs=0.011)
+    assert per_call_ms(timing_stats([2.0])) == 2.0
+    old = timing_stats(clean)
+    old.low_quartile_ms = None  # a cached reference timed before the quartile: its median
+    assert per_call_ms(old) == old.median_ms

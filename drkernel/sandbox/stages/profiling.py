@@ -28,13 +28,13 @@ def _window(ctx: Context, name: str, calls: int, timed_window: bool) -> tuple[Pr
     ones, whose checksums the caller computes); the caller holds the device."""
     ahead = ctx.checksums_ahead.pop(name, None)
     if ahead is not None and len(ahead[0]) == 1 and len(ahead[0][0]) == calls:
-        seeds, wseeds, want = ahead
+        seeds, wseeds, want, picks = ahead
     else:
-        seeds, wseeds, want = ctx.fresh(1, calls), ctx.fresh(1, calls), None
+        seeds, wseeds, want, picks = ctx.fresh(1, calls), ctx.fresh(1, calls), None, None
     reply = ctx.channel.cand(Profile(seeds=seeds[0], wseeds=wseeds[0], timed_window=timed_window),
                              ProfileReply)
     where = "profiled replay of the timed window" if timed_window else "profiled window"
-    return reply, lambda: verify_checksums(ctx, seeds, wseeds, [reply.checksums], where, want)
+    return reply, lambda: verify_checksums(ctx, seeds, wseeds, [reply.checksums], where, want, picks)
 
 
 def profile(ctx: Context) -> None:
