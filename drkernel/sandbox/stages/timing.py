@@ -5,8 +5,8 @@ device), replayed as one CUDA graph where the forward can be captured; device ti
 time / calls, reported as the windows' lower quartile. Nothing of it is taken on the candidate's word:
 the sandbox checksums every timed output, the judge compares a tenth of them (drawn where the sandbox
 cannot know which) with the reference's for the same inputs, and the judge's own clock around the
-timed op bounds the device time the sandbox may report. Speed of light: the achieved bandwidth against the device's
-measured peak; a time the physics forbids is a hack.
+timed op bounds the device time the sandbox may report. Speed of light: the achieved bandwidth
+against the device's measured peak; a time the physics forbids is a hack.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ CONFIRM_RUNS = 3  # runs of the timed op before a clock check's suspicion is a v
 # MIN_CHECKED, all where a window has fewer), drawn by the judge and never told to the sandbox, which
 # returns a checksum for every call: a candidate that skips or fakes the work of k calls goes unseen
 # with probability 0.9^k (k = 50, 5 % of a 10 x 100-call run: 0.5 %). The reference computes only
-# these, a tenth of the device work it did for every call, under the device lock (run AK: its
+# these, a tenth of the device work it did for every call, under the device lock (runs AK, AL: its
 # checksums of ~1,100 calls were what every evaluation's window build waited for).
 CHECKED_SHARE = 0.1
 MIN_CHECKED = 8
@@ -55,7 +55,7 @@ def timing_stats(event_ms: list[float], host_ms: list[float] | None = None) -> T
     """`low_quartile_ms`, what kernel_ms and reference_ms report: another process's GPU work (a
     sandbox's CUDA context made or torn down, another judge's trial) can only add time to the windows
     it overlaps, and the lower quartile stands while up to three quarters of the windows are hit, where
-    the median moved by 12-45 % in 4 of 20 evaluations under load (run AK)."""
+    the median moved by 12-45 % in 4 of 20 evaluations under load (run AL)."""
     low = statistics.quantiles(event_ms, n=4, method="inclusive")[0] if len(event_ms) > 1 else event_ms[0]
     return TimingStats(
         low_quartile_ms=low,
