@@ -32,7 +32,7 @@ SANDBOX_ALL = {
     "channel": {"COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "Verdict"},
     "stages.correctness": {"WEAK_REFERENCE_VARIATION", "compare_item", "launch_modes", "load",
                            "load_requests", "pair_items", "reference_hash", "static_gate", "trials"},
-    "stages.timing": {"checksum_issue", "kernel_timing", "reference_timing", "timing_stats",
+    "stages.timing": {"checksum_issue", "kernel_timing", "per_call_ms", "reference_timing", "timing_stats",
                       "verify_checksums"},
     "stages.profiling": {"kernel_times", "profile"},
     "stages.variants": {"shape_variants"},
@@ -43,6 +43,7 @@ SANDBOX_ALL = {
                 "fresh_copy", "make_inputs", "on_device_first", "to_device"},
     "cli": {"kernel_line", "register", "render_verdict"},
     "zygote": {"STATUS_FILE", "main"},
+    "tritonseed": {"BUILD_CODE", "TritonSeed", "copy_seed"},
     "isolation": {"IsolationError", "enter", "install_seccomp", "needed_paths", "new_pid_namespace", "probe",
                   "seccomp_available", "seccomp_program"},
 }
