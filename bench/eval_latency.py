@@ -48,18 +48,35 @@ def startup() -> dict[str, float]:
     }
 
 
-def shell(device: str, runs: int) -> list[float]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "drkernel.cli",
-        "eval",
-        str(EXAMPLE / "reference.py"),
-        str(EXAMPLE / "kernel.py"),
-        "--device",
-        device,
-    ]
-    return [round(wall(cmd)[0], 3) for _ in range(runs)]
+# `drkernel eval` with two stamps of the host's monotonic clock (the same clock in every process): when
+# the interpreter reaches its first line, and when main() returns; then the interpreter's own exit.
+SPLIT = (
+    "import sys, time; t0 = time.monotonic(); from drkernel.cli import main; rc = main(sys.argv[1:]); "
+    "sys.stderr.write(f'\\nDRK_SPLIT {t0} {time.monotonic()}\\n'); sys.exit(rc)"
+)
+
+
+def shell(device: str, runs: int) -> list[dict[str, Any]]:
+    """Each run twice: as the console script runs it (`python -m drkernel.cli`: main(), then an
+    immediate exit), and split (interpreter start, main(), and the interpreter's full exit: finalizers,
+    atexit, torch's teardown)."""
+    args = ["eval", str(EXAMPLE / "reference.py"), str(EXAMPLE / "kernel.py"), "--device", device]
+    out: list[dict[str, Any]] = []
+    for _ in range(runs):
+        for mode, cmd in (("console", ["-m", "drkernel.cli"]), ("split", ["-c", SPLIT])):
+            t0 = time.monotonic()
+            cp = subprocess.run([sys.executable, *cmd, *args], capture_output=True, text=True)
+            t1 = time.monotonic()
+            if cp.returncode != 0 or "verdict   OK" not in cp.stdout:
+                print(f"drkernel eval ({mode}): exit {cp.returncode}\n{cp.stdout[-400:]}\n{cp.stderr[-800:]}",
+                      file=sys.stderr)
+            stamps = [line.split()[1:] for line in cp.stderr.splitlines() if line.startswith("DRK_SPLIT ")]
+            row: dict[str, Any] = {"mode": mode, "wall_s": round(t1 - t0, 3)}
+            if stamps:
+                a, b = (float(v) for v in stamps[-1])
+                row |= {"start_s": round(a - t0, 3), "main_s": round(b - a, 3), "exit_s": round(t1 - b, 3)}
+            out.append(row)
+    return out
 
 
 class Timeline:
@@ -155,7 +172,11 @@ def main() -> None:
     args = ap.parse_args()
     out: dict[str, Any] = {"shell_s": shell(args.device, args.shell_runs), "startup_s": startup()}
     out["timeline"] = timeline(args.device)
-    print(f"drkernel eval from the shell: {', '.join(f'{v:.2f} s' for v in out['shell_s'])}")
+    print("drkernel eval from the shell (the first run also measures the device's peaks and the reference):")
+    for r in out["shell_s"]:
+        parts = (f"  (start {r['start_s']:.2f}, main {r['main_s']:.2f}, full exit {r['exit_s']:.2f})"
+                 if "main_s" in r else "")
+        print(f"  {r['mode']:>8} {r['wall_s']:6.2f} s{parts}")
     for k, v in out["startup_s"].items():
         print(f"  fresh interpreter, {k:<22} {v:6.2f} s")
     tlr = out["timeline"]

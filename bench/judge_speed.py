@@ -12,6 +12,7 @@ Run on the GPU machine:  python bench/judge_speed.py [--evals 10] [--json FILE]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -21,6 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from drkernel.sandbox.judge import Judge
 from drkernel.types import EvalOptions, EvalRequest
@@ -90,7 +92,8 @@ class Load:
 
         self.stop = threading.Event()
         self.done = 0
-        self.threads = [threading.Thread(target=self._churn, args=(i,), daemon=True) for i in range(judges)]
+        self.threads = [threading.Thread(target=self._churn, args=(i,), daemon=True, name=f"load-{i}")
+                        for i in range(judges)]
         for t in self.threads:
             t.start()
 
@@ -111,22 +114,126 @@ class Load:
         return self.done
 
 
+class Trace:
+    """--trace: what every judge thread of this process did, stamped with the host's monotonic clock:
+    the evaluation stages, sandboxes spawned (to ready) and killed, and the device lock's holds. For
+    each precision evaluation, what the other judges did while its timed windows ran (`overlaps`)."""
+
+    def __init__(self) -> None:
+        from drkernel.sandbox import pipeline, process
+        from drkernel.sandbox.stages import timing
+
+        self.events: list[tuple[str, str, float, float]] = []  # (thread, what, start, end)
+        self.lock = threading.Lock()
+        trace = self
+
+        def add(what: str, t0: float) -> None:
+            with trace.lock:
+                trace.events.append((threading.current_thread().name, what, t0, time.monotonic()))
+
+        steps = pipeline.Evaluation.steps
+
+        def traced_steps(ev: Any) -> list[tuple[str, Any]]:
+            def wrap(name: str, fn: Any) -> Any:
+                def run() -> None:
+                    t0 = time.monotonic()
+                    try:
+                        fn()
+                    finally:
+                        add(f"stage {name}", t0)
+                return run
+            return [(name, wrap(name, fn)) for name, fn in steps(ev)]
+
+        pipeline.Evaluation.steps = traced_steps  # type: ignore[method-assign]
+        init, ready, kill = (process.SandboxProcess.__init__, process.SandboxProcess.wait_ready,
+                             process.SandboxProcess.kill)
+        # each sandbox: [thread, role, forked at, ready at (None until known)]. A spare is waited on
+        # only when taken, so its ready time is its fork plus its own start-up (the CUDA context)
+        # plus 0.15 s for the fork server and namespaces; one never taken counts 0.6 s.
+        self.spawned: dict[int, list[Any]] = {}
+
+        def traced_init(proc: Any, role: str, *a: Any, **k: Any) -> None:
+            init(proc, role, *a, **k)
+            with trace.lock:
+                trace.spawned[id(proc)] = [threading.current_thread().name, role, proc.started_at, None]
+
+        def wait_ready(proc: Any) -> Any:
+            info = ready(proc)
+            entry = trace.spawned.get(id(proc))
+            if entry is not None and entry[3] is None:
+                entry[3] = min(time.monotonic(),
+                               proc.started_at + max((info.startup_s or {}).values(), default=0.0) + 0.15)
+            return info
+
+        def traced_kill(proc: Any) -> None:
+            t0 = time.monotonic()
+            try:
+                kill(proc)
+            finally:
+                add(f"{proc.role} sandbox kill", t0)
+
+        process.SandboxProcess.__init__ = traced_init  # type: ignore[method-assign]
+        process.SandboxProcess.wait_ready = wait_ready  # type: ignore[method-assign]
+        process.SandboxProcess.kill = traced_kill  # type: ignore[method-assign]
+        lock = timing.timing_lock
+
+        @contextlib.contextmanager
+        def timing_lock(device: str, what: str = "") -> Any:
+            with lock(device, what):
+                t0 = time.monotonic()
+                try:
+                    yield
+                finally:
+                    add(f"exclusive {what}", t0)
+
+        timing.timing_lock = timing_lock  # type: ignore[assignment]
+
+    def overlaps(self, thread: str) -> list[dict[str, Any]]:
+        """Each of `thread`'s timed ops, and the events that overlapped it: other threads' (stages, lock
+        holds, sandboxes started and killed) and its own sandboxes' ("own ...")."""
+        with self.lock:
+            events = list(self.events) + [(n, f"{role} sandbox start", t0, t1 if t1 is not None else t0 + 0.6)
+                                          for n, role, t0, t1 in self.spawned.values()]
+        rows = []
+        for name, what, a, b in events:
+            if name != thread or what != "exclusive timed":
+                continue
+            others: dict[str, int] = {}
+            for n2, w2, a2, b2 in events:
+                if a2 < b and b2 > a and not (n2 == thread and w2.startswith(("exclusive", "stage"))):
+                    key = w2 if n2 != thread else f"own {w2}"
+                    others[key] = others.get(key, 0) + 1
+            rows.append({"start": a, "took_ms": round((b - a) * 1e3, 1), "others": others})
+        return rows
+
+
 def precision(evals: int, shapes: list[tuple[int, int]], under_load: int = 0, pause_s: float = 0.0,
-              spares: int = 2) -> list[dict]:
+              spares: int = 2, trace: Trace | None = None) -> list[dict]:
     table = []
     load = Load(under_load) if under_load else None
     try:
-        table = _precision(evals, shapes, pause_s, spares)
+        table = _precision(evals, shapes, pause_s, spares, trace)
     finally:
         if load is not None:
             print(f"under load: {load.close()} evaluations by {under_load} other judge(s) meanwhile",
                   flush=True)
     for row in table:
         row["under_load"] = under_load
+        if trace is None:
+            continue
+        # after the load stopped: every sandbox it started is on record by now
+        ops = trace.overlaps(row["thread"])
+        row["overlaps"] = [[o for o in ops if a <= o["start"] < b] for a, b in row["eval_spans"]]
+        for k, w in enumerate(row["kernel_windows_us"]):
+            if w is not None:
+                print(f"  {row['shape']} evaluation {k}: windows min {w[0]:.3f}, q1 {w[1]:.3f}, "
+                      f"median {w[2]:.3f}, max {w[3]:.3f} us; during its timed op(s): "
+                      f"{[o['others'] for o in row['overlaps'][k]]}", flush=True)
     return table
 
 
-def _precision(evals: int, shapes: list[tuple[int, int]], pause_s: float, spares: int) -> list[dict]:
+def _precision(evals: int, shapes: list[tuple[int, int]], pause_s: float, spares: int,
+               trace: Trace | None) -> list[dict]:
     """`pause_s`: wait this long before each evaluation, so that the spare sandboxes the pool starts
     after each one (a CUDA context, a profiler session) are up before the next is timed."""
     table = []
@@ -134,13 +241,15 @@ def _precision(evals: int, shapes: list[tuple[int, int]], pause_s: float, spares
         ref, ker = REF.format(rows=rows, cols=cols), KERNEL.format(cols=cols, salt=0)
         sp, kms, rms, submit = [], [], [], []
         frac = None
-        results = []
+        results, spans = [], []
         with Judge(device="cuda", cache_path=None, spares=spares) as judge:
             for k in range(evals):
                 time.sleep(pause_s)
+                t_eval = time.monotonic()
                 results.append(judge.evaluate(EvalRequest(reference_code=ref + f"\n# evaluation {k}\n",
                                                           kernel_code=ker,
                                                           options=EvalOptions())))
+                spans.append((t_eval, time.monotonic()))
         for r in results:
             if r.outcome.value != "ok":
                 print(f"{rows}x{cols}: NOT OK: {r.outcome.value} {r.hack_details} {r.error}", flush=True)
@@ -155,6 +264,9 @@ def _precision(evals: int, shapes: list[tuple[int, int]], pause_s: float, spares
             sol = r.speed_of_light
             frac = sol.kernel_bandwidth_fraction if sol else None
         truth = graph_ratio(rows, cols)
+        windows_us = [[round(v * 1e3, 3)
+                       for v in (kt.min_ms, kt.low_quartile_ms or 0.0, kt.median_ms, kt.max_ms)]
+                      if kt is not None else None for kt in (r.kernel_timing for r in results)]
         row = {"shape": f"{rows}x{cols}", "pause_s": pause_s, "spares": spares,
                "kernel_us": statistics.median(kms) * 1e3 if kms else None,
                "kernel_us_each": [round(v * 1e3, 3) for v in kms],
@@ -162,7 +274,10 @@ def _precision(evals: int, shapes: list[tuple[int, int]], pause_s: float, spares
                "speedups": sp, "spread": max(sp) / min(sp) if sp else None,
                "median": statistics.median(sp) if sp else None, "graph_ratio": truth,
                "kernel_bandwidth_fraction": frac if sp else None,
-               "graph_submit_ms_kernel_reference_calls": submit[0] if submit else None}
+               "graph_submit_ms_kernel_reference_calls": submit[0] if submit else None,
+               # each evaluation's timed windows, us per call: min, lower quartile, median, max
+               "kernel_windows_us": windows_us,
+               "eval_spans": spans, "thread": threading.current_thread().name}
         row["median_vs_graph"] = row["median"] / truth if sp and truth else None
         table.append(row)
         print(json.dumps(row), flush=True)
@@ -302,10 +417,15 @@ def main() -> None:
     ap.add_argument("--pause", type=float, default=0.0,
                     help="seconds before each precision evaluation (the pool's new spares are up by then)")
     ap.add_argument("--spares", type=int, default=2, help="warm spare sandboxes of the precision judge")
+    ap.add_argument("--trace", action="store_true",
+                    help="record what every judge did, and what overlapped each precision evaluation's "
+                         "timed windows (the `overlaps` of the JSON rows)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
-    result = {"precision": precision(args.evals, shapes, args.under_load, args.pause, args.spares)}  # type: ignore[arg-type]
+    trace = Trace() if args.trace else None
+    result = {"precision": precision(args.evals, shapes, args.under_load, args.pause, args.spares,  # type: ignore[arg-type]
+                                     trace)}
     runs = []
     for k in (int(v) for v in args.judges.split(",") if v) if args.throughput else ():
         runs.append((throughput_processes if args.processes else throughput)(args.throughput, k))
