@@ -7,14 +7,16 @@ its parser and sets `func(args) -> int`. Commands whose extra is not installed s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import os
 import sys
 from typing import NoReturn
 
 from drkernel.errors import DrKernelError
 
-__all__ = ["main"]
+__all__ = ["QUICK_EXIT", "entry", "main"]
 
 # name -> (module, extra that provides its dependencies)
 COMMANDS: dict[str, tuple[str, str | None]] = {
@@ -26,6 +28,16 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "suite": ("drkernel.problems.cli_suite", None),
     "train": ("drkernel.rl.cli", "train"),
 }
+
+
+# Commands that have closed and written everything when main() returns: their console script leaves
+# at once, skipping the interpreter's teardown of torch and Triton (bench/eval_latency.py measures it).
+QUICK_EXIT = frozenset({"eval"})
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand named in argv (the first word that is one), if any."""
+    return next((a for a in argv if a in COMMANDS), None)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,7 +53,7 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    wanted = next((a for a in argv if a in COMMANDS), None)
+    wanted = _command(argv)
     for name, (module, extra) in COMMANDS.items():
         if wanted is not None and name != wanted:
             sub.add_parser(name, help=f"see `drkernel {name} --help`")
@@ -89,5 +101,19 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def entry() -> NoReturn:
+    """The console script: main(), then the process's exit (at once for QUICK_EXIT commands, once
+    what they printed is flushed)."""
+    argv = sys.argv[1:]
+    code = main(argv)
+    if _command(argv) in QUICK_EXIT:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to write
+                stream.flush()
+        logging.shutdown()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

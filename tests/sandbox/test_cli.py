@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -175,3 +176,22 @@ def test_forward_error_names_the_kernel_line_and_verbose_shows_more(tmp_path: Pa
     assert "forward_error" in proc.stdout
     assert f"at kernel line {line}: y = x.no_such_attribute" in proc.stdout, proc.stdout
     assert "traceback" in proc.stdout and "stages" in proc.stdout  # -v adds the details
+
+
+def test_the_console_script_leaves_at_once_and_nothing_behind(tmp_path: Path) -> None:
+    """`drkernel eval` exits without the interpreter's teardown (drkernel.cli.QUICK_EXIT): everything
+    it printed still arrives whole, and every folder it or its sandboxes made is gone when it exits."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    cmd = [sys.executable, "-m", "drkernel.cli", "eval", str(REFERENCE),
+           str(ASSETS / "kernels" / "relu_scale.py"), "--json", *FAST_FLAGS,
+           "--cache", str(tmp_path / "t.sqlite")]
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    root = Path(__file__).parents[2]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=root, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outcome"] == "ok"  # one whole object: the quick exit flushed it
+    assert sorted(p.name for p in scratch.iterdir()) == []
+    usage = subprocess.run([*cmd, "--trials", "0"], capture_output=True, text=True, timeout=300, cwd=root,
+                           env=env)
+    assert usage.returncode == 2 and "--trials 0" in usage.stderr  # the exit code survives the quick exit
