@@ -18,7 +18,10 @@ from drkernel.sandbox.process import SandboxFailure, SandboxProcess
 from drkernel.sandbox.protocol import ErrorReply, ProtocolError, Reply, Request, parse_reply
 from drkernel.types import ErrorInfo, EvalOptions, EvalOutcome, EvalRequest, EvalResult
 
-__all__ = ["COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "Verdict"]
+__all__ = ["COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "Verdict", "Windows"]
+
+# per window, one int per call: the input seeds (or checksum weights' seeds) or the calls checked
+Windows = list[list[int]]
 
 COMPILE_KINDS = {"syntax_error", "import_error", "missing_model_new", "triton_compile_error"}
 EVIDENCE_CHARS = 1000  # of one hack's evidence in the result; the sandbox may report megabytes
@@ -198,8 +201,8 @@ class Context:
     # windows whose reference checksums were computed ahead (timing, beside the window's build):
     # name -> (seeds, wseeds, the reference's checksums of the checked calls, which calls of each
     # window are checked: None for all); a stage takes its own out once
-    checksums_ahead: dict[str, tuple[list[list[int]], list[list[int]], list[Any], list[list[int]] | None]] = (
-        field(default_factory=dict))
+    checksums_ahead: dict[str, tuple[Windows, Windows, list[Any], Windows | None]] = field(
+        default_factory=dict)
 
     @property
     def opts(self) -> EvalOptions:

@@ -59,8 +59,6 @@ class TritonSeed:
         self.folder = Path(folder)
         self.path = self.folder / _tag()
         self.persistent = persistent
-        self.built_s: float | None = None
-        self.error: str | None = None
         self._env = env
         self._code = code
         self._proc: subprocess.Popen[bytes] | None = None
@@ -68,7 +66,7 @@ class TritonSeed:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         # made now, before any sandbox starts, so that every sandbox's namespace covers it
-        self.error = _safe_folder(self.folder)
+        self.error: str | None = _safe_folder(self.folder)
         if self.error is not None:
             log.warning("no Triton seed: %s", self.error)
         elif not self.path.is_dir():
@@ -86,9 +84,6 @@ class TritonSeed:
         return self.ready()
 
     def _build(self) -> None:
-        import time
-
-        started = time.monotonic()
         try:
             work = tempfile.mkdtemp(prefix=".build-", dir=self.folder)
         except OSError as exc:
@@ -117,7 +112,6 @@ class TritonSeed:
                 return
             with contextlib.suppress(OSError):  # taken already: another judge on this host built it too
                 os.rename(cache, self.path)  # atomic: a seed is whole or absent
-            self.built_s = round(time.monotonic() - started, 3)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -29,7 +29,7 @@ SANDBOX_ALL = {
                  "ModesReply", "OutputItem", "Peak", "PeakReply", "Profile", "ProfileReply", "ProtocolError",
                  "REPLIES", "REQUESTS", "Reply", "Request", "Run", "RunReply", "WireError", "parse_reply",
                  "read_message", "write_message"},
-    "channel": {"COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "Verdict"},
+    "channel": {"COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "Verdict", "Windows"},
     "stages.correctness": {"WEAK_REFERENCE_VARIATION", "compare_item", "launch_modes", "load",
                            "load_requests", "pair_items", "reference_hash", "static_gate", "trials"},
     "stages.timing": {"checksum_issue", "kernel_timing", "per_call_ms", "reference_timing", "timing_stats",

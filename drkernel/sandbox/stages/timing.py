@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from drkernel.sandbox import peak
-from drkernel.sandbox.channel import Context
+from drkernel.sandbox.channel import Context, Windows
 from drkernel.sandbox.devicelock import gpu_work, timing_lock
 from drkernel.sandbox.protocol import (
     BenchPrepare,
@@ -154,7 +154,7 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
     # One shared hold instead of three: the device lock is what bounds judges sharing a GPU (run AI).
     # Of the timed and replayed windows the reference checksums the calls the judge will check; of the
     # few eager profiled calls, every one.
-    plan: dict[str, tuple[list[list[int]], list[list[int]], list[list[int]] | None]] = {
+    plan: dict[str, tuple[Windows, Windows, Windows | None]] = {
         "timed": (ctx.fresh(windows, calls), ctx.fresh(windows, calls), checked_calls(windows, calls))}
     if ctx.cuda and ctx.opts.profile:
         n = ctx.opts.num_profile_calls
@@ -220,7 +220,7 @@ def _stream_check(ctx: Context, window_ms: list[float], host_ms: list[float]) ->
     return None
 
 
-def checked_calls(windows: int, calls: int) -> list[list[int]]:
+def checked_calls(windows: int, calls: int) -> Windows:
     """Which calls of each window the judge checks: CHECKED_SHARE of them, at least MIN_CHECKED, drawn
     from the system's generator (not `ctx.rng`: under a fixed `seed` its draws reach the sandbox as
     input seeds); the sandbox never learns which."""
@@ -228,22 +228,20 @@ def checked_calls(windows: int, calls: int) -> list[list[int]]:
     return [sorted(_PICKS.sample(range(calls), k)) for _ in range(windows)]
 
 
-def _checked(seeds: list[list[int]], wseeds: list[list[int]],
-             picks: list[list[int]] | None) -> list[tuple[list[int], list[int]]]:
+def _checked(seeds: Windows, wseeds: Windows, picks: Windows | None) -> list[tuple[list[int], list[int]]]:
     """Each window's (seeds, wseeds) of the checked calls only: what the reference checksums."""
     if picks is None:
         return list(zip(seeds, wseeds, strict=True))
     return [([s[c] for c in p], [w[c] for c in p]) for s, w, p in zip(seeds, wseeds, picks, strict=True)]
 
 
-def verify_checksums(ctx: Context, seeds: list[list[int]], wseeds: list[list[int]], got: list[Any],
-                     where: str, want: list[Any] | None = None,
-                     picks: list[list[int]] | None = None) -> None:
+def verify_checksums(ctx: Context, seeds: Windows, wseeds: Windows, got: list[Any], where: str,
+                     want: list[Any] | None = None, picks: Windows | None = None) -> None:
     """The sandbox's checksum of every call's output is required; those of the calls in `picks` (every
     call where None) must match the reference's for the same inputs (`want`, where the reference
     computed them ahead; else now)."""
-    rows = _checked(seeds, wseeds, picks)
     if want is None:
+        rows = _checked(seeds, wseeds, picks)
         with gpu_work(ctx.device, "reference_checksums"):
             want = ctx.channel.ref(Checksums(seeds=[s for s, _ in rows], wseeds=[w for _, w in rows]),
                                    ChecksumsReply).checksums
@@ -254,10 +252,11 @@ def verify_checksums(ctx: Context, seeds: list[list[int]], wseeds: list[list[int
     trials = ctx.result.trials
     slack = max((t.rel_l2 or 0.0) for t in trials) if trials else 0.0
     for r, (want_row, got_row) in enumerate(zip(want, got, strict=True)):
-        if not isinstance(got_row, list) or len(got_row) != len(seeds[r]) or len(want_row) != len(rows[r][0]):
+        checked = picks[r] if picks is not None else range(len(seeds[r]))
+        if not isinstance(got_row, list) or len(got_row) != len(seeds[r]) or len(want_row) != len(checked):
             hack("replayed_output", f"the {where} returned no checksum for some calls")
             return
-        for c, w in zip(picks[r] if picks is not None else range(len(got_row)), want_row, strict=True):
+        for c, w in zip(checked, want_row, strict=True):
             issue = checksum_issue(w, got_row[c], slack)
             if issue is not None:
                 hack("replayed_output", f"{where} {r}, call {c}: {issue}")
