@@ -166,7 +166,7 @@ def _prestart(device: str | None) -> tuple[Zygote | None, ComparisonProcess | No
     if device is None:
         device = ("cuda" if os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
                   else "cpu")
-    if device != "cpu" and device != "cuda" and not device.startswith("cuda:"):
+    if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
         return None, None  # a bad spelling: Judge says what is wrong with it
     try:
         zygote = Zygote(device)

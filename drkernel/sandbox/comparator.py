@@ -139,6 +139,9 @@ class LocalComparator:
     def restart(self) -> None:
         """Nothing to replace in-process on a CPU."""
 
+    def signal_kill(self) -> None:
+        """No process to stop."""
+
     def close(self) -> None:
         pass
 
@@ -183,6 +186,12 @@ class ProcessComparator:
     def restart(self) -> None:
         self.close()
         self._child = ComparisonProcess(self.device)
+
+    def signal_kill(self) -> None:
+        """SIGKILL the child and return at once (close() then waits): its CUDA context's teardown
+        overlaps the sandboxes'."""
+        if self._child is not None:
+            self._child.signal_kill()
 
     def close(self) -> None:
         if self._child is not None:

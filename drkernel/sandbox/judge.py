@@ -43,21 +43,26 @@ _FAILURE_OUTCOMES = {"timeout": EvalOutcome.TIMEOUT}
 
 
 def resolve_device(device: str | None) -> str:
-    """None -> cuda:0 when a GPU is present, else cpu. Validates the spelling."""
+    """None -> cuda:0 when a GPU is present, else cpu. Validates the spelling.
+
+    GPUs are counted by torch.cuda.device_count(), which asks NVML first: the judge's process never
+    starts the CUDA driver (its sandboxes and comparison child hold its device contexts), and
+    torch.cuda.is_available()'s cuInit took 0.2 s of a single `drkernel eval` on the H200 (run AO)."""
     import torch
 
-    if device is None:
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         return device
-    if device == "cuda" or device.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device {device!r} requested but no CUDA GPU is available (use --device cpu)")
-        index = int(device.split(":", 1)[1]) if ":" in device else 0
-        if index >= torch.cuda.device_count():
-            raise ConfigError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) present")
-        return f"cuda:{index}"
-    raise ConfigError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+    if device is not None and device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise ConfigError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+    count = torch.cuda.device_count()
+    if device is None:
+        return "cuda:0" if count > 0 else "cpu"
+    if count == 0:
+        raise ConfigError(f"device {device!r} requested but no CUDA GPU is available (use --device cpu)")
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    if index >= count:
+        raise ConfigError(f"device {device!r}: only {count} GPU(s) present")
+    return f"cuda:{index}"
 
 
 def default_cache_path() -> Path:
@@ -116,10 +121,10 @@ class Judge:
         extra = [*map(str, hide),
                  *filter(None, os.environ.get("DRKERNEL_SANDBOX_HIDE", "").split(os.pathsep))]
         # Triton's C helpers, built once and copied into each sandbox's private cache (tritonseed.py)
-        seed_folder = (_seed_folder(self.device, cache_path, insecure)
-                       if self.cuda and shared_triton_cache is None else None)
-        if seed_folder is not None and seed_folder[1]:
-            extra.append(str(seed_folder[0]))
+        seeded = self.cuda and shared_triton_cache is None
+        seed_folder, seed_kept = _seed_folder(self.device, cache_path, insecure) if seeded else (None, False)
+        if seed_folder is not None and seed_kept:
+            extra.append(str(seed_folder))
         self._hide = _to_hide(cache_path, self.device, extra)
         self.insecure = insecure
         if not insecure:
@@ -133,8 +138,7 @@ class Judge:
             self.isolation = "uid" if self.isolate_uid else "none"
         self.cache = ReferenceTimingCache(cache_path)
         if seed_folder is not None:
-            folder, persistent = seed_folder
-            self._seed = TritonSeed(folder, sandbox_env(self.device, "", ""), persistent=persistent)
+            self._seed = TritonSeed(seed_folder, sandbox_env(self.device, "", ""), persistent=seed_kept)
         # A fork server imports torch and triton once; each sandbox is then a fork (fast to spawn).
         if zygote is not None and (not fork_server or not zygote.serves(self.device)):
             zygote.close()
@@ -271,7 +275,9 @@ class Judge:
             return
         self._closed = True
         procs = [*self._pool, *([self._ref] if self._ref is not None else [])]
-        for proc in procs:  # all at once: each one's exit (its CUDA context torn down) overlaps the others'
+        # all at once: each one's exit (its CUDA context torn down) overlaps the others'
+        self._comparator.signal_kill()
+        for proc in procs:
             proc.signal_kill()
         for proc in procs:
             proc.kill()
@@ -333,13 +339,14 @@ def _to_hide(cache_path: str | Path | None, device: str, extra: list[str]) -> li
     The scratch root, the cache file and its folder, unless the Python installation or this
     package lives under that folder; files are covered with an empty one.
     """
+    import importlib.util
     import tempfile
 
-    import torch
-    import triton
-
-    needed = [sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2]),
-              os.path.dirname(torch.__file__), os.path.dirname(triton.__file__)]
+    # where torch and triton live, without importing triton here (0.2 s of a single eval, run AO)
+    needed = [sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2])]
+    for name in ("torch", "triton"):
+        spec = importlib.util.find_spec(name)
+        needed += list(spec.submodule_search_locations or []) if spec is not None else []
     hide = []
     candidates = [scratch_root(device) or tempfile.gettempdir(), *extra]
     if cache_path is not None:

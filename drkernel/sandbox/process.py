@@ -187,9 +187,12 @@ class ComparisonProcess:
             os.close(resp_w)
         self.w, self.r = cmd_w, resp_r
 
-    def close(self) -> None:
+    def signal_kill(self) -> None:
         with contextlib.suppress(OSError):
             self.proc.kill()
+
+    def close(self) -> None:
+        self.signal_kill()
         with contextlib.suppress(subprocess.SubprocessError):
             self.proc.wait(timeout=10)
         for fd in (self.w, self.r):

@@ -100,6 +100,12 @@ def test_cuda_device_without_a_gpu_is_a_usage_error() -> None:
     assert_usage_error(proc, "cuda")
 
 
+@pytest.mark.parametrize("device", ["cuda:x", "cuda:", "gpu"])
+def test_a_misspelt_device_is_a_usage_error(device: str) -> None:
+    proc = drkernel_eval(REFERENCE, ASSETS / "kernels" / "relu_scale.py", "--device", device)
+    assert_usage_error(proc, f"unknown device {device!r}")
+
+
 def test_bad_flag_is_a_one_line_usage_error() -> None:
     proc = drkernel_eval(REFERENCE, ASSETS / "kernels" / "relu_scale.py", "--no-such-flag")
     assert_usage_error(proc, "--no-such-flag")
