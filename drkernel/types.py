@@ -255,10 +255,14 @@ class TimingStats:
     overhead_ms: float | None = None  # judge's clock less the windows: input fills, checksums, IPC
     input_bytes: int | None = None  # of one call's inputs (the reference's count)
     graph_submit_ms: float | None = None  # host time to submit one window's graph (hidden by a GPU spin)
-    confirm_runs: int | None = None  # runs of the timed op until the clock checks passed (at most 3)
+    # runs of the timed op (at most 3): until the clock checks passed on an op that was not disturbed
+    confirm_runs: int | None = None
     # the lower quartile of the windows' per-call times: kernel_ms / reference_ms (docs/errors.md, "What
     # the speedup measures"); None in a cache entry written before it existed
     low_quartile_ms: float | None = None
+    # of the runs that passed the clock checks, those set aside as disturbed (their windows' median far
+    # above their fastest: other work on the GPU); the run kept is the steadiest
+    disturbed_runs: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

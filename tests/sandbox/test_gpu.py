@@ -453,3 +453,20 @@ def test_skipped_work_in_a_thousand_timed_calls_is_caught_by_the_checked_tenth(j
         "dim = 256", "dim = 2048")
     r = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=getattr(t, which), options=GPU))
     assert r.outcome is EvalOutcome.HACK_DETECTED and "replayed_output" in r.hacks, describe(r)
+
+
+def test_a_timed_op_slowed_in_every_window_is_run_again_and_the_steady_run_kept(judge: Judge) -> None:
+    """Other processes' work slowed every window of some timed ops under load (run AO), the fastest
+    too, where the lower quartile cannot help. A candidate whose first op comes back slowed 50-100 %
+    a window is run again after a pause; the steady second run is kept."""
+    from tests.sandbox.corpus import ASSETS
+
+    reference = reference_code("relu_scale").replace("batch_size = 8", "batch_size = 1024").replace(
+        "dim = 256", "dim = 1024")
+    code = (ASSETS / "attacks" / "disturbed_timed_op.py").read_text()
+    r = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=code,
+                                   options=GPU.replace(static_policy=False)))
+    assert r.outcome is EvalOutcome.OK, describe(r)
+    kt = r.kernel_timing
+    assert kt is not None and kt.confirm_runs == 2 and kt.disturbed_runs == 1, describe(r)
+    assert kt.low_quartile_ms is not None and kt.low_quartile_ms < 1.05 * kt.min_ms  # the kept run is steady

@@ -35,11 +35,16 @@ from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.stages.correctness import reference_hash
 from drkernel.types import SpeedOfLight, TimingStats
 
-__all__ = ["checksum_issue", "kernel_timing", "per_call_ms", "reference_timing", "timing_stats",
+__all__ = ["checksum_issue", "disturbed", "kernel_timing", "per_call_ms", "reference_timing", "timing_stats",
            "verify_checksums"]
 
 REFERENCE_METHOD = "windows-v5"  # in the cache key: a change of method re-times every reference
 CONFIRM_RUNS = 3  # runs of the timed op before a clock check's suspicion is a verdict
+# A timed op whose windows' median is this far above their fastest was disturbed (other processes'
+# work on the GPU); it is run again, after a pause, up to CONFIRM_RUNS runs in all, and the run with
+# the lowest lower quartile is kept: other work can only add time.
+DISTURBED_SPREAD = 1.05
+RERUN_PAUSE_S = 0.1
 # Of each timed window's calls, the judge checks this share against the reference's checksums (at least
 # MIN_CHECKED, all where a window has fewer), drawn by the judge and never told to the sandbox, which
 # returns a checksum for every call: a candidate that skips or fakes the work of k calls goes unseen
@@ -56,9 +61,8 @@ def timing_stats(event_ms: list[float], host_ms: list[float] | None = None) -> T
     sandbox's CUDA context made or torn down, another judge's trial) can only add time to the windows
     it overlaps, and the lower quartile stands while up to three quarters of the windows are hit, where
     the median moved by 12-45 % in 4 of 20 evaluations under load (run AL)."""
-    low = statistics.quantiles(event_ms, n=4, method="inclusive")[0] if len(event_ms) > 1 else event_ms[0]
     return TimingStats(
-        low_quartile_ms=low,
+        low_quartile_ms=_low_quartile(event_ms),
         median_ms=statistics.median(event_ms),
         mean_ms=statistics.fmean(event_ms),
         std_ms=statistics.pstdev(event_ms) if len(event_ms) > 1 else 0.0,
@@ -67,6 +71,19 @@ def timing_stats(event_ms: list[float], host_ms: list[float] | None = None) -> T
         n=len(event_ms),
         host_median_ms=statistics.median(host_ms) if host_ms else None,
     )
+
+
+def _low_quartile(values: list[float]) -> float:
+    return statistics.quantiles(values, n=4, method="inclusive")[0] if len(values) > 1 else values[0]
+
+
+def disturbed(cuda: bool, window_ms: list[float]) -> bool:
+    """Whether a timed op's windows look disturbed by other work on the GPU: their median more than
+    DISTURBED_SPREAD above their fastest. An undisturbed op's windows agree within 1-3 %; under 3
+    churning judges, whole ops were slowed with every window, their fastest too, by 20 % or more and
+    spread 8-9 % from their fastest to their median (run AO: 2 of 20 evaluations at 1024^2), where
+    the lower quartile cannot help: such an op is run again. (CPU: the interpreter, never.)"""
+    return cuda and len(window_ms) >= 3 and statistics.median(window_ms) > DISTURBED_SPREAD * min(window_ms)
 
 
 def _warmup_s(ctx: Context, role: str) -> float:
@@ -125,15 +142,32 @@ def reference_timing(ctx: Context, cache: ReferenceTimingCache) -> TimingStats:
             budget = math.ceil(10.0 / max(calls * prep.est_ms, 1e-3)) if ctx.cuda else 1
             windows = min(max(5 if ctx.cuda else 1, math.ceil(total / calls), budget),
                           15 if ctx.cuda else 100)
-            seeds, wseeds = ctx.fresh(windows, calls), ctx.fresh(windows, calls)
-            t0 = time.perf_counter()
-            reply = ref(BenchRun(seeds=seeds, wseeds=wseeds), BenchRunReply)
-            external_ms = (time.perf_counter() - t0) * 1e3
+            runs = [_reference_run(ctx, windows, calls)]
+        # disturbed (as a candidate's op can be): run again after a pause, keep the steadiest
+        set_aside = 0
+        while disturbed(ctx.cuda, runs[-1][0].window_ms):
+            set_aside += 1
+            if len(runs) == CONFIRM_RUNS:
+                break
+            time.sleep(RERUN_PAUSE_S)
+            with timing_lock(ctx.device, "reference_timing"):
+                runs.append(_reference_run(ctx, windows, calls))
+        reply, external_ms = min(runs, key=lambda r: _low_quartile(r[0].window_ms))
         stats = _window_stats(reply, prep, calls, windows, external_ms)
+        stats.confirm_runs = len(runs)
+        stats.disturbed_runs = set_aside
         stats.input_bytes = prep.input_bytes
         cache.put(key, stats)
     ctx.result.reference_timing = stats
     return stats
+
+
+def _reference_run(ctx: Context, windows: int, calls: int) -> tuple[BenchRunReply, float]:
+    """One timed op of the reference's (under the caller's lock): its reply and the judge's clock."""
+    seeds, wseeds = ctx.fresh(windows, calls), ctx.fresh(windows, calls)
+    t0 = time.perf_counter()
+    reply = ctx.channel.ref(BenchRun(seeds=seeds, wseeds=wseeds), BenchRunReply)
+    return reply, (time.perf_counter() - t0) * 1e3
 
 
 def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
@@ -174,7 +208,11 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
         ctx.checksums_ahead[name] = (seeds, wseeds, sums.checksums[start:start + len(seeds)], picks)
         start += len(seeds)
     suspicions: list[tuple[str, str]] = []
+    passed: list[tuple[BenchRunReply, float]] = []  # (reply, judge's clock) of runs that passed both checks
+    set_aside = 0  # of those, the disturbed
     for run in range(CONFIRM_RUNS):
+        if passed:  # the last run passed but was disturbed: let what disturbed it pass first
+            time.sleep(RERUN_PAUSE_S)
         ahead = ctx.checksums_ahead.pop("timed", None)
         seeds, wseeds, want, picks = ahead if ahead else (
             ctx.fresh(windows, calls), ctx.fresh(windows, calls), None, checked_calls(windows, calls))
@@ -191,14 +229,21 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
         verdict.stop_if_failed()
         suspicion = _stream_check(ctx, reply.window_ms, reply.host_ms) or _external_clock(
             ctx, reply.window_ms, external_ms, ref)
-        if suspicion is None:
+        if suspicion is not None:
+            suspicions.append(suspicion)
+            continue
+        passed.append((reply, external_ms))
+        if not disturbed(ctx.cuda, reply.window_ms):
             break
-        suspicions.append(suspicion)
+        set_aside += 1
+    if passed:  # the steadiest run that passed (every other was disturbed)
+        reply, external_ms = min(passed, key=lambda p: _low_quartile(p[0].window_ms))
     stats = _window_stats(reply, prep, calls, windows, external_ms)
     stats.confirm_runs = run + 1
+    stats.disturbed_runs = set_aside
     ctx.result.kernel_timing = stats
     ctx.timed_launches_per_call = statistics.median(reply.launches) / calls
-    if len(suspicions) == CONFIRM_RUNS:
+    if not passed:
         code, evidence = suspicions[-1]
         verdict.hack(code, f"{evidence} (in each of {CONFIRM_RUNS} runs on fresh inputs)")
         verdict.stop_if_failed()
