@@ -320,3 +320,63 @@ def test_a_disturbed_timed_op_is_run_again_and_the_steadiest_run_kept(
     kept = min(seen, key=q1)
     assert kept is not seen[0] and q1(seen[0]) > q1(kept)  # the slowed first run is never kept
     assert r.kernel_ms == pytest.approx(q1(kept) / kt.window_calls)
+
+
+def _op(window_ms: list[float], runs: int = 1, set_aside: int = 0) -> object:
+    from drkernel.sandbox.protocol import BenchRunReply
+    from drkernel.sandbox.stages.timing import TimedOp
+
+    n = len(window_ms)
+    reply = BenchRunReply(window_ms=window_ms, host_ms=[w + 0.01 for w in window_ms], launches=[1] * n,
+                          graph=True, checksums=[[[]] for _ in range(n)])
+    return TimedOp(reply, 10.0 * n, runs, set_aside)
+
+
+def test_two_timed_ops_are_merged_where_they_agree_and_the_faster_kept_where_not() -> None:
+    """Other processes' work slowed every window of a whole op evenly (run AP, 4096^2: +12-20 %, the
+    windows' spread unchanged), which no spread test sees: the windows are timed as two ops apart in
+    time, merged where their lower quartiles agree within 2 %, else the lower one is kept."""
+    from drkernel.sandbox.stages.timing import OPS_AGREE, combined
+
+    steady = _op([34.7, 34.8, 34.8, 34.9])
+    also = _op([34.8, 34.8, 34.9, 35.0], runs=2, set_aside=1)
+    slowed = _op([38.8, 39.1, 39.4, 42.0])
+    op, dropped = combined([steady, also])  # type: ignore[list-item]
+    assert not dropped and op.reply.window_ms == steady.reply.window_ms + also.reply.window_ms  # type: ignore[attr-defined]
+    assert (op.runs, op.set_aside, op.external_ms) == (3, 1, 80.0)
+    for ops in ([slowed, steady], [steady, slowed]):
+        op, dropped = combined(ops)  # type: ignore[arg-type]
+        assert dropped and op.reply is steady.reply and op.runs == 2  # type: ignore[attr-defined]
+    edge = _op([34.7 * OPS_AGREE * 0.999] * 4)
+    assert not combined([steady, edge])[1]  # type: ignore[list-item]
+    assert combined([steady]) == (steady, False)  # type: ignore[list-item]
+
+
+def test_the_second_timed_op_runs_after_the_profile_stage_and_both_are_checked(
+        judge: Judge, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the timed windows are two ops, the second after the profile stage; on the CPU here,
+    forced. The result has every window planned, its times from both ops (or the faster), and a
+    candidate that skips work only in the second op is caught there."""
+    from drkernel.sandbox.stages import timing
+
+    monkeypatch.setattr(timing, "_first_windows", lambda cuda, windows: max(1, windows // 2))
+    opts = FAST.replace(num_correct_trials=2, num_perf_trials=12, static_policy=False)
+    counted = HONEST.replace("        self.calls += 1\n",
+                             "        self.calls += 1\n        print('call', self.calls, flush=True)\n")
+    r = judge.evaluate(EvalRequest(reference_code=BIG, kernel_code=counted, options=opts))
+    assert r.outcome is EvalOutcome.OK, (r.outcome, r.hack_details, r.error)
+    kt, rt = r.kernel_timing, r.reference_timing
+    assert kt is not None and rt is not None and kt.windows == rt.windows and kt.window_calls
+    assert kt.windows is not None and kt.windows >= 2 and kt.confirm_runs is not None and kt.confirm_runs >= 2
+    first = max(1, kt.windows // 2)
+    assert kt.n in (first, kt.windows - first, kt.windows)  # both merged, or the faster op's windows
+    # before the second op: 2 trials, 4 launch modes, the window build's warm-up and untimed round,
+    # the first op; every call the candidate made is counted (it printed each)
+    calls_before = 2 + 4 + max(opts.num_warmup, 2) + kt.window_calls * (1 + first)
+    calls = [line for line in r.sandbox_output.splitlines() if line.startswith("call ")]
+    assert len(calls) == calls_before + kt.window_calls * (kt.windows - first)
+    late = _KERNEL.replace("CHEAT_AFTER", str(calls_before)).replace("WORK", "x.numel() * 99 // 100").replace(
+        "SHAPE(out)", "out")
+    r = judge.evaluate(EvalRequest(reference_code=BIG, kernel_code=late, options=opts))
+    assert r.outcome is EvalOutcome.HACK_DETECTED and "replayed_output" in r.hacks, (r.outcome,
+                                                                                     r.hack_details)
