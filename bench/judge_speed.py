@@ -227,7 +227,8 @@ def precision(evals: int, shapes: list[tuple[int, int]], under_load: int = 0, pa
         for k, w in enumerate(row["kernel_windows_us"]):
             if w is not None:
                 print(f"  {row['shape']} evaluation {k}: windows min {w[0]:.3f}, q1 {w[1]:.3f}, "
-                      f"median {w[2]:.3f}, max {w[3]:.3f} us; during its timed op(s): "
+                      f"median {w[2]:.3f}, max {w[3]:.3f} us; runs, disturbed: {row['runs_each'][k]}; "
+                      f"during its timed op(s): "
                       f"{[o['others'] for o in row['overlaps'][k]]}", flush=True)
     return table
 
@@ -277,6 +278,9 @@ def _precision(evals: int, shapes: list[tuple[int, int]], pause_s: float, spares
                "graph_submit_ms_kernel_reference_calls": submit[0] if submit else None,
                # each evaluation's timed windows, us per call: min, lower quartile, median, max
                "kernel_windows_us": windows_us,
+               # runs of each evaluation's timed op, and those set aside as disturbed
+               "runs_each": [[kt.confirm_runs, kt.disturbed_runs] if kt is not None else None
+                             for kt in (r.kernel_timing for r in results)],
                "eval_spans": spans, "thread": threading.current_thread().name}
         row["median_vs_graph"] = row["median"] / truth if sp and truth else None
         table.append(row)
