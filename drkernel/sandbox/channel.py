@@ -203,9 +203,6 @@ class Context:
     # window are checked: None for all); a stage takes its own out once
     checksums_ahead: dict[str, tuple[Windows, Windows, list[Any], Windows | None]] = field(
         default_factory=dict)
-    # the timed windows' ops so far (stages/timing.TimedOp), and what their second one needs, if any
-    timing_ops: list[Any] = field(default_factory=list)
-    timing_pending: tuple[Any, ...] | None = None
 
     @property
     def opts(self) -> EvalOptions:

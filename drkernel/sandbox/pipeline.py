@@ -54,7 +54,6 @@ class Evaluation:
             ("stop_if_failed", verdict.stop_if_failed),
             ("timing", lambda: timing.kernel_timing(ctx, self.cache)),
             ("profile", lambda: profiling.profile(ctx)),
-            ("timing", lambda: timing.second_timing(ctx, self.cache)),  # the timed windows' second op
             ("stop_if_failed", verdict.stop_if_failed),
             ("shape_variants", lambda: variants.shape_variants(ctx, self.comparator)),
             ("reward", self._correct),

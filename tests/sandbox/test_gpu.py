@@ -458,8 +458,7 @@ def test_skipped_work_in_a_thousand_timed_calls_is_caught_by_the_checked_tenth(j
 def test_a_timed_op_slowed_in_every_window_is_run_again_and_the_steady_run_kept(judge: Judge) -> None:
     """Other processes' work slowed every window of some timed ops under load (run AO), the fastest
     too, where the lower quartile cannot help. A candidate whose first op comes back slowed 50-100 %
-    a window is run again after a pause; the steady second run is kept (and the windows' second op,
-    after the profile stage, is not slowed: both are reported)."""
+    a window is run again after a pause; the steady second run is kept."""
     from tests.sandbox.corpus import ASSETS
 
     reference = reference_code("relu_scale").replace("batch_size = 8", "batch_size = 1024").replace(
@@ -469,6 +468,5 @@ def test_a_timed_op_slowed_in_every_window_is_run_again_and_the_steady_run_kept(
                                    options=GPU.replace(static_policy=False)))
     assert r.outcome is EvalOutcome.OK, describe(r)
     kt = r.kernel_timing
-    # the first of the two timed ops twice (its slowed run set aside), the second once
-    assert kt is not None and kt.confirm_runs == 3 and kt.disturbed_runs in (1, 2), describe(r)
+    assert kt is not None and kt.confirm_runs == 2 and kt.disturbed_runs == 1, describe(r)
     assert kt.low_quartile_ms is not None and kt.low_quartile_ms < 1.05 * kt.min_ms  # the kept run is steady

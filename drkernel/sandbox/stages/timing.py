@@ -11,12 +11,11 @@ against the device's measured peak; a time the physics forbids is a hack.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 import statistics
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 from drkernel.sandbox import peak
 from drkernel.sandbox.channel import Context, Windows
@@ -36,8 +35,8 @@ from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.stages.correctness import reference_hash
 from drkernel.types import SpeedOfLight, TimingStats
 
-__all__ = ["TimedOp", "checksum_issue", "combined", "disturbed", "kernel_timing", "per_call_ms",
-           "reference_timing", "second_timing", "timing_stats", "verify_checksums"]
+__all__ = ["checksum_issue", "disturbed", "kernel_timing", "per_call_ms", "reference_timing", "timing_stats",
+           "verify_checksums"]
 
 REFERENCE_METHOD = "windows-v5"  # in the cache key: a change of method re-times every reference
 CONFIRM_RUNS = 3  # runs of the timed op before a clock check's suspicion is a verdict
@@ -46,21 +45,6 @@ CONFIRM_RUNS = 3  # runs of the timed op before a clock check's suspicion is a v
 # the lowest lower quartile is kept: other work can only add time.
 DISTURBED_SPREAD = 1.05
 RERUN_PAUSE_S = 0.1
-# Work of other processes can also slow a whole op evenly, its windows' spread unchanged (run AP: every
-# window of 1 in 10 evaluations at 4096^2 by 12-20 %; another process's cudaMalloc/cudaFree slowed every
-# window of bench/disturb_probe.py's by 5 %). So the windows are timed as two ops, apart in time: merged
-# where their lower quartiles agree within 2 %, else the lower one is kept.
-OPS_AGREE = 1.02
-
-
-class TimedOp(NamedTuple):
-    """A timed op's kept run: its reply, the judge's clock around it, the runs it took, and how many
-    of them were set aside as disturbed."""
-
-    reply: BenchRunReply
-    external_ms: float
-    runs: int
-    set_aside: int
 # Of each timed window's calls, the judge checks this share against the reference's checksums (at least
 # MIN_CHECKED, all where a window has fewer), drawn by the judge and never told to the sandbox, which
 # returns a checksum for every call: a candidate that skips or fakes the work of k calls goes unseen
@@ -102,12 +86,6 @@ def disturbed(cuda: bool, window_ms: list[float]) -> bool:
     return cuda and len(window_ms) >= 3 and statistics.median(window_ms) > DISTURBED_SPREAD * min(window_ms)
 
 
-def _first_windows(cuda: bool, windows: int) -> int:
-    """The first timed op's windows: half of them on a GPU (the rest are the second op's), all on the
-    CPU, where the interpreter's times are the host's anyway."""
-    return math.ceil(windows / 2) if cuda and windows >= 4 else windows
-
-
 def _warmup_s(ctx: Context, role: str) -> float:
     """GPU clocks ramp up: warm up for time, not just calls. The reference, timed once per problem and
     device, takes 0.1 s; the candidate's window build holds the device lock shared (no other judge's
@@ -126,10 +104,9 @@ def per_call_ms(stats: TimingStats) -> float:
 
 def _window_stats(reply: BenchRunReply, prep: BenchPrepareReply, calls: int, windows: int,
                   external_ms: float) -> TimingStats:
-    """`windows`: the windows timed, in all the ops; `reply`: those reported (n of them)."""
     stats = timing_stats([w / calls for w in reply.window_ms], [h / calls for h in reply.host_ms])
     stats.window_calls, stats.windows, stats.graph = calls, windows, reply.graph
-    stats.external_ms_per_call = external_ms / (calls * len(reply.window_ms))
+    stats.external_ms_per_call = external_ms / (calls * windows)
     stats.overhead_ms = max(external_ms - sum(reply.window_ms), 0.0)
     stats.graph_submit_ms = prep.launch_ms
     return stats
@@ -165,51 +142,46 @@ def reference_timing(ctx: Context, cache: ReferenceTimingCache) -> TimingStats:
             budget = math.ceil(10.0 / max(calls * prep.est_ms, 1e-3)) if ctx.cuda else 1
             windows = min(max(5 if ctx.cuda else 1, math.ceil(total / calls), budget),
                           15 if ctx.cuda else 100)
-        # two ops apart in time, as the candidate's (kernel_timing); each disturbed one is run again
-        first = _first_windows(ctx.cuda, windows)
-        ops = [_reference_op(ctx, first, calls)]
-        if first < windows:
+            runs = [_reference_run(ctx, windows, calls)]
+        # disturbed (as a candidate's op can be): run again after a pause, keep the steadiest
+        set_aside = 0
+        while disturbed(ctx.cuda, runs[-1][0].window_ms):
+            set_aside += 1
+            if len(runs) == CONFIRM_RUNS:
+                break
             time.sleep(RERUN_PAUSE_S)
-            ops.append(_reference_op(ctx, windows - first, calls))
-        op, dropped = combined(ops)
-        stats = _window_stats(op.reply, prep, calls, windows, op.external_ms)
-        stats.confirm_runs = op.runs
-        stats.disturbed_runs = op.set_aside + dropped
+            with timing_lock(ctx.device, "reference_timing"):
+                runs.append(_reference_run(ctx, windows, calls))
+        reply, external_ms = min(runs, key=lambda r: _low_quartile(r[0].window_ms))
+        stats = _window_stats(reply, prep, calls, windows, external_ms)
+        stats.confirm_runs = len(runs)
+        stats.disturbed_runs = set_aside
         stats.input_bytes = prep.input_bytes
         cache.put(key, stats)
     ctx.result.reference_timing = stats
     return stats
 
 
-def _reference_op(ctx: Context, windows: int, calls: int) -> TimedOp:
-    """One timed op of the reference's, run again after a pause while disturbed (up to CONFIRM_RUNS
-    runs); the steadiest run kept."""
-    replies: list[tuple[BenchRunReply, float]] = []
-    while True:
-        seeds, wseeds = ctx.fresh(windows, calls), ctx.fresh(windows, calls)
-        with timing_lock(ctx.device, "reference_timing"):
-            t0 = time.perf_counter()
-            reply = ctx.channel.ref(BenchRun(seeds=seeds, wseeds=wseeds), BenchRunReply)
-            replies.append((reply, (time.perf_counter() - t0) * 1e3))
-        if not disturbed(ctx.cuda, reply.window_ms) or len(replies) == CONFIRM_RUNS:
-            break
-        time.sleep(RERUN_PAUSE_S)
-    kept = min(replies, key=lambda r: _low_quartile(r[0].window_ms))
-    set_aside = sum(disturbed(ctx.cuda, r[0].window_ms) for r in replies)
-    return TimedOp(kept[0], kept[1], len(replies), set_aside)
+def _reference_run(ctx: Context, windows: int, calls: int) -> tuple[BenchRunReply, float]:
+    """One timed op of the reference's (under the caller's lock): its reply and the judge's clock."""
+    seeds, wseeds = ctx.fresh(windows, calls), ctx.fresh(windows, calls)
+    t0 = time.perf_counter()
+    reply = ctx.channel.ref(BenchRun(seeds=seeds, wseeds=wseeds), BenchRunReply)
+    return reply, (time.perf_counter() - t0) * 1e3
 
 
 def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
     """The candidate's windows, as many and as long as the reference's, and every check on them.
 
-    On a GPU the windows are timed as two ops (_first_windows): the first here, the second after the
-    profile stage (second_timing); the result reports both merged, or the faster where they disagree
-    (combined). Each op is run again on fresh inputs where a clock check fails or its windows look
-    disturbed (_timed_op). Every run's outputs are checksummed: a wrong output in any run is a hack
-    at once.
+    The two clock checks (work outside the timed stream, the judge's clock around the op) can be
+    upset by other processes on the same GPU or host. A run that fails one is run again on fresh
+    inputs, up to CONFIRM_RUNS in all, and only a candidate that fails in every run is flagged; the
+    times kept are those of the run that passed. Every run's outputs are checksummed: a wrong output
+    in any run is a hack at once.
     """
     ref = reference_timing(ctx, cache)
     calls, windows = int(ref.window_calls or 1), int(ref.windows or 1)
+    cand, verdict = ctx.channel.cand, ctx.verdict
     # Building the window (warm-up, capture, one untimed round) needs no device to itself: shared.
     # Beside it, in the reference's sandbox, the reference's checksums of the first timed run's and
     # the profiled windows' inputs: seeds drawn now, sent to the candidate only when it runs them.
@@ -235,45 +207,13 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
     for name, (seeds, wseeds, picks) in plan.items():
         ctx.checksums_ahead[name] = (seeds, wseeds, sums.checksums[start:start + len(seeds)], picks)
         start += len(seeds)
-    # On a GPU the windows are timed as two ops: the first now, the second after the profile stage
-    # (second_timing), so that work of other processes that slows one op whole is unlikely to slow both
-    first = _first_windows(ctx.cuda, windows)
-    seeds, wseeds, want, picks = ctx.checksums_ahead.pop("timed")
-    ctx.checksums_ahead["timed"] = (seeds[:first], wseeds[:first], want[:first], picks and picks[:first])
-    if first < windows:
-        ctx.checksums_ahead["timed_second"] = (seeds[first:], wseeds[first:], want[first:],
-                                               picks and picks[first:])
-    op = _timed_op(ctx, "timed", first, calls, ref)
-    ctx.timing_ops = [op]
-    _report(ctx, cache, ref, prep, calls)
-    ctx.timing_pending = (ref, prep, calls) if first < windows else None
-
-
-def second_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
-    """The timed windows' second op (after the profile stage: kernel_timing), and the report of both."""
-    pending, ctx.timing_pending = ctx.timing_pending, None
-    ahead = ctx.checksums_ahead.get("timed_second")
-    if pending is None or ahead is None:
-        return
-    ref, prep, calls = pending
-    ctx.timing_ops.append(_timed_op(ctx, "timed_second", len(ahead[0]), calls, ref))
-    _report(ctx, cache, ref, prep, calls)
-
-
-def _timed_op(ctx: Context, name: str, windows: int, calls: int, ref: TimingStats) -> TimedOp:
-    """One timed op of `windows` windows, with every check on it: the reference's checksums (ahead
-    under `name`), and the two clock checks, which other processes on the same GPU or host can upset.
-    A run that fails one is run again on fresh inputs, up to CONFIRM_RUNS in all, and only a candidate
-    that fails in every run is flagged; a run that passed but was disturbed is run again too. The run
-    kept is the steadiest that passed."""
-    cand, verdict = ctx.channel.cand, ctx.verdict
     suspicions: list[tuple[str, str]] = []
     passed: list[tuple[BenchRunReply, float]] = []  # (reply, judge's clock) of runs that passed both checks
     set_aside = 0  # of those, the disturbed
     for run in range(CONFIRM_RUNS):
         if passed:  # the last run passed but was disturbed: let what disturbed it pass first
             time.sleep(RERUN_PAUSE_S)
-        ahead = ctx.checksums_ahead.pop(name, None)
+        ahead = ctx.checksums_ahead.pop("timed", None)
         seeds, wseeds, want, picks = ahead if ahead else (
             ctx.fresh(windows, calls), ctx.fresh(windows, calls), None, checked_calls(windows, calls))
         with timing_lock(ctx.device, "timed"):  # the device to itself: one timing window per GPU, host-wide
@@ -296,42 +236,17 @@ def _timed_op(ctx: Context, name: str, windows: int, calls: int, ref: TimingStat
         if not disturbed(ctx.cuda, reply.window_ms):
             break
         set_aside += 1
+    if passed:  # the steadiest run that passed (every other was disturbed)
+        reply, external_ms = min(passed, key=lambda p: _low_quartile(p[0].window_ms))
+    stats = _window_stats(reply, prep, calls, windows, external_ms)
+    stats.confirm_runs = run + 1
+    stats.disturbed_runs = set_aside
+    ctx.result.kernel_timing = stats
+    ctx.timed_launches_per_call = statistics.median(reply.launches) / calls
     if not passed:
         code, evidence = suspicions[-1]
         verdict.hack(code, f"{evidence} (in each of {CONFIRM_RUNS} runs on fresh inputs)")
-        return TimedOp(reply, external_ms, run + 1, set_aside)
-    reply, external_ms = min(passed, key=lambda p: _low_quartile(p[0].window_ms))
-    return TimedOp(reply, external_ms, run + 1, set_aside)
-
-
-def combined(ops: list[TimedOp]) -> tuple[TimedOp, bool]:
-    """The windows the result reports, of one or two timed ops: both merged where their lower
-    quartiles agree within OPS_AGREE, else the op with the lower one (other work only adds time);
-    and whether an op was set aside."""
-    if len(ops) == 1:
-        return ops[0], False
-    q = [_low_quartile(op.reply.window_ms) for op in ops]
-    runs, set_aside = sum(op.runs for op in ops), sum(op.set_aside for op in ops)
-    if max(q) <= OPS_AGREE * min(q):
-        r0, r1 = ops[0].reply, ops[1].reply
-        merged = dataclasses.replace(r0, window_ms=r0.window_ms + r1.window_ms,
-                                     host_ms=r0.host_ms + r1.host_ms, launches=r0.launches + r1.launches,
-                                     checksums=r0.checksums + r1.checksums)
-        return TimedOp(merged, ops[0].external_ms + ops[1].external_ms, runs, set_aside), False
-    kept = ops[q.index(min(q))]
-    return TimedOp(kept.reply, kept.external_ms, runs, set_aside), True
-
-
-def _report(ctx: Context, cache: ReferenceTimingCache, ref: TimingStats, prep: BenchPrepareReply,
-            calls: int) -> None:
-    """kernel_timing, kernel_ms, the speedup and the speed of light, from the timed ops so far."""
-    op, dropped = combined(ctx.timing_ops)
-    stats = _window_stats(op.reply, prep, calls, int(ref.windows or 1), op.external_ms)
-    stats.confirm_runs = op.runs
-    stats.disturbed_runs = op.set_aside + dropped
-    ctx.result.kernel_timing = stats
-    ctx.timed_launches_per_call = statistics.median(op.reply.launches) / calls
-    ctx.verdict.stop_if_failed()
+        verdict.stop_if_failed()
     ctx.result.reference_ms, ctx.result.kernel_ms = per_call_ms(ref), per_call_ms(stats)
     ctx.result.speedup = (ctx.result.reference_ms / ctx.result.kernel_ms
                           if ctx.result.kernel_ms > 0 else None)
@@ -399,8 +314,7 @@ def _external_clock(ctx: Context, window_ms: list[float], external_ms: float,
     the op fills inputs and checksums outputs, which cost the reference `ref.overhead_ms` for the
     same calls; an honest sandbox spends about as much. (Where those costs dwarf the windows, as for
     a few-microsecond kernel, the bound is loose: docs/errors.md, threat model.)"""
-    # the reference's overhead is that of the windows it reports (n); an op may time more or fewer
-    overhead = float(ref.overhead_ms or 0.0) * len(window_ms) / max(ref.n, 1)
+    overhead = float(ref.overhead_ms or 0.0)
     if ctx.cuda:  # 306_TransformerBlock's honest op once ran ~50 ms past the reference's overhead
         floor = 0.8 * (external_ms - 2.0 * overhead - 20.0)
     else:  # the interpreter and a shared CPU: only gross forgeries
