@@ -24,6 +24,8 @@
 #            sees the kernels (issue 14: 5.6 s of a single eval in run Y)                 (~1 min)
 #   latency  bench/eval_latency.py: where a single `drkernel eval`'s seconds go (issue 14 target 3) (~1 min)
 #   seccomp  bench/seccomp_cost.py: what the sandbox's seccomp filter costs CPU-bound work   (~1 min)
+#   disturb  bench/disturb_probe.py: which other processes' work slows a timed window (sandbox start and
+#            exit, unlocked kernels, cudaMalloc/cudaFree, a busy host; issue 14 precision)  (~1 min)
 #   extra    KernelGYM coverage fields on the GPU, isolation attacks on the GPU host,
 #            and two single `drkernel eval` runs from the shell, timed (issues 13-15)     (~2 min)
 # Logs and tables go to $OUT (or ./gpu-out). Parts may run side by side on different GPUs:
@@ -86,6 +88,8 @@ for part in "$@"; do
     timeout 200 python3 bench/profiler_warm.py --procs 2 --json "$OUT/profwarm.json" > "$OUT/profwarm.log" 2>&1 ;;
   seccomp)
     timeout 120 python3 bench/seccomp_cost.py --procs 3 > "$OUT/seccomp.log" 2>&1 ;;
+  disturb)
+    timeout 120 python3 bench/disturb_probe.py --json "$OUT/disturb.json" > "$OUT/disturb.log" 2>&1 ;;
   extra)
     timeout 200 python3 -m pytest -m gpu tests/server/test_kernelgym_gpu.py -v -s -p no:cacheprovider -W ignore::pytest.PytestConfigWarning \
       -o timeout=150 > "$OUT/extra.log" 2>&1
@@ -95,7 +99,7 @@ for part in "$@"; do
       { TIMEFORMAT="eval $k wall %R s"; time timeout 120 python3 -m drkernel.cli eval \
         drkernel/examples/relu_scale/reference.py drkernel/examples/relu_scale/kernel.py; } >> "$OUT/extra.log" 2>&1
     done ;;
-  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect | peak | profwarm | latency)" >&2
+  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect | peak | profwarm | latency | disturb)" >&2
      exit 2 ;;
   esac
 done
