@@ -201,7 +201,7 @@ def gpu_lock(device: str, timeout_s: float = 30.0, server_pid: int | None = None
     folder = _lock_dir()
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / (f"{key}.lock" if k == 0 else f"{key}.{k}.lock") for k in range(max(1, slots))]
-    fds = [os.open(path, os.O_RDWR | os.O_CREAT, 0o666) for path in paths]
+    fds = [os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666) for path in paths]
     deadline = time.monotonic() + timeout_s
     taken = None
     while taken is None:

@@ -54,7 +54,8 @@ def device_key(device: str, visible: str | None = None) -> str | None:
 def _open(key: str, kind: str) -> int:
     folder = lock_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return os.open(folder / f"{key}.{kind}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    return os.open(folder / f"{key}.{kind}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   0o600)
 
 
 @contextlib.contextmanager

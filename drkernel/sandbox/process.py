@@ -33,8 +33,8 @@ from drkernel.sandbox.tritonseed import copy_seed
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SandboxFailure", "SandboxProcess", "UidLease", "Zygote", "remove_tree", "sandbox_env",
-           "scratch_root", "sweep_uid"]
+__all__ = ["SandboxFailure", "SandboxFolder", "SandboxProcess", "UidLease", "Zygote", "remove_tree",
+           "sandbox_env", "scratch_root", "sweep_uid"]
 
 _POLL_S = 0.05
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -72,8 +72,12 @@ def remove_tree(path: str) -> bool:
     return False
 
 
-def _discard(workdir: str, lease: UidLease | None) -> bool:
-    """Remove a sandbox's folder, then give its uid back. Returns whether the folder is gone."""
+def _discard(workdir: str, lease: UidLease | None, folder: SandboxFolder | None = None) -> bool:
+    """Remove a sandbox's folder, then give its uid back. Returns whether the folder is gone.
+
+    shutil.rmtree removes a link the sandbox planted in its folder, never what it points to."""
+    if folder is not None:
+        folder.close()
     removed = remove_tree(workdir)
     if lease is not None:
         lease.release()
@@ -108,7 +112,8 @@ class UidLease:
                 continue  # an account has it
             except KeyError:
                 pass
-            fd = os.open(os.path.join(_UID_DIR, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(os.path.join(_UID_DIR, str(uid)),
+                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -122,6 +127,67 @@ class UidLease:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+class SandboxFolder:
+    """A folder a sandbox owns, as the judge (root) writes in it: through a handle opened when the judge
+    made it, name by name, never following a link the sandbox put there. The sandbox cannot move the
+    folder itself (its mount view binds it in place), but it owns every name inside."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1  # its number may name another file from here on
+
+    def write_file(self, name: str, data: bytes) -> str:
+        """Put `data` under `name`, whatever the sandbox left there under that name: a new file
+        (created with O_EXCL | O_NOFOLLOW beside it) is renamed over it, so a link the sandbox planted
+        is replaced, never written through. Returns the path. Raises SandboxFailure("protocol") where
+        the name cannot be replaced (the sandbox put a folder there): the candidate's failure."""
+        _plain_name(name)
+        if self._fd < 0:
+            raise ValueError(f"the folder {self.path} was closed")
+        for _ in range(8):
+            spare = f".{name}.{secrets.token_hex(8)}"
+            try:
+                fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o644, dir_fd=self._fd)
+            except FileExistsError:  # the sandbox made that name first: draw another
+                continue
+            try:
+                with open(fd, "wb") as f:
+                    f.write(data)
+                os.rename(spare, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
+                return os.path.join(self.path, name)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.unlink(spare, dir_fd=self._fd)
+                raise SandboxFailure("protocol", f"the sandbox's folder holds {name!r} in a form the judge "
+                                     f"cannot replace ({exc.strerror})") from None
+        raise SandboxFailure("protocol", f"could not write {name!r} in the sandbox's folder")
+
+    def remove_file(self, name: str) -> None:
+        """Remove `name` if it is there: the name itself (a link, not what it names); a folder of that
+        name stays until the whole folder goes."""
+        _plain_name(name)
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=self._fd)
+
+
+def _plain_name(name: str) -> None:
+    """A name directly in a folder: no separator, not "." or ".." (the judge chooses every such name)."""
+    if not name or "/" in name or "\0" in name or name in (".", ".."):
+        raise ValueError(f"not a plain file name: {name!r}")
 
 
 class SandboxFailure(Exception):
@@ -335,9 +401,11 @@ class SandboxProcess:
         self.device = device
         self.memory_limit_mb = memory_limit_mb
         self.workdir = tempfile.mkdtemp(prefix=f"drkernel-{role}-", dir=scratch_root(device))
+        # the sandbox owns its folder: the judge's later writes and removals in it go through this
+        self.folder = SandboxFolder(self.workdir)
         self._lease = UidLease() if isolate_uid else None
         # safety net if kill() is never called: the folder goes and the uid is given back
-        self._cleanup = weakref.finalize(self, _discard, self.workdir, self._lease)
+        self._cleanup = weakref.finalize(self, _discard, self.workdir, self._lease, self.folder)
         uid = self._lease.uid if self._lease is not None else None
         self.uid = uid
         os.chmod(self.workdir, 0o700)
@@ -441,6 +509,15 @@ class SandboxProcess:
                 return f.read().decode("utf-8", "replace")
         except OSError:
             return ""
+
+    def write_file(self, name: str, data: bytes) -> str:
+        """`SandboxFolder.write_file` in this sandbox's folder; SandboxFailure once it was killed."""
+        if self.folder.closed:
+            raise SandboxFailure("crash", "the sandbox was already killed")
+        return self.folder.write_file(name, data)
+
+    def remove_file(self, name: str) -> None:
+        self.folder.remove_file(name)
 
     # -- requests -----------------------------------------------------------------------------
     def request(self, message: dict[str, Any], deadline: float) -> dict[str, Any]:

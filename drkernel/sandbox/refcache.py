@@ -37,7 +37,7 @@ class ReferenceTimingCache:
         else:
             Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             # the judge's alone: sandboxes run under other uids (SQLite gives its -wal and -shm the same mode)
-            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
             for own in (str(path), f"{path}-wal", f"{path}-shm"):  # files of an older judge may be 0644
                 if os.path.exists(own):
                     os.chmod(own, 0o600)

@@ -84,7 +84,9 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
     sock.close()
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    out = os.open(req["output_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    # a fresh folder the judge just made: nothing of a sandbox's is there yet, and nothing is followed
+    out = os.open(req["output_path"], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND,
+                  0o600)
     os.dup2(out, 1)
     os.dup2(out, 2)
     os.close(out)

@@ -202,3 +202,26 @@ def test_a_sandbox_makes_its_scratch_files_in_its_own_tmpdir(judge: Judge) -> No
     for line in lines:  # one per sandbox that loaded the module
         cached, env, made_in = json.loads(line)
         assert cached == env == made_in and "drkernel-zygote-" not in cached, line
+
+
+def test_no_link_planted_in_the_sandbox_folder_is_followed(judge: Judge, tmp_path: Path) -> None:
+    """Class 1 of round 2: the submission replaces its own file with a link to a host file and puts
+    links to a host folder in its folder. The judge writes the submission again for each held-out
+    shape, removes outputs and removes the folder, as root: none of it reaches the victims."""
+    victim = tmp_path / "site-packages" / "drkernel-victim.pth"
+    victim.parent.mkdir()
+    victim.write_text("intact")
+    victim_dir = tmp_path / "victim-dir"
+    victim_dir.mkdir()
+    (victim_dir / "keep.txt").write_text("intact")
+    code = attack("planted_links", victim_file=victim, victim_dir=victim_dir)
+    options = OPTIONS.replace(num_correct_trials=1)
+    r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code,
+                                   options=options, shape_variants=["batch_size = 3", "dim = 100"]))
+    assert victim.read_text() == "intact"
+    assert (victim_dir / "keep.txt").read_text() == "intact"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["drkernel-victim.pth", "keep.txt",
+                                                             "site-packages", "victim-dir"]
+    assert r.sandbox_output.count("PLANTED submission.py") >= 2, describe(r)  # at every load
+    assert r.outcome is EvalOutcome.OK, describe(r)
+    assert r.shape_variants_passed == r.shape_variants_total == 2, r.shape_variant_issues

@@ -18,8 +18,8 @@ DRKERNEL_ALL = {
 SANDBOX_ALL = {
     "judge": {"Judge", "default_cache_path", "resolve_device", "validate_request"},
     "pipeline": {"Evaluation", "ReferenceFailure"},
-    "process": {"SandboxFailure", "SandboxProcess", "UidLease", "Zygote", "remove_tree", "sandbox_env",
-                "scratch_root", "sweep_uid"},
+    "process": {"SandboxFailure", "SandboxFolder", "SandboxProcess", "UidLease", "Zygote", "remove_tree",
+                "sandbox_env", "scratch_root", "sweep_uid"},
     "correctness": {"Comparison", "Tolerance", "compare_outputs", "default_tolerance", "layout_issue",
                     "load_tensors"},
     "static": {"ALLOWED_IMPORT_ROOTS", "IMPORT_RULE", "POLICY", "StaticReport", "allowed_imports_text",

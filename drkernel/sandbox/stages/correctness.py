@@ -7,7 +7,6 @@ reference's for the same call.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import math
@@ -53,10 +52,10 @@ def load(ctx: Context) -> None:
 
 def load_requests(ctx: Context, snippet: str) -> tuple[Load, Load]:
     """The load op for the reference and for the candidate, at the sizes `snippet` sets. The
-    submission file is (re)written each time: it sits in the submission's own folder."""
-    path = os.path.join(ctx.channel.cand_proc.workdir, "submission.py")
-    with open(path, "w") as f:
-        f.write(ctx.request.kernel_code)
+    submission file is (re)written each time: it sits in the submission's own folder, where the
+    submission may have left a link in its place (SandboxProcess.write_file replaces it)."""
+    source = ctx.request.kernel_code.encode("utf-8", "surrogatepass")  # unreadable text: its import_error
+    path = ctx.channel.cand_proc.write_file("submission.py", source)
     code = ctx.request.reference_code
     ref = Load(reference_code=code, size_snippet=snippet, reference_hash=reference_hash(code),
                init_seed=ctx.init_seed, entry_point=ctx.opts.entry_point, candidate_path=None)
@@ -124,9 +123,8 @@ def compare_item(ctx: Context, comparator: Comparator, ref_item: OutputItem, ite
     try:
         c = comparator.compare(job)
     finally:  # outputs of GPU-sized problems are large: keep at most one pair on disk
-        for path in (ref_path, out_path):
-            with contextlib.suppress(OSError):
-                os.remove(path)
+        for proc in (ctx.channel.ref_proc, ctx.channel.cand_proc):
+            proc.remove_file(ref_item.file)
     if prints is not None and c.get("fingerprint") is not None:
         prints.append(torch.tensor(c["fingerprint"], dtype=torch.float64))
     return TrialReport(seed, bool(c["passed"]), c["max_abs_diff"], c["max_rel_diff"], c["rel_l2"], c["issue"])
