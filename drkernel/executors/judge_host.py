@@ -246,6 +246,8 @@ class JudgeHost(Protocol):
 
     def kill(self) -> bool: ...
 
+    def check(self) -> str | None: ...
+
     def close(self) -> None: ...
 
 
@@ -308,6 +310,10 @@ class ThreadJudgeHost:
         cancel = getattr(self._judge, "cancel", None)
         return bool(cancel()) if callable(cancel) else False
 
+    def check(self) -> str | None:
+        """None while the judge's thread can take a task."""
+        return None if self._thread.is_alive() else "its judge thread ended"
+
     def close(self) -> None:
         self._inbox.put(None)
         self._thread.join(timeout=30)
@@ -331,6 +337,9 @@ def _watch_lifeline(sock: socket.socket, period_s: float) -> None:
 
     The server holds the other end of `sock`; its death (kill -9 included) closes it, and
     recv() returns b"". The judge then exits at once; its sandboxes follow (PR_SET_PDEATHSIG).
+    A beat that does not fit (the server has not read the socket for a while: it was busy, or is
+    stopped) is skipped, never taken for the server's death: an idle judge lives through any idle
+    time (before, a full socket ended every judge idle for about a minute).
     """
     sock.settimeout(period_s)
     while True:
@@ -339,7 +348,9 @@ def _watch_lifeline(sock: socket.socket, period_s: float) -> None:
                 break
         except TimeoutError:
             try:
-                sock.send(b".")
+                sock.send(b".", socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError, TimeoutError):
+                continue  # full: the server reads later, or never (then its death closes the socket)
             except OSError:
                 break
         except OSError:
@@ -348,9 +359,12 @@ def _watch_lifeline(sock: socket.socket, period_s: float) -> None:
     os._exit(70)
 
 
-def _host_main(conn: Connection, lifeline: socket.socket, beat_s: float) -> None:
-    """Entry of a judge process: lock the GPU, build the judge, answer requests until told to stop."""
+def _host_main(conn: Connection, lifeline: socket.socket, beat_s: float, sndbuf: int = 0) -> None:
+    """Entry of a judge process: lock the GPU, build the judge, answer requests until told to stop.
+    `sndbuf`: the lifeline's send buffer in bytes (0: the system's; tests make it small)."""
     mark_host_process()
+    if sndbuf > 0:
+        lifeline.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
     threading.Thread(target=_watch_lifeline, args=(lifeline, beat_s), name="lifeline",
                      daemon=True).start()
     factory, device, lock_timeout_s, gpu_slots = conn.recv()
@@ -402,6 +416,7 @@ class ProcessJudgeHost:
         heartbeat_timeout_s: float = 15.0,
         lock_timeout_s: float = 30.0,
         gpu_slots: int = 1,
+        lifeline_sndbuf: int = 0,
     ) -> None:
         self.device = device
         self.heartbeat_timeout_s = heartbeat_timeout_s
@@ -413,7 +428,7 @@ class ProcessJudgeHost:
         # pass_fds hands it only its two sockets (no sibling's lifeline keeps it alive)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", _HOST_MODULE, str(child_sock.fileno()),
-             str(life_child.fileno()), str(beat_s), name],
+             str(life_child.fileno()), str(beat_s), str(int(lifeline_sndbuf)), name],
             pass_fds=(child_sock.fileno(), life_child.fileno()), env=env,
             stdin=subprocess.DEVNULL,
         )
@@ -481,6 +496,14 @@ class ProcessJudgeHost:
         self.kill()
         raise WorkerLost(str(payload))
 
+    def check(self) -> str | None:
+        """None while the judge process lives and beats (called between tasks, never beside one)."""
+        if not self._alive():
+            return f"the judge process exited (code {self._proc.returncode})"
+        if not self._beating():
+            return f"the judge process is frozen: no heartbeat for {self.heartbeat_timeout_s:g} s"
+        return None
+
     def kill(self) -> bool:
         if self._alive():
             self._proc.kill()  # SIGKILL also ends a stopped (SIGSTOP) process
@@ -506,4 +529,4 @@ if __name__ == "__main__":
     from drkernel.executors import judge_host as _module
 
     _module._host_main(Connection(int(sys.argv[1])), socket.socket(fileno=int(sys.argv[2])),
-                       float(sys.argv[3]))
+                       float(sys.argv[3]), int(sys.argv[4]))

@@ -61,6 +61,8 @@ class LocalExecutor(SlotPool):
         deadline_factor: float = 3.0  # a judge silent past factor * timeout_s + grace is stuck
         deadline_grace_s: float = 60.0
         heartbeat_timeout_s: float = 15.0  # a judge process silent this long is frozen
+        liveness_s: float = 5.0  # idle judges are checked this often, and replaced if dead (0: never)
+        lifeline_buffer_bytes: int = 0  # a judge process's heartbeat socket buffer (0: the system's)
         judge_retries: int = 1  # extra tries after a frozen judge or a judge_error result
         revive_s: float = 30.0  # a worker that failed 3 starts is tried again this often
         gpu_lock_timeout_s: float = 30.0  # longest wait for another judge to free our GPU
@@ -77,6 +79,8 @@ class LocalExecutor(SlotPool):
                 raise ConfigError("executor.judge_retries: must be >= 0")
             if self.heartbeat_timeout_s <= 0:
                 raise ConfigError("executor.heartbeat_timeout_s: must be > 0")
+            if self.liveness_s < 0:
+                raise ConfigError("executor.liveness_s: must be >= 0")
             if self.devices is not None and not self.devices:
                 raise ConfigError("executor.devices: empty")
             if not 1 <= self.judges_per_gpu <= 16:
@@ -92,6 +96,7 @@ class LocalExecutor(SlotPool):
         self.max_attempts = self.config.max_attempts
         self.judge_retries = self.config.judge_retries
         self.revive_s = self.config.revive_s
+        self.liveness_s = self.config.liveness_s
         self.acquire_timeout_s = self.config.acquire_timeout_s
         self.deadline_factor = self.config.deadline_factor
         self.deadline_grace_s = self.config.deadline_grace_s
@@ -110,6 +115,7 @@ class LocalExecutor(SlotPool):
                 self._factory, device, name, self.config.start_timeout_s, self.config.scrub_env,
                 heartbeat_timeout_s=self.config.heartbeat_timeout_s,
                 lock_timeout_s=self.config.gpu_lock_timeout_s, gpu_slots=self.config.judges_per_gpu,
+                lifeline_sndbuf=self.config.lifeline_buffer_bytes,
             )
         slot.state.pid = host.pid
         return host
@@ -123,6 +129,9 @@ class LocalExecutor(SlotPool):
 
     def _dispose(self, handle: JudgeHost) -> None:
         handle.close()
+
+    def _check(self, handle: JudgeHost) -> str | None:
+        return handle.check()
 
     def __enter__(self) -> LocalExecutor:
         return self

@@ -7,7 +7,10 @@ One evaluation per slot at a time. Retries live here, and only here:
 - a judge that stops answering (the watchdog: no heartbeat, or silent past its deadline) or that
   reports a fault of its own (INFRA_ERROR with error kind "judge_error") is at fault, never the
   candidate: the worker is replaced and the task retried once (`judge_retries`) on a fresh one.
-A candidate's timeout is only ever decided by a live judge.
+A candidate's timeout is only ever decided by a live judge. Idle workers are checked too, every
+`liveness_s` (`_check`: a dead judge process or Ray actor, one that stopped beating): a broken one is
+replaced before a task meets it, so minutes without work (an RL trainer's generation phase) cost no
+retries.
 Every try is announced through `on_attempt` (the server records it in the task's attempts and
 worker columns); every result carries where it ran (host, Ray node, worker, device).
 """
@@ -118,6 +121,7 @@ class SlotPool:
     deadline_factor: float = 3.0
     deadline_grace_s: float = 60.0
     revive_s: float = 30.0  # a dead worker (3 failed starts) is tried again this often
+    liveness_s: float = 5.0  # idle workers are checked this often (0: never)
     on_attempt: AttemptHook | None = None
 
     def _init_pool(self, slots: list[Slot]) -> None:
@@ -133,6 +137,8 @@ class SlotPool:
         if not any(s.handle is not None for s in slots):
             self.close()
             raise WorkerLost("no judge worker could be started")
+        if self.liveness_s > 0:
+            threading.Thread(target=self._watch_idle, daemon=True, name="pool-liveness").start()
 
     # -- what a subclass provides ------------------------------------------------------------
     def _spawn(self, slot: Slot) -> Any:
@@ -151,6 +157,11 @@ class SlotPool:
 
     def _dispose(self, handle: Any) -> None:
         raise NotImplementedError
+
+    def _check(self, handle: Any) -> str | None:
+        """Whether an idle worker can still take a task: None if so, else why not. Called only while
+        the worker is out of the idle queue, never beside a `_call`."""
+        return None
 
     # -- worker lifecycle --------------------------------------------------------------------
     @property
@@ -218,6 +229,27 @@ class SlotPool:
             self._kill(old)
             threading.Thread(target=self._dispose, args=(old,), daemon=True).start()
         threading.Thread(target=self._start, args=(slot,), daemon=True).start()
+
+    def _watch_idle(self) -> None:
+        """Every `liveness_s`: take each idle worker out of the queue in turn, check it, and put it
+        back, or replace it when it is broken. Only the worker being checked is out of the queue."""
+        while not self._closing.wait(self.liveness_s):
+            for _ in range(self._idle.qsize()):
+                try:
+                    slot = self._idle.get_nowait()
+                except queue.Empty:
+                    break
+                if self._closed:
+                    return
+                try:
+                    problem = self._check(slot.handle) if slot.handle is not None else "no worker"
+                except Exception as exc:  # a check that breaks is a worker we cannot trust
+                    problem = f"its check failed: {type(exc).__name__}: {exc}"
+                if problem is None:
+                    self._idle.put(slot)
+                    continue
+                logger.warning("%s died while idle (%s): replacing it", slot.state.worker_id, problem)
+                self._restart(slot, f"lost while idle: {problem}")
 
     def _acquire(self) -> Slot:
         deadline = time.monotonic() + self.acquire_timeout_s

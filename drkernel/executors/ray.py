@@ -155,6 +155,7 @@ class RayExecutor(SlotPool):
         deadline_grace_s: float = 60.0
         heartbeat_s: float = 5.0  # while a task runs, its actor is pinged this often ...
         heartbeat_timeout_s: float = 15.0  # ... and is frozen when a ping takes longer than this
+        liveness_s: float = 5.0  # idle actors are pinged this often, and replaced if dead (0: never)
         judge_retries: int = 1  # extra tries after a frozen actor or a judge_error result
         revive_s: float = 30.0  # a worker that failed 3 starts is tried again this often
         gpu_lock_timeout_s: float = 30.0
@@ -181,6 +182,7 @@ class RayExecutor(SlotPool):
         self.max_attempts = self.config.max_attempts
         self.judge_retries = self.config.judge_retries
         self.revive_s = self.config.revive_s
+        self.liveness_s = self.config.liveness_s
         self.acquire_timeout_s = self.config.acquire_timeout_s
         self.deadline_factor = self.config.deadline_factor
         self.deadline_grace_s = self.config.deadline_grace_s
@@ -281,6 +283,19 @@ class RayExecutor(SlotPool):
 
     def _dispose(self, handle: Any) -> None:
         self._kill(handle)
+
+    def _check(self, handle: Any) -> str | None:
+        """None when the idle actor answers a ping within heartbeat_timeout_s."""
+        import ray
+
+        if self._closed or not ray.is_initialized():
+            return None  # closing: nothing to replace
+        try:
+            with ray_errors("ping"):
+                ray.get(handle.ping.remote(), timeout=self.config.heartbeat_timeout_s)
+        except (WorkerLost, EvalTimeout, ExecutorError) as exc:
+            return str(exc)
+        return None
 
     def close(self) -> None:
         import ray
