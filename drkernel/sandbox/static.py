@@ -9,8 +9,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-__all__ = ["ALLOWED_IMPORT_ROOTS", "IMPORT_RULE", "POLICY", "StaticReport", "allowed_imports_text",
-           "check_source", "is_policy_refusal"]
+__all__ = ["ALLOWED_IMPORT_ROOTS", "IMPORT_RULE", "MAX_CHECKED_BYTES", "POLICY", "StaticReport",
+           "allowed_imports_text", "check_source", "is_policy_refusal"]
 
 ALLOWED_IMPORT_ROOTS = frozenset(
     {
@@ -48,7 +48,7 @@ _BANNED_IMPORTS = {
 _DYNAMIC_CALLS = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
 _MONKEYPATCH_CALLS = {"setattr", "delattr"}
 _INTROSPECTION_ATTRS = {
-    "__class__", "__subclasses__", "__globals__", "__dict__", "__code__", "__builtins__",
+    "__class__", "__subclasses__", "__globals__", "__dict__", "__code__", "__builtins__", "__annotations__",
     "__closure__", "__bases__", "__mro__", "__self__", "__func__", "__getattribute__",
     "f_back", "f_globals", "f_locals", "f_code", "gi_frame", "cr_frame", "tb_frame",
     "_getframe", "get_referrers", "get_objects", "get_referents",
@@ -66,10 +66,23 @@ _FILE_CALLS = {
     "torch.UntypedStorage.from_file", "torch.TypedStorage.from_file",
 }
 _FILE_METHODS = {"tofile", "from_file"}
+# Helpers of the allowed modules that turn text into code (a function, a module, TorchScript, a shell
+# command), load a native library or start processes: none is needed to write a kernel.
 _CODE_MODULES = ("torch.utils.cpp_extension", "torch.hub", "torch.ops.load_library", "torch.package",
-                 "torch.utils.model_zoo", "torch.classes.load_library", "numpy.ctypeslib")
+                 "torch.utils.model_zoo", "torch.classes.load_library", "numpy.ctypeslib",
+                 "torch.utils.collect_env", "torch.utils.benchmark", "torch.fx", "torch.jit",
+                 "torch.cuda.jiterator", "torch.multiprocessing", "torch.distributed", "torch.utils.data",
+                 "torch.cuda.set_per_process_memory_fraction", "torch.cuda.memory",
+                 "triton.runtime.build", "triton.backends", "triton.tools", "triton.profiler",
+                 "numpy.distutils", "numpy.f2py", "numpy.testing",
+                 "typing.get_type_hints", "typing.ForwardRef", "typing_extensions.get_type_hints",
+                 "typing_extensions.ForwardRef", "typing_extensions.evaluate_forward_ref")
+# names that load native code or evaluate text wherever they are reached from
+_CODE_ATTRS = {"load_library", "load_inline", "compile_module_from_src", "get_type_hints", "ForwardRef",
+               "evaluate_forward_ref", "CDLL", "PyDLL", "cdll", "pydll", "LoadLibrary", "dlopen", "jiterator"}
 _BUILTIN_VALUES = {"getattr", "setattr", "delattr", "__import__", "eval", "exec", "compile", "globals",
                    "locals", "vars", "open", "breakpoint"}
+_GETTERS = {"attrgetter", "methodcaller"}  # operator's: allowed only called at once, on constant names
 _STREAM_ATTRS = {"Stream", "stream", "wait_stream", "record_stream", "ExternalStream", "set_stream"}
 _GRAPH_ATTRS = {"CUDAGraph", "graph", "make_graphed_callables"}
 _SUBCLASS_DEFS = {"__torch_function__", "__torch_dispatch__"}
@@ -78,6 +91,7 @@ _SUBCLASS_DEFS = {"__torch_function__", "__torch_dispatch__"}
 @dataclass(slots=True)
 class StaticReport:
     syntax_error: str | None = None
+    too_complex: str | None = None  # nested past the gate's reach: the candidate's compile error
     has_model_new: bool = False
     hacks: dict[str, str] = field(default_factory=dict)  # code -> first evidence
     beyond_imports: set[str] = field(default_factory=set)  # codes found by more than an import statement
@@ -105,6 +119,10 @@ def _root_name(node: ast.AST) -> str | None:
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.value if not isinstance(node, ast.Call) else node.func
     return node.id if isinstance(node, ast.Name) else None
+
+
+class _SourceTooComplex(Exception):
+    """The source nests deeper than the gate walks: the candidate's compile error, never the judge's."""
 
 
 class _Visitor(ast.NodeVisitor):
@@ -177,6 +195,8 @@ class _Visitor(ast.NodeVisitor):
                 )
         if isinstance(node.func, ast.Attribute) and node.func.attr in _FILE_METHODS:
             self.report.flag("file_access", f"line {node.lineno}: .{node.func.attr}(...)")
+        if isinstance(node.func, ast.Attribute):
+            self._called.add(id(node.func))
         if isinstance(node.func, ast.Name):
             self._called.add(id(node.func))
             if node.func.id in _DYNAMIC_CALLS:
@@ -218,10 +238,57 @@ class _Visitor(ast.NodeVisitor):
             self.report.flag("dynamic_code", f"line {node.lineno}: {node.id} used as a value")
         elif node.id in self.origins and isinstance(node.ctx, ast.Load):
             self._check_dotted(self.origins[node.id], node.lineno)
+            origin = self.origins[node.id].rsplit(".", 1)[-1]
+            if origin in _GETTERS and id(node) not in self._called:  # kept in a list, passed, called later
+                self.report.flag("dynamic_code", f"line {node.lineno}: {node.id} used as a value")
+
+    # annotations: a string there is code that typing, dataclasses or singledispatch may evaluate
+    def _annotation(self, node: ast.AST | None) -> None:
+        if node is None:
+            return
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                self._string_code(sub.value, sub.lineno)
+
+    def _string_code(self, text: str, line: int) -> None:
+        """Check a string that may be evaluated as an expression as if it were written as code."""
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return  # never code: typing would refuse it too
+        for sub in ast.walk(tree):
+            for child in ast.iter_child_nodes(sub):
+                if hasattr(child, "lineno"):
+                    child.lineno = line  # type: ignore[attr-defined]
+        self.visit(tree)
+
+    def visit_arg(self, node: ast.arg) -> None:
+        self._annotation(node.annotation)
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self._annotation(node.returns)
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._annotation(node.annotation)
+        self._check_target(node.target, node.lineno)
+        self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
         self._check_dotted(self._dotted(node), node.lineno)
+        rooted = _root_name(node) in self.module_aliases
+        if attr in _CODE_ATTRS:
+            self.report.flag("dynamic_code", f"line {node.lineno}: .{attr} (code that is not in the source)")
+        elif attr in _GETTERS and rooted and id(node) not in self._called:
+            self.report.flag("dynamic_code", f"line {node.lineno}: .{attr} used as a value")
+        elif rooted and attr.startswith("_") and not (attr.startswith("__") and attr.endswith("__")):
+            # torch._C, torch._inductor, triton._C, dataclasses._create_fn, typing._eval_type: the
+            # modules' internals, where text becomes code and native libraries load
+            self.report.flag("dynamic_code", f"line {node.lineno}: .{attr} (a module's internals)")
         if attr in _ESCAPE_MODULES:  # torch.os, T.os with T = torch, np.ctypes...: a module, not data
             self.report.flag("forbidden_import", f"line {node.lineno}: module {attr} reached as .{attr}")
         elif attr in _INTROSPECTION_ATTRS:
@@ -280,24 +347,36 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+MAX_CHECKED_BYTES = 1 << 20  # a submission past this is refused unread: the candidate's compile error
+
+
 def check_source(source: str, entry_point: str = "Model", policy: bool = True) -> StaticReport:
     """Parse `source`; report syntax errors, whether `<entry_point>New` exists, and hack patterns.
+    A source the gate cannot check (past MAX_CHECKED_BYTES, or nested deeper than its walk reaches)
+    is `too_complex`: the candidate's compile error, never the judge's.
 
     >>> check_source("import gc\\nclass ModelNew: pass").hacks["introspection"].split(" (")[0]
     'policy: line 1: import gc'
     """
     report = StaticReport()
+    if len(source) > MAX_CHECKED_BYTES or len(source.encode("utf-8", "surrogatepass")) > MAX_CHECKED_BYTES:
+        report.too_complex = f"the source exceeds the {MAX_CHECKED_BYTES >> 10} KiB the judge checks"
+        return report
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
         report.syntax_error = f"line {exc.lineno}: {exc.msg}"
         return report
-    except (ValueError, RecursionError) as exc:
-        report.syntax_error = str(exc)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        report.syntax_error = str(exc) or type(exc).__name__
         return report
     visitor = _Visitor(report, entry_point)
     if policy:
-        visitor.visit(tree)
+        try:
+            visitor.visit(tree)
+        except (RecursionError, MemoryError):  # a chain of 2,000 `1 +` nests that deep
+            report.too_complex = "the source nests deeper than the judge's check reaches"
+            return report
         report.mark_policy()
     else:
         report.has_model_new = any(

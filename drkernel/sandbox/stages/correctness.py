@@ -33,6 +33,8 @@ def static_gate(ctx: Context) -> None:
     """The AST gate: a first filter (never the barrier: the sandbox is)."""
     opts, verdict = ctx.opts, ctx.verdict
     report = check_source(ctx.request.kernel_code, opts.entry_point, opts.static_policy)
+    if report.too_complex:
+        verdict.finish(EvalOutcome.COMPILE_ERROR, ErrorInfo("source_too_complex", report.too_complex))
     if report.syntax_error:
         verdict.finish(EvalOutcome.COMPILE_ERROR, ErrorInfo("syntax_error", report.syntax_error))
     if not report.has_model_new:
