@@ -263,6 +263,10 @@ class TimingStats:
     # of the runs that passed the clock checks, those set aside as disturbed (their windows' median far
     # above their fastest: other work on the GPU); the run kept is the steadiest
     disturbed_runs: int | None = None
+    # a reference's entry: when it was timed (UTC, ISO 8601), and whether no candidate process was alive
+    # on the host meanwhile (the judge waits for that: sandbox/devicelock.no_candidates)
+    measured_at: str | None = None
+    measured_alone: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

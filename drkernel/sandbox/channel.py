@@ -11,19 +11,40 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from drkernel.sandbox.process import SandboxFailure, SandboxProcess
-from drkernel.sandbox.protocol import ErrorReply, ProtocolError, Reply, Request, parse_reply
+from drkernel.sandbox.protocol import (
+    BenchPrepare,
+    BenchRun,
+    ErrorReply,
+    Load,
+    ProtocolError,
+    Reply,
+    Request,
+    parse_reply,
+)
 from drkernel.types import ErrorInfo, EvalOptions, EvalOutcome, EvalRequest, EvalResult
 
-__all__ = ["COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "Verdict", "Windows"]
+__all__ = ["COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "Verdict", "Windows",
+           "resource_shaped"]
 
 # per window, one int per call: the input seeds (or checksum weights' seeds) or the calls checked
 Windows = list[list[int]]
 
 COMPILE_KINDS = {"syntax_error", "import_error", "missing_model_new", "triton_compile_error"}
+# what a failure of the judge's side says when a shared resource ran out: with the candidate's sandbox
+# alive, the candidate may have taken it (its GPU memory, the scratch disk, the CPUs)
+_RESOURCE_SIGNS = ("out of memory", "no space left", "cannot allocate memory", "disk quota",
+                   "resource temporarily unavailable", "too many open files")
+
+
+def resource_shaped(message: str) -> bool:
+    """Whether a failure's message says a shared resource ran out."""
+    text = message.lower()
+    return any(sign in text for sign in _RESOURCE_SIGNS)
 EVIDENCE_CHARS = 1000  # of one hack's evidence in the result; the sandbox may report megabytes
 R = TypeVar("R", bound=Reply)
 S = TypeVar("S", bound=Reply)
@@ -78,22 +99,38 @@ class Verdict:
 
 
 class Channel:
-    """Typed ops to the candidate and the reference sandboxes, all before one deadline."""
+    """Typed ops to the candidate and the reference sandboxes, all before one deadline.
 
-    def __init__(self, cand: SandboxProcess, ref: SandboxProcess, deadline: float, verdict: Verdict) -> None:
+    `respawn_ref`: gives a fresh reference sandbox (the judge's). With it, a failure of the reference
+    while the candidate's sandbox is alive is never taken at its word: the candidate's sandbox is
+    killed, and the failed op is run again in a fresh reference sandbox alone (after the reference's
+    load and window build it rests on), within `retry_timeout_s`. Where it then passes and the failure
+    was a shared resource running out (GPU memory, disk, the deadline), the candidate starved the
+    reference: its failure (`resource_exhaustion`, or `timeout`), never an infra_error."""
+
+    def __init__(self, cand: SandboxProcess, ref: SandboxProcess, deadline: float, verdict: Verdict,
+                 respawn_ref: Callable[[], SandboxProcess] | None = None,
+                 retry_timeout_s: float = 600.0) -> None:
         self.cand_proc, self.ref_proc, self.deadline, self.verdict = cand, ref, deadline, verdict
+        self.respawn_ref, self.retry_timeout_s = respawn_ref, retry_timeout_s
+        self._ref_setup: dict[str, Request] = {}  # the last load and window build sent to the reference
 
     def cand(self, request: Request, kind: type[R]) -> R:
         self.cand_proc.send(request.to_wire())
         return self._cand_reply(request, kind)
 
-    def ref(self, request: Request, kind: type[R]) -> R:
+    def _send_ref(self, request: Request) -> None:
+        if isinstance(request, (Load, BenchPrepare)):
+            self._ref_setup[request.OP] = request
         self.ref_proc.send(request.to_wire())
+
+    def ref(self, request: Request, kind: type[R]) -> R:
+        self._send_ref(request)
         return self._ref_reply(request, kind)
 
     def both(self, ref_req: Request, cand_req: Request, kind: type[R]) -> tuple[R, R]:
         """The same op in both sandboxes, concurrently."""
-        self.ref_proc.send(ref_req.to_wire())
+        self._send_ref(ref_req)
         self.cand_proc.send(cand_req.to_wire())
         ref_reply = self._ref_reply(ref_req, kind)
         return ref_reply, self._cand_reply(cand_req, kind)
@@ -101,7 +138,7 @@ class Channel:
     def side_by_side(self, ref_req: Request, ref_kind: type[R], cand_req: Request,
                      cand_kind: type[S]) -> tuple[R, S]:
         """Two different ops at once, one in each sandbox; the reference's reply is read first."""
-        self.ref_proc.send(ref_req.to_wire())
+        self._send_ref(ref_req)
         self.cand_proc.send(cand_req.to_wire())
         ref_reply = self._ref_reply(ref_req, ref_kind)
         return ref_reply, self._cand_reply(cand_req, cand_kind)
@@ -111,7 +148,7 @@ class Channel:
         """Like `both`, but a reply that reports a failure is returned, not raised: a reference error
         as its ReferenceFailure, a candidate error as its ErrorReply. Both replies are always received,
         so neither pipe keeps a stale one. A dead reference still raises (infra)."""
-        self.ref_proc.send(ref_req.to_wire())
+        self._send_ref(ref_req)
         self.cand_proc.send(cand_req.to_wire())
         ref_reply: R | ReferenceFailure
         try:
@@ -156,7 +193,14 @@ class Channel:
 
     def _ref_reply(self, request: Request, kind: type[R]) -> R:
         try:
-            data = self.ref_proc.receive(self.deadline)
+            return self._ref_reply_once(self.ref_proc, request, kind, self.deadline)
+        except ReferenceFailure as failure:
+            self._retry_alone(request, kind, failure)
+            raise
+
+    def _ref_reply_once(self, proc: SandboxProcess, request: Request, kind: type[R], deadline: float) -> R:
+        try:
+            data = proc.receive(deadline)
         except SandboxFailure as exc:
             raise ReferenceFailure(f"reference_{exc.kind}", exc.message) from None
         try:
@@ -169,6 +213,36 @@ class Channel:
             raise ReferenceFailure(err.kind if err.kind == "unsupported_dtype" else "reference_error",
                                    err.message or "reference failed")
         return _expect(reply, kind, "reference")
+
+    def _retry_alone(self, request: Request, kind: type[R], failure: ReferenceFailure) -> None:
+        """With the candidate's sandbox alive, a reference failure is run again with it gone (see the
+        class). Returns to let `failure` stand (infra); raises SandboxFailure where the candidate
+        starved the reference."""
+        starved = failure.kind in ("reference_timeout", "reference_crash") or resource_shaped(failure.message)
+        if (not starved or self.respawn_ref is None or not self.cand_proc.used
+                or not self.cand_proc.alive()):
+            return  # the reference's own error; or a spare that has run no op (no candidate code yet)
+        self.cand_proc.kill()
+        self.ref_proc = proc = self.respawn_ref()
+        replay: list[Request] = [r for op, r in self._ref_setup.items()
+                                 if op == "load" or (op == "bench_prepare" and isinstance(request, BenchRun))]
+        if not any(r is request for r in replay):
+            replay.append(request)
+        deadline = time.monotonic() + self.retry_timeout_s
+        try:
+            proc.wait_ready()
+            for step in replay:
+                proc.send(step.to_wire())
+                self._ref_reply_once(proc, step, Reply if step is not request else kind, deadline)
+        except (ReferenceFailure, SandboxFailure):
+            return  # it fails alone too: the reference's own failure
+        what = (f"the reference's {request.OP} failed while the submission's sandbox ran "
+                f"({failure.message[:300]})")
+        if failure.kind == "reference_timeout":
+            raise SandboxFailure("timeout", f"{what}, and finished in time with that sandbox gone: the "
+                                 "submission's sandbox kept the judge's side past the time limit")
+        raise SandboxFailure("resource_exhaustion", f"{what}, and passed with that sandbox gone: the "
+                             "submission starved it of a resource the judge shares (memory, disk)")
 
     def _account(self, who: str, reply: Reply | ErrorReply) -> None:
         stages = self.verdict.result.stage_s

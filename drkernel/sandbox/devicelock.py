@@ -30,7 +30,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["counting_waits", "device_key", "gpu_work", "lock_dir", "timing_lock"]
+__all__ = ["candidate_alive", "counting_waits", "device_key", "gpu_work", "lock_dir", "no_candidates",
+           "timing_lock"]
 
 _held = threading.local()  # .timing: this thread holds a timing lock; .waits: its counters, or None
 
@@ -85,18 +86,45 @@ def gpu_work(device: str, what: str = "") -> Iterator[None]:
         yield
 
 
+HOST_KEY = "host-candidates"  # one per host, whatever the device: a candidate's CPUs and disk are the host's
+
+
+@contextlib.contextmanager
+def candidate_alive() -> Iterator[None]:
+    """Held shared by a judge from the moment its candidate's code loads until its sandbox is killed."""
+    with _rw_lock(HOST_KEY, exclusive=False):
+        yield
+
+
+@contextlib.contextmanager
+def no_candidates() -> Iterator[None]:
+    """Held exclusively while a reference is timed: no candidate process is alive on the host (not this
+    judge's, not another's), and none starts until the block ends (writer first). A candidate's child
+    processes that kept the CPUs busy inflated a cached reference time 1.6-1.9x for every later
+    candidate of that problem (issue 32, class 4)."""
+    with _rw_lock(HOST_KEY, exclusive=True):
+        yield
+
+
 @contextlib.contextmanager
 def _device_lock(device: str, exclusive: bool, what: str = "") -> Iterator[None]:
-    """The gate, then the lock itself. A writer keeps the gate for the whole block, so no new reader
-    gets in while it waits or holds; a reader lets go of the gate once it holds the lock shared."""
     key = device_key(device)
     if key is None or getattr(_held, "timing", False):
         yield
         return
+    with _rw_lock(key, exclusive, what, timing=True):
+        yield
+
+
+@contextlib.contextmanager
+def _rw_lock(key: str, exclusive: bool, what: str = "", timing: bool = False) -> Iterator[None]:
+    """The gate, then the lock itself. A writer keeps the gate for the whole block, so no new reader
+    gets in while it waits or holds; a reader lets go of the gate once it holds the lock shared.
+    `timing`: the device's timing lock (the thread's flag and counters)."""
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     gate = _open(key, "gate")
     data = -1
-    waits = getattr(_held, "waits", None)
+    waits = getattr(_held, "waits", None) if timing else None
     t0 = held = time.monotonic()
     try:
         # a writer waits here for another writer; a reader, while a writer waits or holds
@@ -106,13 +134,13 @@ def _device_lock(device: str, exclusive: bool, what: str = "") -> Iterator[None]
         held = time.monotonic()
         if waits is not None:
             waits["wait_exclusive" if exclusive else "wait_shared"] += held - t0
-        if exclusive:
+        if exclusive and timing:
             _held.timing = True
-        else:
+        elif not exclusive:
             fcntl.flock(gate, fcntl.LOCK_UN)
         yield
     finally:
-        if exclusive:
+        if exclusive and timing:
             _held.timing = False
         if waits is not None and data >= 0:
             span = time.monotonic() - held

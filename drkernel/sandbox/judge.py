@@ -216,6 +216,7 @@ class Judge:
 
     def _evaluate_once(self, request: EvalRequest) -> EvalResult:
         cand: SandboxProcess | None = None
+        evaluation: Evaluation | None = None
         device = self.device_info()
         try:
             ref = self._reference()
@@ -223,7 +224,9 @@ class Judge:
             t_take = time.monotonic()
             cand = self._take_candidate()
             waited = time.monotonic() - t_take  # > 0.05 s: the spare pool did not keep up
-            result = Evaluation(request, cand, ref, self.cache, device, self._comparator, self.device).run()
+            evaluation = Evaluation(request, cand, ref, self.cache, device, self._comparator, self.device,
+                                    respawn_ref=self._respawn_reference)
+            result = evaluation.run()
             result.stage_s["spare_wait"] = round(waited, 4)
         except SandboxFailure as exc:
             outcome = _FAILURE_OUTCOMES.get(exc.kind, EvalOutcome.RUNTIME_ERROR)
@@ -245,6 +248,8 @@ class Judge:
             output = cand.output_tail() if cand is not None and cand.used else ""
             if cand is not None:
                 cand.kill()
+            if evaluation is not None:
+                evaluation.close()  # after the kill: its processes are gone
         result.sandbox_output = output
         result.isolation = self.isolation
         return result
@@ -259,6 +264,11 @@ class Judge:
         if self._ref is not None:
             self._ref.kill()
         self._ref = self._spawn("reference")
+
+    def _respawn_reference(self) -> SandboxProcess:
+        """A fresh, ready reference sandbox (an evaluation's retry of a reference op alone)."""
+        self._restart_reference()
+        return self._reference()
 
     def device_info(self) -> DeviceInfo:
         info = self._ref.info if self._ref is not None else None

@@ -9,6 +9,7 @@ is computed from them by drkernel.reward, the one owner of the reward everywhere
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from drkernel.reward.speedup import result_reward, reward_config
 from drkernel.sandbox.channel import Channel, Context, ReferenceFailure, Stop, Verdict
 from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
-from drkernel.sandbox.devicelock import counting_waits
+from drkernel.sandbox.devicelock import candidate_alive, counting_waits
 from drkernel.sandbox.process import SandboxProcess
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.stages import correctness, profiling, timing, variants
@@ -31,23 +32,27 @@ class Evaluation:
     def __init__(self, request: EvalRequest, cand: SandboxProcess, ref: SandboxProcess,
                  cache: ReferenceTimingCache, device: DeviceInfo,
                  comparator: LocalComparator | ProcessComparator | None = None,
-                 judge_device: str = "cpu") -> None:
+                 judge_device: str = "cpu", respawn_ref: Callable[[], SandboxProcess] | None = None) -> None:
         opts = request.options
         rng = random.Random(opts.seed) if opts.seed is not None else random.SystemRandom()
         init_seed = rng.randrange(1 << 31)
         seeds = [rng.randrange(1 << 31) for _ in range(opts.num_correct_trials)]
         verdict = Verdict(EvalResult(outcome=EvalOutcome.OK, device=device, task_id=request.task_id))
-        channel = Channel(cand, ref, time.monotonic() + opts.timeout_s, verdict)
+        channel = Channel(cand, ref, time.monotonic() + opts.timeout_s, verdict, respawn_ref=respawn_ref,
+                          retry_timeout_s=opts.timeout_s)
         self.ctx = Context(request, channel, verdict, cuda=device.kind == "cuda", device=judge_device,
                            rng=rng, init_seed=init_seed, seeds=seeds)
         self.cache = cache
         self.comparator = comparator or LocalComparator("cpu")
+        self._alive = contextlib.ExitStack()
 
     def steps(self) -> list[tuple[str, Callable[[], None]]]:
         """(stage name, step) in order; each stage's wall time goes to result.stage_s."""
         ctx, verdict = self.ctx, self.ctx.verdict
         return [
             ("static", lambda: correctness.static_gate(ctx)),
+            ("reference_first", lambda: timing.reference_first(ctx, self.cache)),
+            ("candidate_alive", self._candidate_alive),
             ("load", lambda: correctness.load(ctx)),
             ("correctness", lambda: correctness.trials(ctx, self.comparator)),
             ("launch_modes", lambda: correctness.launch_modes(ctx)),
@@ -58,6 +63,15 @@ class Evaluation:
             ("shape_variants", lambda: variants.shape_variants(ctx, self.comparator)),
             ("reward", self._correct),
         ]
+
+    def _candidate_alive(self) -> None:
+        """From here the candidate's code runs: hold the host's candidates lock shared until close()
+        (after the judge killed the sandbox), so no reference is timed meanwhile (devicelock.py)."""
+        self._alive.enter_context(candidate_alive())
+
+    def close(self) -> None:
+        """The candidate's sandbox is gone: let go of the host's candidates lock."""
+        self._alive.close()
 
     def run(self) -> EvalResult:
         result = self.ctx.result

@@ -480,7 +480,8 @@ class SandboxProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
-    def kill(self) -> None:
+    def stop(self) -> None:
+        """Kill every process of the sandbox and wait for them; its folder and files stay (kill())."""
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -491,9 +492,15 @@ class SandboxProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
         if self.uid is not None:  # processes that left the group (setsid) still run as this uid
             sweep_uid(self.uid)
+
+    def kill(self) -> None:
+        self.stop()
         for fd in (self._cmd_w, self._resp_r):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        # a second kill() must not close these numbers again: by then they may be another sandbox's
+        self._cmd_w = self._resp_r = -1
         if self._cleanup() is False:  # the finalizer's one run (None once it has run)
             log.warning("could not remove the sandbox folder %s", self.workdir)
 
@@ -534,6 +541,8 @@ class SandboxProcess:
             raise self._death() from None
 
     def receive(self, deadline: float) -> dict[str, Any]:
+        if self._resp_r < 0:  # killed: nothing more will come
+            raise self._death()
         while True:
             remaining = deadline - time.monotonic()
             # look at the pipe even past the deadline: a spare that sat ready in the pool for longer

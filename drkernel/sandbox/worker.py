@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from drkernel.sandbox import harness, peak, tensorfile
+from drkernel.sandbox import devicemem, harness, peak, tensorfile
 from drkernel.sandbox import protocol as P
 from drkernel.sandbox.protocol import read_message, write_message
 
@@ -107,6 +107,10 @@ class Sandbox:
             x = torch.randn(1024, device=self.device)
             (x * 2).sum().item()
             startup["cuda_init"] = round(_perf() - t0, 4)
+            if self.role == "reference":  # its share, held before any candidate runs (devicemem.py)
+                _, total = torch.cuda.mem_get_info(self.device)
+                devicemem.reserve(self.device, int(0.9 * gpu_memory_fraction * total))
+                startup["reserve"] = round(_perf() - t0 - startup["cuda_init"], 4)
             if self.role == "candidate":  # only candidates are profiled
                 # The first profiler session of a process can come back without device events, takes
                 # seconds (CUPTI starts), and replaces watched functions: warm it here, before the

@@ -225,3 +225,51 @@ def test_no_link_planted_in_the_sandbox_folder_is_followed(judge: Judge, tmp_pat
     assert r.sandbox_output.count("PLANTED submission.py") >= 2, describe(r)  # at every load
     assert r.outcome is EvalOutcome.OK, describe(r)
     assert r.shape_variants_passed == r.shape_variants_total == 2, r.shape_variant_issues
+
+
+def test_a_submission_that_fills_the_shared_scratch_has_failed(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Class 3: the submission fills the scratch filesystem that the reference's folder is on. The
+    reference's op fails (no space), is run again with the submission's sandbox gone and passes: the
+    submission's failure, never an infra_error. (A 48 MiB tmpfs stands for the scratch.)"""
+    import subprocess
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m,mode=1777", "tmpfs", str(scratch)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        monkeypatch.setenv("DRKERNEL_SCRATCH_DIR", str(scratch))
+        with Judge(device="cpu", cache_path=None, spares=1) as j:
+            r = evaluate(j, attack("fill_scratch"))
+            assert r.outcome is EvalOutcome.RUNTIME_ERROR, describe(r)
+            assert r.error is not None and r.error.kind == "resource_exhaustion", describe(r)
+            assert "No space left" in r.error.message and "passed with that sandbox gone" in r.error.message
+            assert r.reward == 0.0
+            again = evaluate(j, asset("kernels", "relu_scale").code)  # the judge goes on
+            assert again.outcome is EvalOutcome.OK, describe(again)
+    finally:
+        subprocess.run(["umount", "-l", str(scratch)], check=False)
+
+
+def test_a_busy_first_candidate_does_not_reach_the_cached_reference_time(tmp_path: Path) -> None:
+    """Class 4: the first candidate of a problem keeps every CPU busy with child processes from its
+    import on. The reference's time, cached for every later candidate, was measured before that:
+    while no candidate process was alive on the host (the entry says so, and when)."""
+    import datetime
+
+    cache = tmp_path / "timings.sqlite"
+    with Judge(device="cpu", cache_path=cache, spares=1) as j:
+        r = j.evaluate(EvalRequest(reference_code=reference_code("relu_scale"),
+                                   kernel_code=attack("busy_children", children=2 * (os.cpu_count() or 2)),
+                                   options=OPTIONS))
+        later = evaluate(j, asset("kernels", "relu_scale").code)
+    assert r.outcome is EvalOutcome.OK, describe(r)
+    busy_from = float(next(line.split()[-1] for line in r.sandbox_output.splitlines()
+                           if line.startswith("BUSY FROM")))
+    timing = r.reference_timing
+    assert timing is not None and timing.measured_alone is True and timing.measured_at
+    measured = datetime.datetime.fromisoformat(timing.measured_at).timestamp()
+    assert measured < busy_from, (timing.measured_at, busy_from)
+    assert later.reference_timing is not None and later.reference_timing.measured_at == timing.measured_at

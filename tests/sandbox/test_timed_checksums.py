@@ -291,12 +291,12 @@ def test_a_disturbed_timed_op_is_run_again_and_the_steadiest_run_kept(
 
     seen: list[list[float]] = []  # the candidate's runs, in order
     in_reference = []
-    reference_timing = timing.reference_timing
+    time_reference = timing._time_reference
 
     def reference(*a: object) -> object:
         in_reference.append(1)
         try:
-            return reference_timing(*a)  # type: ignore[arg-type]
+            return time_reference(*a)  # type: ignore[arg-type]
         finally:
             in_reference.pop()
 
@@ -306,7 +306,7 @@ def test_a_disturbed_timed_op_is_run_again_and_the_steadiest_run_kept(
         seen.append(list(window_ms))
         return always or len(seen) == 1
 
-    monkeypatch.setattr(timing, "reference_timing", reference)
+    monkeypatch.setattr(timing, "_time_reference", reference)
     monkeypatch.setattr(timing, "disturbed", disturbed)
     code = (ASSETS / "attacks" / "disturbed_timed_op.py").read_text()
     opts = FAST.replace(num_correct_trials=2, num_perf_trials=9, static_policy=False)

@@ -11,11 +11,12 @@ import dataclasses
 import hashlib
 import math
 import os
+from typing import Any
 
 import torch
 
-from drkernel.sandbox.channel import Context, Stop
-from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
+from drkernel.sandbox.channel import Context, Stop, resource_shaped
+from drkernel.sandbox.comparator import JudgeFault, LocalComparator, ProcessComparator
 from drkernel.sandbox.devicelock import gpu_work
 from drkernel.sandbox.process import SandboxFailure
 from drkernel.sandbox.protocol import Load, LoadReply, Modes, ModesReply, OutputItem, Run, RunReply
@@ -123,13 +124,35 @@ def compare_item(ctx: Context, comparator: Comparator, ref_item: OutputItem, ite
            "relative": opts.check_relative_error, "fingerprint": prints is not None,
            "expect": [[d, s] for d, s in zip(ref_item.dtypes, ref_item.shapes, strict=True)]}
     try:
-        c = comparator.compare(job)
+        try:
+            c = comparator.compare(job)
+        except JudgeFault as fault:
+            c = _compare_alone(ctx, comparator, job, fault)
     finally:  # outputs of GPU-sized problems are large: keep at most one pair on disk
         for proc in (ctx.channel.ref_proc, ctx.channel.cand_proc):
             proc.remove_file(ref_item.file)
     if prints is not None and c.get("fingerprint") is not None:
         prints.append(torch.tensor(c["fingerprint"], dtype=torch.float64))
     return TrialReport(seed, bool(c["passed"]), c["max_abs_diff"], c["max_rel_diff"], c["rel_l2"], c["issue"])
+
+
+def _compare_alone(ctx: Context, comparator: Comparator, job: dict[str, Any],
+                   fault: JudgeFault) -> dict[str, Any]:
+    """A comparison that failed for want of a shared resource (GPU memory, host memory) while the
+    candidate's sandbox was alive is run again with it gone, on the same files. Passing then, the
+    candidate starved the judge: its failure, never an infra_error. Anything else: the judge's fault."""
+    cand = ctx.channel.cand_proc
+    if not resource_shaped(str(fault)) or not cand.alive():
+        raise fault
+    cand.stop()  # its processes, and its device memory, gone; its files stay for the comparison
+    comparator.restart()
+    try:
+        comparator.compare(job)
+    except JudgeFault:
+        raise fault from None
+    raise SandboxFailure("resource_exhaustion", f"the judge's comparison failed while the submission's "
+                         f"sandbox ran ({str(fault)[:300]}), and passed with that sandbox gone: the "
+                         "submission starved the judge of a resource it shares (GPU or host memory)")
 
 
 def _weak_reference(ctx: Context, prints: list[torch.Tensor]) -> None:

@@ -11,6 +11,7 @@ against the device's measured peak; a time the physics forbids is a hack.
 
 from __future__ import annotations
 
+import datetime
 import math
 import random
 import statistics
@@ -19,7 +20,7 @@ from typing import Any
 
 from drkernel.sandbox import peak
 from drkernel.sandbox.channel import Context, Windows
-from drkernel.sandbox.devicelock import gpu_work, timing_lock
+from drkernel.sandbox.devicelock import gpu_work, no_candidates, timing_lock
 from drkernel.sandbox.protocol import (
     BenchPrepare,
     BenchPrepareReply,
@@ -27,6 +28,7 @@ from drkernel.sandbox.protocol import (
     BenchRunReply,
     Checksums,
     ChecksumsReply,
+    LoadReply,
     Peak,
     PeakReply,
     ProtocolError,
@@ -35,10 +37,11 @@ from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.stages.correctness import reference_hash
 from drkernel.types import SpeedOfLight, TimingStats
 
-__all__ = ["checksum_issue", "disturbed", "kernel_timing", "per_call_ms", "reference_timing", "timing_stats",
-           "verify_checksums"]
+__all__ = ["checksum_issue", "disturbed", "kernel_timing", "per_call_ms", "reference_first",
+           "reference_timing", "timing_stats", "verify_checksums"]
 
-REFERENCE_METHOD = "windows-v5"  # in the cache key: a change of method re-times every reference
+# in the cache key: a change of method re-times every reference (v6: timed with no candidate alive)
+REFERENCE_METHOD = "windows-v6"
 CONFIRM_RUNS = 3  # runs of the timed op before a clock check's suspicion is a verdict
 # A timed op whose windows' median is this far above their fastest was disturbed (other processes'
 # work on the GPU); it is run again, after a pause, up to CONFIRM_RUNS runs in all, and the run with
@@ -118,47 +121,83 @@ def _reference_identity(ctx: Context) -> tuple[str, str]:
     return (info.device_name, info.torch) if info is not None else ("", "")
 
 
-def reference_timing(ctx: Context, cache: ReferenceTimingCache) -> TimingStats:
-    """The reference's windows, timed once per problem, device, backend and torch version."""
+def _reference_key(ctx: Context, cache: ReferenceTimingCache) -> str:
     device_name, torch_version = _reference_identity(ctx)
     opts = ctx.opts
-    backend = opts.reference_backend
     total = opts.num_perf_trials or (100 if ctx.cuda else 3)
-    key = cache.key(reference_hash(ctx.request.reference_code), device_name, backend, torch_version, total,
-                    opts.num_warmup, 0.0, method=REFERENCE_METHOD)
-    stats = cache.get(key)
+    return cache.key(reference_hash(ctx.request.reference_code), device_name, opts.reference_backend,
+                     torch_version, total, opts.num_warmup, 0.0, method=REFERENCE_METHOD)
+
+
+def reference_first(ctx: Context, cache: ReferenceTimingCache) -> None:
+    """Before the candidate's code loads: where this problem's reference has no cached time on this
+    device (or the device no measured peaks), load the reference alone and time it while no candidate
+    process is alive on the host (`no_candidates`: this judge's candidate has not loaded yet, other
+    judges' finish first and new ones wait). Work of a candidate's processes (its CPUs, its GPU work)
+    cannot then reach a time that every later candidate of the problem is measured against."""
+    key = _reference_key(ctx, cache)
+    if cache.get(key) is not None and (not ctx.cuda or _cached_peaks(cache.get_json(_peak_key(ctx, cache)))):
+        return
+    from drkernel.sandbox.stages.correctness import load_requests
+
+    with no_candidates():
+        if cache.get(key) is None:  # another judge may have timed it while this one waited
+            ctx.channel.ref(load_requests(ctx, "")[0], LoadReply)
+            stats = _time_reference(ctx)
+            stats.measured_alone = True
+            cache.put(key, stats)
+        if ctx.cuda:
+            _peaks(ctx, cache)
+
+
+def reference_timing(ctx: Context, cache: ReferenceTimingCache) -> TimingStats:
+    """The reference's windows, timed once per problem, device, backend and torch version: from the
+    cache (`reference_first` put them there with no candidate alive). Where they are missing (another
+    process cleared the cache meanwhile), the reference is timed now, beside this judge's live
+    candidate, for this evaluation only: never cached, and marked `measured_alone: false`."""
+    stats = cache.get(_reference_key(ctx, cache))
     if stats is None:
-        ref = ctx.channel.ref
-        with timing_lock(ctx.device, "reference_timing"):
-            prep = ref(BenchPrepare(seed=ctx.rng.randrange(1 << 30), calls=None, warmup=opts.num_warmup,
-                                    warmup_s=_warmup_s(ctx, "reference"), graph=ctx.cuda,
-                                    compile=backend == "compile", window_ms=1.0), BenchPrepareReply)
-            calls = prep.calls
-            # enough windows for the number of timed calls asked, and on a GPU for ~10 ms of device
-            # time (small kernels: a steadier median); 5 to 15 windows. Each timed call costs its
-            # input fill and checksum besides its device time, all under the exclusive lock: 15
-            # windows of graph replay agree within 0.1-0.7 % across processes (bench/timing_probe.py
-            # with 20 windows, run Q; 15 not measured apart).
-            budget = math.ceil(10.0 / max(calls * prep.est_ms, 1e-3)) if ctx.cuda else 1
-            windows = min(max(5 if ctx.cuda else 1, math.ceil(total / calls), budget),
-                          15 if ctx.cuda else 100)
-            runs = [_reference_run(ctx, windows, calls)]
-        # disturbed (as a candidate's op can be): run again after a pause, keep the steadiest
-        set_aside = 0
-        while disturbed(ctx.cuda, runs[-1][0].window_ms):
-            set_aside += 1
-            if len(runs) == CONFIRM_RUNS:
-                break
-            time.sleep(RERUN_PAUSE_S)
-            with timing_lock(ctx.device, "reference_timing"):
-                runs.append(_reference_run(ctx, windows, calls))
-        reply, external_ms = min(runs, key=lambda r: _low_quartile(r[0].window_ms))
-        stats = _window_stats(reply, prep, calls, windows, external_ms)
-        stats.confirm_runs = len(runs)
-        stats.disturbed_runs = set_aside
-        stats.input_bytes = prep.input_bytes
-        cache.put(key, stats)
+        stats = _time_reference(ctx)
+        stats.measured_alone = False
     ctx.result.reference_timing = stats
+    return stats
+
+
+def _time_reference(ctx: Context) -> TimingStats:
+    """Time the loaded reference's windows (the device's timing lock held)."""
+    opts = ctx.opts
+    total = opts.num_perf_trials or (100 if ctx.cuda else 3)
+    ref = ctx.channel.ref
+    with timing_lock(ctx.device, "reference_timing"):
+        prep = ref(BenchPrepare(seed=ctx.rng.randrange(1 << 30), calls=None, warmup=opts.num_warmup,
+                                warmup_s=_warmup_s(ctx, "reference"), graph=ctx.cuda,
+                                compile=opts.reference_backend == "compile", window_ms=1.0),
+                   BenchPrepareReply)
+        calls = prep.calls
+        # enough windows for the number of timed calls asked, and on a GPU for ~10 ms of device
+        # time (small kernels: a steadier median); 5 to 15 windows. Each timed call costs its
+        # input fill and checksum besides its device time, all under the exclusive lock: 15
+        # windows of graph replay agree within 0.1-0.7 % across processes (bench/timing_probe.py
+        # with 20 windows, run Q; 15 not measured apart).
+        budget = math.ceil(10.0 / max(calls * prep.est_ms, 1e-3)) if ctx.cuda else 1
+        windows = min(max(5 if ctx.cuda else 1, math.ceil(total / calls), budget),
+                      15 if ctx.cuda else 100)
+        runs = [_reference_run(ctx, windows, calls)]
+    # disturbed (as a candidate's op can be): run again after a pause, keep the steadiest
+    set_aside = 0
+    while disturbed(ctx.cuda, runs[-1][0].window_ms):
+        set_aside += 1
+        if len(runs) == CONFIRM_RUNS:
+            break
+        time.sleep(RERUN_PAUSE_S)
+        with timing_lock(ctx.device, "reference_timing"):
+            runs.append(_reference_run(ctx, windows, calls))
+    reply, external_ms = min(runs, key=lambda r: _low_quartile(r[0].window_ms))
+    stats = _window_stats(reply, prep, calls, windows, external_ms)
+    stats.confirm_runs = len(runs)
+    stats.disturbed_runs = set_aside
+    stats.input_bytes = prep.input_bytes
+    stats.measured_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
     return stats
 
 
@@ -355,10 +394,15 @@ def _speed_of_light(ctx: Context, cache: ReferenceTimingCache, ref: TimingStats,
                          f"bytes, above the device's measured {bw:.0f} GB/s")
 
 
-def _peaks(ctx: Context, cache: ReferenceTimingCache) -> PeakReply:
-    """The device's measured ceilings, once per device and torch version (cached with the times)."""
+def _peak_key(ctx: Context, cache: ReferenceTimingCache) -> str:
     device_name, torch_version = _reference_identity(ctx)
-    key = cache.key("peak", device_name, "device", torch_version, 0, 0, method=peak.METHOD)
+    return cache.key("peak", device_name, "device", torch_version, 0, 0, method=peak.METHOD)
+
+
+def _peaks(ctx: Context, cache: ReferenceTimingCache) -> PeakReply:
+    """The device's measured ceilings, once per device and torch version (cached with the times;
+    measured by `reference_first`, with no candidate alive)."""
+    key = _peak_key(ctx, cache)
     peaks = _cached_peaks(cache.get_json(key))
     if peaks is None:
         with timing_lock(ctx.device, "peak"):
