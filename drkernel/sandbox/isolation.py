@@ -7,10 +7,11 @@ own process (PID 2) and stays as the namespace's init: the sandbox sees no other
 ends, the init ends, and the kernel kills everything left in the namespace (a double fork plus
 setsid included). `enter()` sets up:
 
-- a private mount view: empty read-only tmpfs over /tmp, /var/tmp and /run, a small private tmpfs
-  over /dev/shm, and over every folder the judge names (its reference-timing cache, the sandboxes'
-  scratch root); only the sandbox's own folder is bound back in, writable. Every other mount is
-  read-only, and a fresh /proc shows only the sandbox's own processes;
+- a root of its own, from an allow list: the system's folders (/usr, /etc, /dev, /sys and the links
+  /bin, /lib...), the Python installation, torch, triton and this package, read-only; its own folder,
+  writable; empty read-only tmpfs at /tmp, /var/tmp and /run, a small private tmpfs at /dev/shm, and
+  over every folder the judge names inside those (its reference-timing cache, the scratch root).
+  Nothing else of the host is there (pivot_root), and a fresh /proc shows only its own processes;
 - an empty network namespace (a loopback that is down);
 - the leased uid, no supplementary groups, no new privileges (setuid binaries give nothing).
 
@@ -27,7 +28,6 @@ import functools
 import os
 import signal
 import socket
-import stat
 import subprocess
 import sys
 from typing import Any
@@ -94,60 +94,62 @@ def new_pid_namespace() -> None:
     _check(_c().unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
 
 
-def _blocking_ancestor(path: str) -> str | None:
-    """The outermost folder on `path` that other users cannot enter (/root, for a pyenv Python)."""
-    current = "/"
-    for part in path.strip("/").split("/"):
-        current = os.path.join(current, part)
-        try:
-            st = os.stat(current)
-        except OSError:
-            return None
-        if stat.S_ISDIR(st.st_mode) and not st.st_mode & stat.S_IXOTH:
-            return current
-    return None
+# The system's folders every sandbox reads (libraries, the C compiler Triton builds with, device files,
+# /etc's loader cache); where one is a link (/bin -> usr/bin), the same link in the sandbox's root.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/sys")
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+MNT_DETACH = 2
+_OLD_ROOT = ".drkernel-old-root"
 
 
 def enter(spec: dict[str, Any]) -> None:
     """Isolate the calling process (PID 1 of a fresh PID namespace, still root), fork, and return in
     the child (PID 2) under spec["uid"]; PID 1 stays as the namespace's init (spec["init"] False: no fork).
 
-    spec: uid (int); keep: folders bound back in, writable (the sandbox's own); expose: folders bound
-    back in read-only (the Python installation, this package) where a folder above them is closed to
-    other users; hide: more folders to cover with an empty tmpfs, files to cover with /dev/null.
+    The sandbox gets a root of its own, built from an allow list: the system's folders (SYSTEM), the
+    folders in spec["expose"] (the Python installation, torch, triton, this package, the NVIDIA
+    daemons' sockets) and spec["keep"] (its own folder, writable); everything else of the host is
+    absent, not merely read-only (before, every world-readable file of the host was readable).
+    spec["hide"]: folders and files inside those to cover all the same (an empty tmpfs, /dev/null).
     Raises OSError at the first step that fails.
     """
     uid = int(spec["uid"])
     keep = [os.path.abspath(p) for p in spec.get("keep", [])]
     expose = [os.path.abspath(p) for p in spec.get("expose", []) if os.path.isdir(p)]
     hide = {os.path.abspath(p) for p in (*HIDDEN, *spec.get("hide", []))}
-    hide |= {a for a in map(_blocking_ancestor, expose) if a is not None}
     _check(_c().unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare(namespaces)")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount leaks back to the host
-    binds = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), p in keep) for p in keep + expose]
-    covered = []
+    # every allowed folder held open before anything is covered (the sandbox's folder may be under /tmp)
+    links = {p: os.readlink(p) for p in SYSTEM if os.path.islink(p)}
+    system = [p for p in SYSTEM if p not in links and os.path.isdir(p)]
+    held = {p: os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in [*system, *expose, *keep]}
+    root = "/tmp"  # the new root is a tmpfs mounted here, in this namespace only
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=16m")
+    for path, target in links.items():
+        os.symlink(target, root + path)
+    for path in sorted([*system, *expose], key=len):  # parents first
+        _bind_at(held[path], root + path)
     for path in sorted(hide, key=len):
-        if os.path.isfile(path) and not os.path.islink(path):  # a file: an empty one in its place
-            _mount("/dev/null", path, None, MS_BIND)
-        elif os.path.isdir(path) and not os.path.islink(path):
+        inside = root + path
+        if os.path.islink(inside):
+            continue
+        if os.path.isfile(inside):  # a file: an empty one in its place
+            _mount("/dev/null", inside, None, MS_BIND)
+        elif os.path.isdir(inside) or path in HIDDEN:
+            os.makedirs(inside, exist_ok=True)
             data = "mode=1777," + _SHM_SIZE if path == "/dev/shm" else "mode=755,size=1m"
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, data)
-            covered.append(path)
-    for path, fd, writable in binds:
-        try:
-            same = os.path.samestat(os.stat(path), os.fstat(fd))
-        except OSError:
-            same = False
-        if not same:  # covered: bind it back in at the same place
-            os.makedirs(path, exist_ok=True)
-            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-            if not writable:
-                _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+            _mount("tmpfs", inside, "tmpfs", MS_NOSUID | MS_NODEV, data)
+    for path in sorted(expose, key=len):  # what a cover hid inside (the NVIDIA daemons' /run/nvidia-*)
+        if any(path.startswith(h + os.sep) for h in hide):
+            _bind_at(held[path], root + path)
+    for path in keep:  # the sandbox's own folder, last: it may sit under a cover (/tmp, /dev/shm)
+        _bind_at(held[path], root + path)
+    for fd in held.values():
         os.close(fd)
-    for path in covered:  # the covers are read-only (the private /dev/shm stays writable, like a /tmp)
-        if path != "/dev/shm":
-            _mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    _read_only_tree([*keep, *(p for p in covered if p == "/dev/shm")])
+    os.makedirs(root + "/proc", exist_ok=True)
+    os.makedirs(root + "/" + _OLD_ROOT, exist_ok=True)
+    _pivot_root(root)
+    _read_only_tree([*keep, "/dev/shm"])
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # its own, after: writable as /proc is
     _check(_c().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
     if spec.get("init", True):
@@ -155,6 +157,24 @@ def enter(spec: dict[str, Any]) -> None:
     _drop_to(uid)
     if spec.get("seccomp", True) and seccomp_available():
         install_seccomp()
+
+
+def _bind_at(fd: int, target: str) -> None:
+    """Bind the folder held open as `fd` at `target` (made if missing), with everything mounted below it."""
+    os.makedirs(target, exist_ok=True)
+    _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+
+
+def _pivot_root(root: str) -> None:
+    """Make `root` this namespace's "/" and let go of the old one (lazily: nothing of it stays reachable)."""
+    number = _SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise IsolationError(errno.ENOSYS, f"pivot_root: no system call number for {os.uname().machine}")
+    os.chdir(root)
+    _check(_c().syscall(ctypes.c_long(number), b".", _OLD_ROOT.encode()), "pivot_root")
+    os.chdir("/")
+    _check(_c().umount2(("/" + _OLD_ROOT).encode(), MNT_DETACH), "umount(old root)")
+    os.rmdir("/" + _OLD_ROOT)
 
 
 # -- seccomp ------------------------------------------------------------------------------------
@@ -300,17 +320,20 @@ def _read_only_tree(writable: list[str]) -> None:
 
 @functools.cache
 def needed_paths() -> tuple[str, ...]:
-    """Folders a sandbox must read: the Python installation, torch, triton, this package, and the
-    NVIDIA daemons' folders under /run."""
+    """Folders a sandbox must read besides the system's (SYSTEM): the Python installation, torch,
+    triton, this package (its own folder, not the folder above it), the CUDA installation and library
+    folders the environment names, and the NVIDIA daemons' folders under /run."""
     import torch
     import triton
 
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    found = [sys.prefix, sys.base_prefix, here, os.path.dirname(os.path.dirname(torch.__file__)),
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = [sys.prefix, sys.base_prefix, package, os.path.dirname(os.path.dirname(torch.__file__)),
              os.path.dirname(os.path.dirname(triton.__file__))]
+    found += [os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)]
+    found += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     with contextlib.suppress(OSError):  # the NVIDIA daemons' sockets stay (the driver may ask them)
         found += [os.path.join("/run", n) for n in os.listdir("/run") if n.startswith("nvidia")]
-    return tuple(sorted({os.path.realpath(p) for p in found}))
+    return tuple(sorted({os.path.realpath(p) for p in found if os.path.isabs(p) and os.path.isdir(p)}))
 
 
 def _probe_child(workdir: str, hide: list[str], needed: list[str], files: list[str]) -> str | None:
@@ -331,6 +354,10 @@ def _probe_child(workdir: str, hide: list[str], needed: list[str], files: list[s
         return "a network interface other than the loopback is visible"
     if os.listdir("/tmp") and not workdir.startswith("/tmp/"):
         return "/tmp is not empty"
+    allowed = {p.strip("/").split("/")[0] for p in [*SYSTEM, *needed, *HIDDEN, workdir, "/proc"]}
+    extra = sorted(set(os.listdir("/")) - allowed)
+    if extra:
+        return f"the sandbox's root holds more than its allow list: {extra[:5]}"
     try:
         with open(os.path.join(workdir, "w"), "w") as f:
             f.write("x")

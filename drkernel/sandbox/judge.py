@@ -30,6 +30,7 @@ from drkernel.sandbox.process import (
     Zygote,
     sandbox_env,
     scratch_root,
+    sweep_stale_folders,
 )
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.tritonseed import TritonSeed
@@ -78,7 +79,8 @@ class Judge:
                  shared_triton_cache: str | None = None, fork_server: bool = True,
                  isolate_uid: bool | None = None, insecure: bool | None = None,
                  hide: Sequence[str | Path] = (), zygote: Zygote | None = None,
-                 comparison: ComparisonProcess | None = None, refill: bool = True) -> None:
+                 comparison: ComparisonProcess | None = None, refill: bool = True,
+                 disk_limit_mb: int | None = None) -> None:
         """`insecure`: run sandboxes without namespaces, for one's own code only (every result then
         says "isolation": "none"); otherwise the judge refuses to start where it cannot isolate them.
         None reads DRKERNEL_INSECURE=1. `hide`: more files or folders no sandbox may see (besides
@@ -87,7 +89,10 @@ class Judge:
         the judge owns it from here, and replaces it if it was started for another device.
         `comparison`: the same for the comparison child of a GPU judge (sandbox/comparator.py).
         `refill`: start a new spare each time one is taken (a judge of one evaluation, `drkernel eval`,
-        says False: a spare it would kill unused only competes with the evaluation for the device)."""
+        says False: a spare it would kill unused only competes with the evaluation for the device).
+        `disk_limit_mb`: the filesystem of its own that each isolated sandbox's folder is (default
+        32 GiB on a GPU, 4 GiB on the CPU: five trials' outputs of a KernelBench-sized problem)."""
+        self.disk_limit_mb = disk_limit_mb
         self._comparison: ComparisonProcess | None = comparison
         self._seed: TritonSeed | None = None
         self.refill = refill
@@ -131,6 +136,7 @@ class Judge:
             _require_isolation(fork_server, shared_triton_cache, self._hide)
             self.isolation = "namespaces"
             self.isolate_uid = True
+            sweep_stale_folders(scratch_root(self.device))  # a crashed judge's sandboxes' filesystems
         else:
             log.warning("insecure judge: candidate sandboxes run without namespaces (for your own code only)")
             # shared with the judge, unless asked for a leased uid (root only)
@@ -161,10 +167,12 @@ class Judge:
             log.warning("the fork server died; starting a new one")
             self._zygote.close()
             self._zygote = Zygote(self.device)
+        disk = self.disk_limit_mb if self.disk_limit_mb is not None else (32768 if self.cuda else 4096)
         return SandboxProcess(role, self.device, self.memory_limit_mb, fraction,
                               triton_cache=self.shared_triton_cache, zygote=self._zygote,
                               isolate_uid=self.isolate_uid, namespaces=not self.insecure,
-                              hide=self._hide, triton_seed=self._seed.ready() if self._seed else None)
+                              hide=self._hide, triton_seed=self._seed.ready() if self._seed else None,
+                              disk_limit_mb=disk)
 
     def _fill_pool(self) -> None:
         while len(self._pool) < self.spares:

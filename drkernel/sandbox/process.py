@@ -34,7 +34,7 @@ from drkernel.sandbox.tritonseed import copy_seed
 log = logging.getLogger(__name__)
 
 __all__ = ["SandboxFailure", "SandboxFolder", "SandboxProcess", "UidLease", "Zygote", "remove_tree",
-           "sandbox_env", "scratch_root", "sweep_uid"]
+           "sandbox_env", "scratch_root", "sweep_stale_folders", "sweep_uid"]
 
 _POLL_S = 0.05
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -72,15 +72,71 @@ def remove_tree(path: str) -> bool:
     return False
 
 
-def _discard(workdir: str, lease: UidLease | None, folder: SandboxFolder | None = None) -> bool:
-    """Remove a sandbox's folder, then give its uid back. Returns whether the folder is gone.
+def _discard(workdir: str, lease: UidLease | None, folder: SandboxFolder | None = None,
+             mounted: bool = False) -> bool:
+    """Remove a sandbox's folder (its own filesystem unmounted first, where it has one), then give its
+    uid back. Returns whether the folder is gone.
 
     shutil.rmtree removes a link the sandbox planted in its folder, never what it points to."""
     if folder is not None:
         folder.close()
+    if mounted:
+        _unmount_folder(workdir)
     removed = remove_tree(workdir)
     if lease is not None:
         lease.release()
+    return removed
+
+
+_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
+_FOLDER_PREFIXES = ("drkernel-candidate-", "drkernel-reference-")
+
+
+def _mount_folder(path: str, size_mb: int, uid: int | None) -> bool:
+    """Mount a tmpfs of `size_mb` on `path`, owned by `uid`, mode 0700. False where the judge cannot
+    mount (not root, no mount rights): the folder stays on the scratch's filesystem."""
+    import ctypes
+
+    owner = f",uid={uid},gid={uid}" if uid is not None else ""
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
+                    f"size={int(size_mb)}m,mode=0700{owner}".encode())
+    if rc != 0:
+        log.warning("no filesystem of its own for a sandbox (%s): its disk is bounded per file only",
+                    os.strerror(ctypes.get_errno()))
+    return rc == 0
+
+
+def _unmount_folder(path: str) -> None:
+    import ctypes
+
+    with contextlib.suppress(OSError):
+        ctypes.CDLL(None, use_errno=True).umount2(path.encode(), _MNT_DETACH)
+
+
+def sweep_stale_folders(root: str | None) -> int:
+    """Unmount and remove the filesystems of sandboxes whose judge died without removing them (their
+    uid's lease is free again): after a crash they would hold host memory until the next reboot.
+    Returns how many were removed."""
+    root = os.path.abspath(root or tempfile.gettempdir())
+    removed = 0
+    try:
+        with open("/proc/self/mountinfo") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return 0
+    for fields in mounts:
+        point = fields[4] if len(fields) > 4 else ""
+        name = os.path.basename(point)
+        if os.path.dirname(point) != root or not name.startswith(_FOLDER_PREFIXES):
+            continue
+        options = fields[-1].split(",")
+        uid = next((int(o[4:]) for o in options if o.startswith("uid=") and o[4:].isdigit()), None)
+        if uid is None or not UidLease.free(uid):
+            continue
+        _unmount_folder(point)
+        if remove_tree(point):
+            removed += 1
     return removed
 
 
@@ -127,6 +183,23 @@ class UidLease:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    @staticmethod
+    def free(uid: int) -> bool:
+        """Whether no live holder has `uid` leased (its lease file is absent, or its flock is free)."""
+        try:
+            fd = os.open(os.path.join(_UID_DIR, str(uid)), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
 
 class SandboxFolder:
@@ -389,11 +462,13 @@ class SandboxProcess:
                  gpu_memory_fraction: float = 0.9, start_timeout_s: float = 120.0,
                  triton_cache: str | None = None, zygote: Zygote | None = None,
                  isolate_uid: bool = False, namespaces: bool = False,
-                 hide: list[str] | None = None, triton_seed: str | None = None) -> None:
+                 hide: list[str] | None = None, triton_seed: str | None = None,
+                 disk_limit_mb: int = 0) -> None:
         """`namespaces`: run in namespaces of its own under a leased uid (drkernel.sandbox.isolation;
         needs the fork server), with the folders in `hide` covered; `isolate_uid` alone: a leased uid.
         `triton_seed`: the judge's build of Triton's C helpers (sandbox/tritonseed.py), copied into the
-        sandbox's own Triton cache (not into a shared `triton_cache`)."""
+        sandbox's own Triton cache (not into a shared `triton_cache`). `disk_limit_mb`: the size of the
+        filesystem of its own that an isolated sandbox's folder is (0: the scratch's, unbounded)."""
         if namespaces and zygote is None:
             raise ValueError("sandbox namespaces need the fork server")
         isolate_uid = isolate_uid or namespaces
@@ -401,13 +476,16 @@ class SandboxProcess:
         self.device = device
         self.memory_limit_mb = memory_limit_mb
         self.workdir = tempfile.mkdtemp(prefix=f"drkernel-{role}-", dir=scratch_root(device))
-        # the sandbox owns its folder: the judge's later writes and removals in it go through this
-        self.folder = SandboxFolder(self.workdir)
         self._lease = UidLease() if isolate_uid else None
-        # safety net if kill() is never called: the folder goes and the uid is given back
-        self._cleanup = weakref.finalize(self, _discard, self.workdir, self._lease, self.folder)
         uid = self._lease.uid if self._lease is not None else None
         self.uid = uid
+        # a filesystem of its own, of `disk_limit_mb` (where the judge may mount: root, isolated): a
+        # sandbox that fills it fills nothing of the reference's or another judge's
+        self.bounded = namespaces and disk_limit_mb > 0 and _mount_folder(self.workdir, disk_limit_mb, uid)
+        # the sandbox owns its folder: the judge's later writes and removals in it go through this
+        self.folder = SandboxFolder(self.workdir)
+        # safety net if kill() is never called: the folder goes and the uid is given back
+        self._cleanup = weakref.finalize(self, _discard, self.workdir, self._lease, self.folder, self.bounded)
         os.chmod(self.workdir, 0o700)
         home = os.path.join(self.workdir, "home")
         os.mkdir(home)

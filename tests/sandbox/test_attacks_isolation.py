@@ -227,11 +227,15 @@ def test_no_link_planted_in_the_sandbox_folder_is_followed(judge: Judge, tmp_pat
     assert r.shape_variants_passed == r.shape_variants_total == 2, r.shape_variant_issues
 
 
-def test_a_submission_that_fills_the_shared_scratch_has_failed(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Class 3: the submission fills the scratch filesystem that the reference's folder is on. The
+@pytest.mark.parametrize("own_filesystem", [True, False], ids=["bounded", "retried_alone"])
+def test_a_submission_that_fills_the_shared_scratch_has_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_filesystem: bool) -> None:
+    """Class 3: the submission fills the filesystem its folder is on, where the reference's folder is
+    too (a 48 MiB tmpfs stands for the scratch). Two layers hold. Bounded: its folder is a filesystem
+    of its own (`disk_limit_mb`, here 32 MiB): it fills that alone, the reference never notices, and
+    its own outputs then cannot be written: its failure. Retried alone (no filesystem of its own): the
     reference's op fails (no space), is run again with the submission's sandbox gone and passes: the
-    submission's failure, never an infra_error. (A 48 MiB tmpfs stands for the scratch.)"""
+    submission's failure, never an infra_error."""
     import subprocess
 
     scratch = tmp_path / "scratch"
@@ -241,14 +245,22 @@ def test_a_submission_that_fills_the_shared_scratch_has_failed(tmp_path: Path,
         pytest.skip("cannot mount a tmpfs here")
     try:
         monkeypatch.setenv("DRKERNEL_SCRATCH_DIR", str(scratch))
-        with Judge(device="cpu", cache_path=None, spares=1) as j:
+        with Judge(device="cpu", cache_path=None, spares=1, disk_limit_mb=32 if own_filesystem else 0) as j:
             r = evaluate(j, attack("fill_scratch"))
-            assert r.outcome is EvalOutcome.RUNTIME_ERROR, describe(r)
-            assert r.error is not None and r.error.kind == "resource_exhaustion", describe(r)
-            assert "No space left" in r.error.message and "passed with that sandbox gone" in r.error.message
-            assert r.reward == 0.0
+            assert r.outcome is EvalOutcome.RUNTIME_ERROR and r.reward == 0.0, describe(r)
+            assert r.error is not None
+            if own_filesystem:
+                assert "No space left" in r.error.message, describe(r)
+                assert r.error.kind != "resource_exhaustion", describe(r)
+                assert r.trials == []  # its own outputs could not be written
+                assert os.statvfs(scratch).f_bfree * os.statvfs(scratch).f_frsize > 40 << 20
+            else:
+                assert r.error.kind == "resource_exhaustion", describe(r)
+                assert "No space left" in r.error.message
+                assert "passed with that sandbox gone" in r.error.message
             again = evaluate(j, asset("kernels", "relu_scale").code)  # the judge goes on
             assert again.outcome is EvalOutcome.OK, describe(again)
+        assert not [p for p in scratch.iterdir()]  # every sandbox's filesystem unmounted and removed
     finally:
         subprocess.run(["umount", "-l", str(scratch)], check=False)
 
@@ -273,3 +285,36 @@ def test_a_busy_first_candidate_does_not_reach_the_cached_reference_time(tmp_pat
     measured = datetime.datetime.fromisoformat(timing.measured_at).timestamp()
     assert measured < busy_from, (timing.measured_at, busy_from)
     assert later.reference_timing is not None and later.reference_timing.measured_at == timing.measured_at
+
+
+def test_the_sandbox_sees_an_allow_list_of_the_host(judge: Judge) -> None:
+    """Class "also" of round 2: world-readable files outside the Python installation (the operator's
+    other folders, this repository beside the package) are not in the sandbox's root at all."""
+    import shutil
+
+    from drkernel.sandbox.isolation import HIDDEN, SYSTEM, needed_paths
+
+    repo = Path(__file__).resolve().parents[2]
+    outside = Path("/opt") / f"drkernel-allowlist-{uuid.uuid4().hex[:8]}"
+    try:
+        outside.mkdir(parents=True)
+        (outside / "notes.txt").write_text("the operator's")
+        (outside / "notes.txt").chmod(0o644)
+        outside.chmod(0o755)
+    except OSError:
+        outside = repo / "docs"  # no /opt to write here: the repository's docs stand for it
+    paths = [str(outside / "notes.txt"), str(repo / "README.md"), str(repo / "tests" / "__init__.py")]
+    try:
+        r = evaluate(judge, attack("host_listing", paths=json.dumps(paths)))
+    finally:
+        if outside.name.startswith("drkernel-allowlist-"):
+            shutil.rmtree(outside, ignore_errors=True)
+    lines = r.sandbox_output.splitlines()
+    assert not [line for line in lines if line.startswith("READ")], r.sandbox_output
+    assert sum(line.startswith("DENIED") for line in lines) == len(paths), r.sandbox_output
+    import ast
+
+    root = ast.literal_eval(next(line for line in lines if line.startswith("ROOT"))[5:])
+    allowed = {p.strip("/").split("/")[0] for p in [*SYSTEM, *needed_paths(), *HIDDEN, "/proc"]}
+    assert set(root) <= allowed | {"tmp"}, root
+    assert "opt" not in root or any(p.startswith("/opt") for p in needed_paths())

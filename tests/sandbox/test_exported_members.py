@@ -19,7 +19,7 @@ SANDBOX_ALL = {
     "judge": {"Judge", "default_cache_path", "resolve_device", "validate_request"},
     "pipeline": {"Evaluation", "ReferenceFailure"},
     "process": {"SandboxFailure", "SandboxFolder", "SandboxProcess", "UidLease", "Zygote", "remove_tree",
-                "sandbox_env", "scratch_root", "sweep_uid"},
+                "sandbox_env", "scratch_root", "sweep_stale_folders", "sweep_uid"},
     "correctness": {"Comparison", "Tolerance", "compare_outputs", "default_tolerance", "layout_issue",
                     "load_tensors"},
     "static": {"ALLOWED_IMPORT_ROOTS", "IMPORT_RULE", "MAX_CHECKED_BYTES", "POLICY", "StaticReport",

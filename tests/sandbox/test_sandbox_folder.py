@@ -97,3 +97,30 @@ def test_a_closed_folder_refuses_writes(box: SandboxFolder) -> None:
     with pytest.raises(ValueError, match="closed"):
         box.write_file("submission.py", b"x")
     box.remove_file("submission.py")  # nothing to do, no error
+
+
+def test_a_crashed_judges_sandbox_filesystems_are_swept(tmp_path: Path) -> None:
+    """Each isolated sandbox's folder is a tmpfs of its own; a judge that dies without removing them
+    leaves host memory held. The next judge unmounts those whose uid's lease is free, and only those."""
+    import subprocess
+
+    from drkernel.sandbox.process import UidLease, sweep_stale_folders
+
+    live = UidLease()
+    try:
+        stale_uid = next(u for u in range(555_001, 555_100) if UidLease.free(u))
+        folders = {}
+        for name, uid in (("drkernel-candidate-stale", stale_uid), ("drkernel-reference-live", live.uid)):
+            path = tmp_path / name
+            path.mkdir()
+            if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=1m,uid={uid},gid={uid}", "tmpfs",
+                               str(path)], capture_output=True).returncode != 0:
+                pytest.skip("cannot mount a tmpfs here")
+            (path / "out.pt").write_bytes(b"x")
+            folders[name] = path
+        assert sweep_stale_folders(str(tmp_path)) == 1
+        assert not folders["drkernel-candidate-stale"].exists()
+        assert (folders["drkernel-reference-live"] / "out.pt").exists()  # its lease is held: untouched
+    finally:
+        subprocess.run(["umount", "-l", str(tmp_path / "drkernel-reference-live")], capture_output=True)
+        live.release()
