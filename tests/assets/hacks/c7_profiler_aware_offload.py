@@ -6,7 +6,11 @@ the coverage measured in the profiled window is ~1.0 for work that, when timed, 
 Written before any defence (issue 13), reasoned, not yet run on a GPU: coverage must describe the
 timed calls. Both paths give the right product (checked through Triton's interpreter).
 
+The gate refuses its `torch.autograd.profiler._is_profiler_enabled` (a module's internals) since issue
+32; it runs past the gate here, so that the runtime check is what catches it.
+
 row: C7
+options: static_policy=False
 reference: matmul
 device: gpu
 expect: ok

@@ -6,7 +6,11 @@ the timed calls'. The judge must take the coverage from the timed calls' own wor
 graph), where it is ~1 %: lazy, however it behaves when observed. Both paths give the right product
 (checked through Triton's interpreter).
 
+The gate refuses its `torch.autograd.profiler._is_profiler_enabled` (a module's internals) since issue
+32; it runs past the gate here, so that the runtime check is what catches it.
+
 row: C7
+options: static_policy=False
 reference: matmul
 device: gpu
 expect: ok

@@ -2,7 +2,11 @@
 timed calls; under the profiler all the work moves into Triton kernels so the profiling ratio looks
 perfect. The judge compares launches per call under the profiler and in timed calls.
 
+The gate refuses its `torch.autograd.profiler._is_profiler_enabled` (a module's internals) since issue
+32; it runs past the gate here, so that the runtime check is what catches it.
+
 row: C7
+options: static_policy=False
 reference: relu_scale
 device: gpu
 expect: hack_detected
