@@ -151,6 +151,9 @@ def main() -> int:
         finally:
             os._exit(1)
     theirs.close()
+    # this process's own children back in its own PID namespace: CUDA refused to start in a process
+    # whose next children would be PID 1 of another ("devices busy or unavailable", run AR)
+    isolation._check(isolation._c().setns(isolation._own_pid_ns, isolation.CLONE_NEWPID), "setns")
     result: dict[str, object] = {"device": torch.cuda.get_device_name(0)}
     torch.cuda.init()
     torch.empty(1, device="cuda")

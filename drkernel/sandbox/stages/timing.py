@@ -354,8 +354,12 @@ def _external_clock(ctx: Context, window_ms: list[float], external_ms: float,
     same calls; an honest sandbox spends about as much. (Where those costs dwarf the windows, as for
     a few-microsecond kernel, the bound is loose: docs/errors.md, threat model.)"""
     overhead = float(ref.overhead_ms or 0.0)
-    if ctx.cuda:  # 306_TransformerBlock's honest op once ran ~50 ms past the reference's overhead
-        floor = 0.8 * (external_ms - 2.0 * overhead - 20.0)
+    if ctx.cuda:
+        # 306_TransformerBlock's honest op once ran ~50 ms past the reference's overhead. The overhead
+        # is host work (a get_inputs per call), which the judge's own spares starting beside it slow:
+        # 0.28 -> 0.54 ms a call for mse (bench/overhead_probe.py), and 3.0x the reference's, timed
+        # alone, in one GPU test (issue 32): 4x the reference's is allowed.
+        floor = 0.8 * (external_ms - 4.0 * overhead - 20.0)
     else:  # the interpreter and a shared CPU: only gross forgeries
         floor = 0.5 * (external_ms - 1.5 * overhead - 100.0)
     if sum(window_ms) < floor:
