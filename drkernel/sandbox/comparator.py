@@ -35,9 +35,6 @@ _PRINT_ELEMENTS = 4096
 FAULT_ENV = "DRKERNEL_DEBUG_JUDGE_FAULT"  # debug hook: "compare" or "device_assert", once per judge
 
 
-RESERVE_BYTES = 4 << 30  # the comparison child's device memory, kept from its start
-
-
 class JudgeFault(Exception):
     """A fault of the judge's own comparison step: infra_error (judge_error), never a verdict."""
 
@@ -252,7 +249,7 @@ def _serve(cmd_fd: int, resp_fd: int, device: str) -> None:
             # a pair of large outputs, held before any candidate runs (sandbox/devicemem.py)
             from drkernel.sandbox import devicemem
 
-            devicemem.reserve(torch.device(device), RESERVE_BYTES)
+            devicemem.reserve(torch.device(device), devicemem.COMPARISON_BYTES)
     while True:
         try:
             job = read_message(cmd_fd)

@@ -4,16 +4,24 @@ its own cap (torch's per-process memory fraction lives inside it) and take the r
 
 The reservation is an allocation freed at once: torch's caching allocator keeps the block for this
 process's later allocations, large ones carved out of it, small ones out of the small pool's cached
-segments, so no other process can take that memory meanwhile. What a process needs beyond it comes
-from the device as before; a failure for want of it while a candidate is alive is run again with the
-candidate gone (sandbox/channel.py): a candidate that starves the judge has failed.
+segments, so no other process can take that memory meanwhile. It is a fixed few GiB, not the process's
+whole share: judges that share a GPU without knowing of each other (several servers, a `drkernel eval`
+beside a server) each believing they own 0.3 of it ran out of device memory when every reference held
+its share from the start (issue 32's run AT: four judges, 4 x 38 GB on a 140 GB H200). Beyond it, the
+allocator keeps what a process used once (a reference's first run of a problem, timed while no
+candidate is alive, grows it to the problem's size), and a failure for want of memory while a
+candidate is alive is run again with the candidate gone (sandbox/channel.py): a candidate that starves
+the judge has failed.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["reserve"]
+__all__ = ["COMPARISON_BYTES", "REFERENCE_BYTES", "reserve"]
+
+REFERENCE_BYTES = 2 << 30  # a reference sandbox's, from its start
+COMPARISON_BYTES = 1 << 30  # the judge's comparison child's
 
 _SMALL_BLOCK = 512 << 10  # under torch's 1 MiB small-allocation threshold: cached in 2 MiB segments
 

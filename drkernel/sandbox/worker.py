@@ -107,9 +107,10 @@ class Sandbox:
             x = torch.randn(1024, device=self.device)
             (x * 2).sum().item()
             startup["cuda_init"] = round(_perf() - t0, 4)
-            if self.role == "reference":  # its share, held before any candidate runs (devicemem.py)
+            if self.role == "reference":  # held before any candidate runs (devicemem.py)
                 _, total = torch.cuda.mem_get_info(self.device)
-                devicemem.reserve(self.device, int(0.9 * gpu_memory_fraction * total))
+                share = int(0.9 * gpu_memory_fraction * total)
+                devicemem.reserve(self.device, min(share, devicemem.REFERENCE_BYTES))
                 startup["reserve"] = round(_perf() - t0 - startup["cuda_init"], 4)
             if self.role == "candidate":  # only candidates are profiled
                 # The first profiler session of a process can come back without device events, takes

@@ -31,7 +31,7 @@ SANDBOX_ALL = {
                  "read_message", "write_message"},
     "channel": {"COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "Verdict", "Windows",
                 "resource_shaped"},
-    "devicemem": {"reserve"},
+    "devicemem": {"COMPARISON_BYTES", "REFERENCE_BYTES", "reserve"},
     "stages.correctness": {"WEAK_REFERENCE_VARIATION", "compare_item", "launch_modes", "load",
                            "load_requests", "pair_items", "reference_hash", "static_gate", "trials"},
     "stages.timing": {"checksum_issue", "disturbed", "kernel_timing", "per_call_ms", "reference_first",
