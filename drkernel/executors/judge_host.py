@@ -46,6 +46,7 @@ __all__ = [
     "in_host_process",
     "judge_call",
     "mark_host_process",
+    "reap_orphan_judges",
     "SharedGpuJudge",
     "sandbox_judge",
 ]
@@ -170,6 +171,32 @@ def _is_orphan_judge(judge_pid: int, server_pid: int) -> bool:
     except OSError:
         return False
     return _HOST_MODULE.encode() in cmdline
+
+
+def reap_orphan_judges() -> int:
+    """Kill this user's judge processes whose server is gone (reparented to init, or their parent dead):
+    a judge that was stopped (SIGSTOP, a hung driver) when its server died could not follow it, and
+    holds its sandboxes and memory through every restart. On a GPU the GPU lock finds such a judge
+    when the next one wants its GPU; on the CPU nothing did. Returns how many were killed."""
+    killed, me = 0, os.getuid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        pid = int(name)
+        try:
+            if _HOST_MODULE.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                continue
+            if os.stat(f"/proc/{pid}").st_uid != me:
+                continue
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid in (0, 1) or not _alive(ppid):
+            logger.warning("killing orphaned judge %d (its server is gone)", pid)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 class GpuLock:

@@ -19,6 +19,7 @@ from drkernel.executors.judge_host import (
     ProcessJudgeHost,
     SharedGpuJudge,
     ThreadJudgeHost,
+    reap_orphan_judges,
     sandbox_judge,
 )
 from drkernel.executors.pool import Slot, SlotPool
@@ -100,6 +101,8 @@ class LocalExecutor(SlotPool):
         self.acquire_timeout_s = self.config.acquire_timeout_s
         self.deadline_factor = self.config.deadline_factor
         self.deadline_grace_s = self.config.deadline_grace_s
+        if self.config.isolation == "process":
+            reap_orphan_judges()  # a crashed server's stopped judges, before ours start
         devices = self.config.devices or detect_devices(self.config.num_cpu_workers)
         devices = tuple(d for d in devices for _ in range(k if d.startswith("cuda") else 1))
         self._init_pool([Slot(f"local-{i}", d) for i, d in enumerate(devices)])

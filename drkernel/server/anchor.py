@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from drkernel.advice import hack_advice, hacks_text
 from drkernel.server.store import NewTask, TaskRecord
 from drkernel.types import EvalOptions, EvalOutcome, EvalRequest, EvalResult
 
@@ -172,8 +173,9 @@ def _verdict(result: EvalResult, record: TaskRecord) -> _Verdict:
         return _Verdict("completed", True, "CORRECTNESS_ERROR", message,
                         {"correctness_issue": detail or "Output mismatch"})
     if outcome is EvalOutcome.HACK_DETECTED:
-        found = "; ".join(f"{h}: {result.hack_details[h]}" if result.hack_details.get(h) else h
-                          for h in result.hacks)
+        # the hack's class and what to do instead, never the evidence (issue 33: the authors' engine
+        # pastes the whole result into the next prompt, so a seed here would be taught to the policy)
+        found = hacks_text(result.hacks)
         message = f"Kernel produced incorrect results: reward hack detected ({found})"
         return _Verdict("completed", True, "CORRECTNESS_ERROR", message,
                         {"correctness_issue": f"reward hack detected ({found})"})
@@ -205,13 +207,30 @@ def _verdict(result: EvalResult, record: TaskRecord) -> _Verdict:
 _DEAD_SANDBOX = {"crash", "memory_limit", "protocol"}
 
 
+def error_code(outcome: EvalOutcome, kind: str) -> str | None:
+    """The anchor's error_code for an outcome and error kind, as `/results` gives it (`_verdict`) and
+    `/metrics` counts it. (A compile error of a source that never names `ModelNew` is VALIDATION_ERROR
+    in `/results`; `/metrics` counts both under compilation errors.)"""
+    if outcome is EvalOutcome.OK:
+        return None
+    if outcome in (EvalOutcome.INCORRECT, EvalOutcome.HACK_DETECTED):
+        return "CORRECTNESS_ERROR"
+    if outcome is EvalOutcome.COMPILE_ERROR:
+        return "RUNTIME_ERROR" if kind == "triton_compile_error" else "COMPILATION_ERROR"
+    if outcome is EvalOutcome.RUNTIME_ERROR:
+        return "RUNTIME_ERROR"
+    if outcome is EvalOutcome.TIMEOUT:
+        return "TIMEOUT_ERROR"
+    return "SYSTEM_ERROR"
+
+
 def _metadata(result: EvalResult, record: TaskRecord) -> dict[str, Any]:
     opts = record.request.options
     passed = sum(1 for t in result.trials if t.passed)
     meta: dict[str, Any] = {
         "outcome": result.outcome.value,
         "hacks": list(result.hacks),
-        "hack_details": dict(result.hack_details),
+        "hack_details": {code: hack_advice(code) for code in result.hacks},  # the evidence: /v1 only
         "coverage": result.coverage,
         "reward": result.reward,
         "backend": record.meta.get("backend", "triton"),

@@ -83,10 +83,18 @@ def capacity(state: ServerState) -> dict[str, Any]:
 
 
 def health_status(cap: dict[str, Any]) -> str:
-    """healthy: every configured worker alive; degraded: some; unhealthy: none can take a task."""
+    """healthy: every configured worker alive; degraded: some; unhealthy: none can take a task.
+    (`/v1/health`; the KernelGYM `/health` says `anchor_health_status`.)"""
     if cap["alive"] <= 0:
         return "unhealthy"
     return "healthy" if cap["alive"] >= cap["configured"] else "degraded"
+
+
+def anchor_health_status(cap: dict[str, Any]) -> str:
+    """The KernelGYM `/health` status: "healthy" while at least one worker can judge. The authors'
+    training and grading scripts refuse to start on anything else; lost capacity is in the other
+    fields (`workers_alive`, `workers_lost`, `degraded`), and `/v1/health` says "degraded"."""
+    return "healthy" if cap["alive"] > 0 else "unhealthy"
 
 
 def stored_totals(state: ServerState) -> dict[str, int]:
@@ -112,7 +120,8 @@ def health_body(state: ServerState) -> dict[str, Any]:
     depth = sched.depth()
     totals = stored_totals(state)
     return {
-        "status": health_status(cap),
+        "status": anchor_health_status(cap),
+        "degraded": health_status(cap) == "degraded",
         "timestamp": now_iso(),
         "gpu_status": _gpu_status(_workers(state)),
         "memory_usage": _memory_usage(),
@@ -125,6 +134,7 @@ def health_body(state: ServerState) -> dict[str, Any]:
         "workers": {"total": cap["configured"], **{s: cap[s] for s in _WORKER_STATES}},
         "workers_alive": cap["alive"],
         "workers_configured": cap["configured"],
+        "workers_lost": max(0, cap["configured"] - cap["alive"]),
         "executor": type(state.executor).__name__,
     }
 
@@ -258,10 +268,10 @@ def metrics_body(state: ServerState) -> dict[str, Any]:
                              "cpu_usage_percent": host.get("cpu_percent", 0.0)},
         "queue_metrics": {"pending_tasks": sum(sched.depth().values()),
                           "active_tasks": sched.running(), "completed_tasks": finished},
-        "error_metrics": {
-            "compilation_errors": outcomes.get(EvalOutcome.COMPILE_ERROR.value, 0),
-            "runtime_errors": outcomes.get(EvalOutcome.RUNTIME_ERROR.value, 0),
-            "timeout_errors": outcomes.get(EvalOutcome.TIMEOUT.value, 0),
+        "error_metrics": {  # by the error_code /results gives each task (anchor.error_code)
+            "compilation_errors": sched.error_codes.get("COMPILATION_ERROR", 0),
+            "runtime_errors": sched.error_codes.get("RUNTIME_ERROR", 0),
+            "timeout_errors": sched.error_codes.get("TIMEOUT_ERROR", 0),
         },
     }
 

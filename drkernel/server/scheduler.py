@@ -19,6 +19,7 @@ from typing import Any
 from drkernel.errors import ExecutorError, Overloaded
 from drkernel.executors.base import Executor
 from drkernel.executors.pool import infra_result
+from drkernel.server.anchor import error_code
 from drkernel.server.settings import Settings
 from drkernel.server.store import NewTask, TaskRecord, TaskStore
 from drkernel.types import EvalResult
@@ -91,6 +92,7 @@ class Scheduler:
         self.started_at = time.time()
         self.counters: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
+        self.error_codes: Counter[str | None] = Counter()  # the anchor's error_code of each finished task
         self.eval_seconds = 0.0
         if hasattr(executor, "on_attempt"):  # a worker pool: record each try and where it runs
             executor.on_attempt = self._on_attempt
@@ -222,6 +224,7 @@ class Scheduler:
         if self.store.finish(task_id, result):
             self.counters["finished"] += 1
             self.outcomes[result.outcome.value] += 1
+            self.error_codes[error_code(result.outcome, result.error.kind if result.error else "")] += 1
             self.eval_seconds += seconds
 
     def _purge_loop(self) -> None:

@@ -4,9 +4,11 @@ and replaced before a task meets it, so the next batch runs every task once."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,3 +119,44 @@ def test_real_idle_minutes_with_default_settings() -> None:
         time.sleep(100)
         batch(ex, "second")
         assert sum(w.restarts for w in ex.worker_states()) == 0
+
+
+def test_a_judge_stopped_when_its_server_died_is_reaped_on_the_cpu_too(tmp_path: Path) -> None:
+    """Its server killed while it was stopped, the judge could not follow; the next local executor
+    (a restarted server) kills it before starting its own."""
+    import subprocess
+    import sys
+
+    from drkernel.executors.judge_host import reap_orphan_judges
+
+    pid_file = tmp_path / "pid"
+    # a process named like a judge host, whose parent (the shell) exits at once: an orphan
+    code = (f"import os, signal; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+            "os.kill(os.getpid(), signal.SIGSTOP)")
+    import shlex
+
+    command = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} -m drkernel.executors.judge_host &"
+    subprocess.run(["sh", "-c", command], check=True)
+    deadline = time.monotonic() + 20
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    orphan = int(pid_file.read_text())
+    try:
+        time.sleep(0.2)
+        assert reap_orphan_judges() >= 1
+        deadline = time.monotonic() + 5
+        while _running(orphan) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(orphan)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(orphan, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
