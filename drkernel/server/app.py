@@ -59,7 +59,7 @@ def default_executor(settings: Settings) -> Executor:
     from drkernel.executors.fake_judge import fake_judge
     from drkernel.executors.judge_host import SharedGpuJudge, sandbox_judge
 
-    k = settings.judges_per_gpu
+    k = settings.gpu_judges
     factory = fake_judge if settings.judge == "fake" else sandbox_judge if k == 1 else SharedGpuJudge(k)
     return build_executor(serve_executor_config(settings), factory)
 
@@ -82,7 +82,7 @@ def serve_executor_config(settings: Settings) -> ExecutorConfig:
     return executor_config("local", devices=devices, isolation=settings.isolation,
                            heartbeat_timeout_s=settings.heartbeat_timeout_s,
                            deadline_grace_s=settings.deadline_grace_s,
-                           judges_per_gpu=settings.judges_per_gpu, scrub_env=SECRET_VARS)
+                           judges_per_gpu=settings.gpu_judges, scrub_env=SECRET_VARS)
 
 
 async def evaluate(request: Request) -> JSONResponse:

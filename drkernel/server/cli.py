@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--workers", dest="num_workers", type=int, default=None,
                    help="worker count (default: one per GPU, or cores/2 on the CPU)")
     p.add_argument("--judges-per-gpu", dest="judges_per_gpu", type=int, default=None,
-                   help="judges sharing each GPU (local executor, default 1): their compiles and correctness "
+                   help="judges sharing each GPU (local executor, default 4): their compiles and correctness "
                         "trials overlap, their timing and profiling windows take turns")
     p.add_argument("--isolation", choices=["process", "thread"], default=None,
                    help="local executor: each judge in its own process (default) or a thread")

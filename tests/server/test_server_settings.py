@@ -16,7 +16,8 @@ from drkernel.server.settings import Settings
 
 def test_judges_per_gpu_comes_from_the_environment_and_is_checked() -> None:
     assert Settings.from_env({"DRKERNEL_JUDGES_PER_GPU": "3"}).judges_per_gpu == 3
-    assert Settings.from_env({}).judges_per_gpu == 1
+    assert Settings.from_env({}).judges_per_gpu is None and Settings.from_env({}).gpu_judges == 4
+    assert Settings(executor="ray").gpu_judges == 1  # a Ray actor holds a whole GPU
     with pytest.raises(ConfigError, match="judges_per_gpu: 0 not in 1..16"):
         Settings(judges_per_gpu=0)
     with pytest.raises(ConfigError, match="local executor"):
