@@ -125,6 +125,10 @@ def _workflow_response(evaluation: dict[str, Any], submitted_at: str | None) -> 
     }
 
 
+# the workflows KernelGYM registers: kernelbench is judged here, kernel_simple answered as unsupported
+KERNELGYM_WORKFLOWS = frozenset({"kernelbench", "kernel_simple"})
+
+
 def _unsupported_workflow(task_id: str, workflow: str) -> dict[str, Any]:
     message = (f"workflow {workflow!r} is not supported: drkernel judges a kernel against a "
                "reference it does not control (workflow 'kernelbench', with reference_code); "
@@ -151,6 +155,9 @@ async def submit_workflow(request: Request) -> dict[str, Any]:
     if payload.get("resources") is None and wf.resources is not None:
         payload["resources"] = wf.resources
     name = (wf.workflow or "kernelbench").strip().lower()
+    if name not in KERNELGYM_WORKFLOWS:  # as KernelGYM: a workflow no one registered is a bad request
+        raise ApiError(400, "VALIDATION", f"Request validation failed: unknown workflow {name!r} "
+                       f"(known: {', '.join(sorted(KERNELGYM_WORKFLOWS))})")
     if name != "kernelbench":
         if not isinstance(task_id, str) or not task_id:
             raise ApiError(400, "VALIDATION", "Request validation failed: task_id is required")

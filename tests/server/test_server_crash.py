@@ -31,7 +31,8 @@ def _until(check, timeout_s: float, what: str) -> None:  # type: ignore[no-untyp
 def test_judges_die_with_a_killed_server_and_a_restart_frees_the_gpus(tmp_path: Path) -> None:
     locks = tmp_path / "locks"
     env = dict(os.environ, DRKERNEL_LOCK_DIR=str(locks))
-    extra = ["--judge", "fake", "--devices", "cuda:0,cuda:1", "--isolation", "process"]
+    extra = ["--judge", "fake", "--devices", "cuda:0,cuda:1", "--judges-per-gpu", "1",
+             "--isolation", "process"]
     server = ServerProcess(tmp_path / "crash.db", extra=extra, env=env).start()
     stopped: int | None = None
     try:
