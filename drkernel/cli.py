@@ -35,6 +35,16 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
 QUICK_EXIT = frozenset({"eval"})
 
 
+def _version() -> str:
+    """The installed distribution's version (no import of the package's heavy parts)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("drkernel")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def _command(argv: list[str]) -> str | None:
     """The subcommand named in argv (the first word that is one), if any."""
     return next((a for a in argv if a in COMMANDS), None)
@@ -52,6 +62,7 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
         prog="drkernel", description="Judge, serve and train LLM-written Triton kernels."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    parser.add_argument("--version", action="version", version=f"drkernel {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     wanted = _command(argv)
     for name, (module, extra) in COMMANDS.items():

@@ -31,7 +31,7 @@ from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
 from drkernel.executors.build import build_executor
 from drkernel.helpfmt import DefaultsHelpFormatter
-from drkernel.problems.loaders import load_suite
+from drkernel.problems.loaders import load_suite, parse_levels
 from drkernel.types import Problem
 
 __all__ = ["BenchInterrupted", "check_out", "register", "run", "run_bench"]
@@ -52,7 +52,7 @@ def register(subparsers: Any) -> None:
                               formatter_class=DefaultsHelpFormatter)
     p.add_argument("suite", help="builtin[:cpu|:gpu], a folder of problems, or a KernelBench checkout")
     p.add_argument("--samples", type=int, default=8, help="episodes per problem (paper: 8)")
-    p.add_argument("--levels", help="KernelBench levels to run, e.g. 1,2")
+    p.add_argument("--levels", type=parse_levels, help="KernelBench levels to run, e.g. 1,2 or 1-3")
     p.add_argument("--limit", type=int, help="first N problems only")
     p.add_argument("--out", default="bench-out", help="output folder (resume log, reports)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -209,8 +209,7 @@ def run(args: argparse.Namespace) -> int:
     if args.samples < 1:
         print("drkernel bench: --samples must be >= 1", file=sys.stderr)
         return 2
-    levels = tuple(int(x) for x in args.levels.split(",")) if args.levels else None
-    problems = load_suite(args.suite, levels)
+    problems = load_suite(args.suite, args.levels)
     if args.limit:
         problems = problems[: args.limit]
     if args.held_out:

@@ -97,7 +97,7 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
 
 def tts_defaults(args: argparse.Namespace, default_turns: int) -> tuple[int, ContextConfig]:
     """Turn budget and context config from --turns/--tts/--context/--window/--prompt-budget."""
-    turns = args.turns or (TTS_TURNS if args.tts else default_turns)
+    turns = args.turns if args.turns is not None else (TTS_TURNS if args.tts else default_turns)
     mode = args.context or ("top_w" if args.tts else "full")
     paper = _protocol(args) == "paper"
     if turns < 1:

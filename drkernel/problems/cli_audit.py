@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from drkernel.problems.audit import AuditConfig, ProblemAudit, audit_suite
-from drkernel.problems.loaders import load_suite
+from drkernel.problems.loaders import load_suite, parse_levels
 
 __all__ = ["register"]
 
@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        description="Audit a suite: builtin[:cpu|:gpu], a KernelBench checkout, a folder, "
                                    "a .py, .jsonl or RL .parquet file.")
     p.add_argument("suite", help="builtin[:cpu|:gpu] | KernelBench checkout | folder | file")
-    p.add_argument("--levels", default=None, help="comma-separated levels to keep, e.g. 1,2")
+    p.add_argument("--levels", type=parse_levels, default=None, help="levels to keep, e.g. 1,2 or 1-3")
     p.add_argument("--only", action="append", default=None,
                    help="keep problems whose name contains this (repeatable)")
     p.add_argument("--judge", action="store_true",
@@ -44,8 +44,7 @@ def _row(a: ProblemAudit) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    levels = tuple(int(x) for x in args.levels.split(",")) if args.levels else None
-    problems = load_suite(args.suite, levels)
+    problems = load_suite(args.suite, args.levels)
     if args.only:
         problems = [p for p in problems if any(o in p.name for o in args.only)]
     cfg = AuditConfig(max_input_numel=args.max_input_numel)

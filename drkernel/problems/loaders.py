@@ -185,6 +185,27 @@ def load_rl_parquet(path: str | Path, limit: int | None = None) -> list[Problem]
     return [problem_from_record(dict(row), f"{p}[row {i}]") for i, row in enumerate(rows)]
 
 
+def parse_levels(text: str) -> tuple[int, ...]:
+    """"1,2" or "1-3" (or both: "1,3-4") -> (1, 2) or (1, 2, 3). An argparse `type`: a bad value is
+    the flag's one-line usage error, never a traceback."""
+    import argparse
+
+    levels: list[int] = []
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            lo, dash, hi = part.partition("-")
+            first, last = int(lo), int(hi if dash else lo)
+            if not 1 <= first <= last <= 4:
+                raise ValueError
+            levels.extend(range(first, last + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected KernelBench levels 1 to 4, e.g. 1,2 or 1-3") from None
+    if not levels:
+        raise argparse.ArgumentTypeError("no level given: expected e.g. 1,2 or 1-3")
+    return tuple(dict.fromkeys(levels))
+
+
 def load_suite(spec: str, levels: tuple[int, ...] | None = None) -> list[Problem]:
     """Problems of a suite spec: "builtin[:cpu|:gpu]", a KernelBench checkout, a folder, one .py,
     a .jsonl or a .parquet file. `levels` keeps only those levels."""

@@ -1,0 +1,50 @@
+"""A newcomer's edges of the command line (issue 35, part B): --version, a bad --levels, --turns 0."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from drkernel.problems.loaders import parse_levels
+
+
+def test_version_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from drkernel.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("drkernel ")
+
+
+@pytest.mark.parametrize(("text", "levels"), [("1,2", (1, 2)), ("1-3", (1, 2, 3)), ("1,3-4", (1, 3, 4)),
+                                              (" 2 ", (2,)), ("2,2", (2,))])
+def test_levels_are_lists_and_ranges(text: str, levels: tuple[int, ...]) -> None:
+    assert parse_levels(text) == levels
+
+
+@pytest.mark.parametrize("text", ["x", "0", "5", "3-1", "1-", ",", ""])
+def test_a_bad_level_is_a_usage_error_of_the_flag(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="expected"):
+        parse_levels(text)
+
+
+def test_bench_with_bad_levels_says_one_line_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from drkernel.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "builtin", "--levels", "x", "--model", "m", "--base-url", "http://127.0.0.1:1/v1"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--levels" in err[0] and "expected KernelBench levels" in err[0]
+
+
+def test_zero_turns_is_refused_not_replaced() -> None:
+    from drkernel.agent.cli_options import tts_defaults
+    from drkernel.errors import ConfigError
+
+    args = argparse.Namespace(turns=0, tts=False, context="all", window=4, prompt_budget=None,
+                              rank_by="reward", max_model_len=None)
+    with pytest.raises(ConfigError, match="--turns: must be >= 1"):
+        tts_defaults(args, 3)
