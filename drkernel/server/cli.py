@@ -115,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("drkernel serve: auth is off (set DRKERNEL_AUTH_TOKEN to require a bearer token)",
               file=sys.stderr, flush=True)
+    print(f"drkernel serve: task store {db}{'' if os.path.exists(db) else ' (new)'}", file=sys.stderr,
+          flush=True)
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level,
                 workers=1, timeout_graceful_shutdown=30)
