@@ -48,3 +48,15 @@ def test_zero_turns_is_refused_not_replaced() -> None:
                               rank_by="reward", max_model_len=None)
     with pytest.raises(ConfigError, match="--turns: must be >= 1"):
         tts_defaults(args, 3)
+
+
+@pytest.mark.parametrize(("flag", "value", "named"), [("--concurrency", "0", "--concurrency"),
+                                                      ("--window", "0", "--window")])
+def test_errors_name_the_flag_not_the_config_key(flag: str, value: str, named: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from drkernel.cli import main
+
+    code = main(["bench", "builtin:cpu", "--model", "m", "--base-url", "http://127.0.0.1:1/v1",
+                 "--executor", "fake", flag, value, "--out", "/nonexistent-drkernel-out"])
+    err = capsys.readouterr().err
+    assert code == 2 and named in err and "loop." not in err and "context." not in err, err

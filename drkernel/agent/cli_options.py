@@ -123,7 +123,23 @@ def reward_preset(args: argparse.Namespace) -> str:
     return getattr(args, "reward_preset", None) or ("eval" if _protocol(args) == "paper" else "paper")
 
 
+# a config's key -> the flag a user of bench/optimize sets it with: errors name the flag
+_FLAGS = {"loop.concurrency": "--concurrency", "context.w": "--window", "context.mode": "--context",
+          "context.token_budget": "--prompt-budget", "context.rank_by": "--rank-by"}
+
+
 def build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfig:
+    try:
+        return _build_loop_config(args, default_turns)
+    except ConfigError as exc:
+        message = str(exc)
+        for key, flag in _FLAGS.items():
+            if message.startswith(key + ":"):
+                raise ConfigError(flag + message[len(key):]) from None
+        raise
+
+
+def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfig:
     turns, context = tts_defaults(args, default_turns)
     paper = _protocol(args) == "paper"
     make = EvalOptions.paper if args.paper_tolerance or paper else EvalOptions
