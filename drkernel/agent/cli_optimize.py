@@ -26,6 +26,7 @@ from drkernel.agent.env import KernelEnv
 from drkernel.agent.loop import LoopConfig, run_episode
 from drkernel.agent.policy import Policy, token_counter
 from drkernel.agent.trajectories import Trajectory, save_trajectories
+from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
 from drkernel.executors.build import build_executor
 from drkernel.problems.loaders import load_problem_file
@@ -38,6 +39,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("optimize", help="make one PyTorch module faster with a model")
     p.add_argument("reference", help="KernelBench-format .py file (Model, get_inputs, get_init_inputs)")
     p.add_argument("--out", help="output folder (default: optimize-<name>)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier run's report in --out (without it, such a folder is refused)")
     add_run_options(p, default_turns=3)
     p.add_argument("--held-out", action="store_true",
                    help="also check each kernel on shapes derived from the reference's size constants (never "
@@ -141,11 +144,23 @@ def run(args: argparse.Namespace) -> int:
             print("--held-out: the reference has no module-level size constants to derive shapes from; "
                   "no held-out check", file=sys.stderr)
     out = Path(args.out or f"optimize-{problem.name}")
+    if (out / "report.json").exists() and not args.overwrite:
+        raise ConfigError(f"{out} holds an earlier run's report: pass --overwrite to replace it, or choose "
+                          "another --out")
     config = build_loop_config(args, default_turns=3)
     policy = build_policy(args)
-    executor = build_executor(executor_config_from_flags(
-        args.executor, server=args.server, device=args.device, workers=args.workers,
-        token=server_token(args)))
+    try:
+        check = getattr(policy, "check_endpoint", None)
+        if callable(check):  # a model server that is down or is not one: one line now, not retries
+            check()
+        executor = build_executor(executor_config_from_flags(
+            args.executor, server=args.server, device=args.device, workers=args.workers,
+            token=server_token(args)))
+    except BaseException:
+        close = getattr(policy, "close", None)
+        if callable(close):
+            close()
+        raise
     try:
         traj = optimize(problem, policy, executor, config, out)
     finally:

@@ -117,13 +117,19 @@ class OpenAIPolicy:
         if response.status_code in (401, 403):
             raise ConfigError(f"the model server at {url} refused the API key (HTTP {response.status_code}): "
                               "set the key's environment variable (--api-key-env)")
-        if response.status_code != 200:  # some servers do not list models: the requests will tell
+        try:
+            body = response.json()
+        except ValueError:  # a web page, a proxy's error: no model server answered
+            kind = response.headers.get("content-type", "no content type").split(";")[0]
+            raise ConfigError(f"{url} is not an OpenAI-compatible endpoint (HTTP {response.status_code}, "
+                              f"{kind}): point --base-url at one, e.g. http://HOST:PORT/v1") from None
+        if response.status_code != 200:  # an API without a model list: the requests will tell
             log.warning("the model server at %s answered HTTP %d to GET /models", url, response.status_code)
             return
-        try:
-            served = [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
-        except (ValueError, AttributeError):
-            served = []
+        if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+            raise ConfigError(f"{url} answered GET /models with no model list: it is not an "
+                              "OpenAI-compatible endpoint; point --base-url at one, e.g. http://HOST:PORT/v1")
+        served = [str(m.get("id")) for m in body["data"] if isinstance(m, dict)]
         if served and self.config.model not in served:
             raise ConfigError(f"the model server at {url} serves {', '.join(served[:5])}, not "
                               f"{self.config.model!r}: pass --model with one of those")
