@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from drkernel.errors import DrKernelError
 
-__all__ = ["QUICK_EXIT", "entry", "main"]
+__all__ = ["COMMANDS", "QUICK_EXIT", "SUMMARIES", "entry", "main"]
 
 # name -> (module, extra that provides its dependencies)
 COMMANDS: dict[str, tuple[str, str | None]] = {
@@ -27,6 +27,16 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "audit": ("drkernel.problems.cli_audit", None),
     "suite": ("drkernel.problems.cli_suite", None),
     "train": ("drkernel.rl.cli", "train"),
+}
+# the one-line help of each, for `drkernel --help` without importing any command (they import torch)
+SUMMARIES = {
+    "eval": "judge one Triton candidate against a PyTorch reference",
+    "serve": "the gym as a service (KernelGYM's API and ours)",
+    "bench": "run a model over a suite and report Fast@p per turn",
+    "optimize": "make one PyTorch module faster with a model",
+    "audit": "flag degenerate problems in a suite (null kernels that pass)",
+    "suite": "list or show built-in problems; time reference baselines",
+    "train": "SFT and multi-turn RL (the Dr. Kernel recipe)",
 }
 
 
@@ -66,8 +76,8 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     wanted = _command(argv)
     for name, (module, extra) in COMMANDS.items():
-        if wanted is not None and name != wanted:
-            sub.add_parser(name, help=f"see `drkernel {name} --help`")
+        if name != wanted:  # only the command asked for is imported (`drkernel --help` imports none)
+            sub.add_parser(name, help=SUMMARIES[name])
             continue
         try:
             mod = importlib.import_module(module)

@@ -60,3 +60,18 @@ def test_errors_name_the_flag_not_the_config_key(flag: str, value: str, named: s
                  "--executor", "fake", flag, value, "--out", "/nonexistent-drkernel-out"])
     err = capsys.readouterr().err
     assert code == 2 and named in err and "loop." not in err and "context." not in err, err
+
+
+def test_top_level_help_imports_no_command(tmp_path) -> None:  # noqa: ANN001
+    """`drkernel --help` lists every command without importing one (they import torch: 6 s before)."""
+    import subprocess
+    import sys
+
+    from drkernel.cli import COMMANDS, SUMMARIES
+
+    assert set(SUMMARIES) == set(COMMANDS)
+    code = ("import sys; from drkernel.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO TORCH')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.strip().endswith("NO TORCH") and all(name in out for name in COMMANDS), out
