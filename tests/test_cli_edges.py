@@ -75,3 +75,29 @@ def test_top_level_help_imports_no_command(tmp_path) -> None:  # noqa: ANN001
             "print('TORCH' if 'torch' in sys.modules else 'NO TORCH')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     assert out.strip().endswith("NO TORCH") and all(name in out for name in COMMANDS), out
+
+
+def test_paper_stts_keeps_the_best_run_of_four_ties_to_the_earliest() -> None:
+    """Issue 35, part A, item 5: --protocol paper --tts selects as the authors' code does (Table 1's
+    STTS rows): the run of 4 consecutive turns whose rewards add up highest, the earliest on a tie;
+    ours keeps the top 4 turns, ties to the latest."""
+    from drkernel.agent.cli_options import TTS_TURNS, tts_defaults
+    from drkernel.agent.trajectories import Turn
+    from drkernel.agent.tts import select_turns
+    from drkernel.types import EvalOutcome, EvalResult
+
+    def args(protocol: str) -> argparse.Namespace:
+        return argparse.Namespace(turns=None, tts=True, context=None, window=4, prompt_budget=None,
+                                  rank_by="reward", protocol=protocol)
+
+    turns, paper = tts_defaults(args("paper"), 3)
+    _, ours = tts_defaults(args("ours"), 3)
+    assert turns == TTS_TURNS == 14
+    assert (paper.mode, paper.ties, paper.w) == ("best_window", "earliest", 4)
+    assert (ours.mode, ours.ties) == ("top_w", "latest")
+    rewards = [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 2.0]  # windows 1-4 and 2-5 tie at 4
+    ts = [Turn(i, "", None, "none", EvalResult(EvalOutcome.OK), r, "") for i, r in enumerate(rewards)]
+    assert select_turns(ts[:6], paper) == [1, 2, 3, 4]  # the earliest of the tied runs
+    assert select_turns(ts[:5], paper) == [1, 2, 3, 4]  # after the first 5-turn iteration
+    assert select_turns(ts[:4], paper) == [0, 1, 2, 3]  # within it: every turn so far
+    assert select_turns(ts, ours) == [3, 4, 5, 7]  # top 4 by reward, ties to the latest

@@ -67,7 +67,8 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
                         "prompt is an empty 'prompt overlong' turn; docs/agent.md)")
     g.add_argument("--tts", action="store_true",
                    help=f"sequential test-time scaling: {TTS_TURNS} turns, each prompt keeps the top 4 "
-                        f"earlier turns ranked by --rank-by (reward: the --reward-preset reward), "
+                        f"earlier turns ranked by --rank-by (reward: the --reward-preset reward; with "
+                        f"--protocol paper the best run of 4 consecutive turns, as the authors' code), "
                         f"{TTS_BUDGET}-token prompt budget")
     g.add_argument("--context", choices=("full", "top_w", "best_window"), default=None,
                    help="earlier turns in each prompt: all, the top --window, or the best window of --window")
@@ -98,13 +99,16 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
 def tts_defaults(args: argparse.Namespace, default_turns: int) -> tuple[int, ContextConfig]:
     """Turn budget and context config from --turns/--tts/--context/--window/--prompt-budget."""
     turns = args.turns if args.turns is not None else (TTS_TURNS if args.tts else default_turns)
-    mode = args.context or ("top_w" if args.tts else "full")
     paper = _protocol(args) == "paper"
+    # STTS: the paper's text says the top 4 turns; its Table 1 rows come from the authors' code, the best
+    # contiguous 4-turn window, ties to the earliest (docs/paper_spec.md §10): that, with --protocol paper
+    mode = args.context or (("best_window" if paper else "top_w") if args.tts else "full")
     if turns < 1:
         raise ConfigError("--turns: must be >= 1")
     return turns, ContextConfig(mode=mode, w=args.window, token_budget=prompt_budget(args),
                                 rank_by=getattr(args, "rank_by", "reward"),
-                                overflow="overlong" if paper else "shrink")
+                                overflow="overlong" if paper else "shrink",
+                                ties="earliest" if paper else "latest")
 
 
 def _protocol(args: argparse.Namespace) -> str:

@@ -34,6 +34,9 @@ class ContextConfig:
     # a prompt over token_budget: "shrink" it (ours: answers cut to code, weakest turns dropped), or
     # send nothing and record an empty "prompt overlong" turn (the authors, docs/paper_spec.md §2.7)
     overflow: str = "shrink"
+    # equal scores: the more recent turns ("latest", ours) or the earlier ("earliest": the authors'
+    # best_window, which keeps the first window of the highest sum, docs/paper_spec.md §10)
+    ties: str = "latest"
 
     def __post_init__(self) -> None:
         if self.mode not in _MODES:
@@ -46,6 +49,8 @@ class ContextConfig:
             raise ConfigError("context.rank_by: must be 'reward' or 'speedup'")
         if self.overflow not in ("shrink", "overlong"):
             raise ConfigError("context.overflow: must be 'shrink' or 'overlong'")
+        if self.ties not in ("latest", "earliest"):
+            raise ConfigError("context.ties: must be 'latest' or 'earliest'")
 
     @classmethod
     def paper_stts(cls, token_budget: int | None = 20480) -> ContextConfig:
@@ -60,7 +65,8 @@ def _score(turn: Turn, rank_by: str) -> float:
 
 
 def select_turns(turns: list[Turn], config: ContextConfig) -> list[int]:
-    """Indices of the turns to show, oldest first. Ties go to the more recent turns.
+    """Indices of the turns to show, oldest first. Ties go to the more recent turns, or with
+    `ties="earliest"` to the earlier ones.
 
     >>> from drkernel.types import EvalOutcome, EvalResult
     >>> mk = lambda i, r: Turn(i, "", None, "none", EvalResult(EvalOutcome.OK), r, "")
@@ -69,17 +75,20 @@ def select_turns(turns: list[Turn], config: ContextConfig) -> list[int]:
     [2, 3, 5]
     >>> select_turns(ts, ContextConfig(mode="best_window", w=3))
     [2, 3, 4]
+    >>> select_turns(ts, ContextConfig(mode="best_window", w=3, ties="earliest"))
+    [1, 2, 3]
     """
     n = len(turns)
     if config.mode == "full" or n <= config.w:
         return list(range(n))
     scores = [_score(t, config.rank_by) for t in turns]
+    late = 1 if config.ties == "latest" else -1  # the tie-break: prefer larger or smaller indices
     if config.mode == "top_w":
-        ranked = sorted(range(n), key=lambda i: (scores[i], i), reverse=True)
+        ranked = sorted(range(n), key=lambda i: (scores[i], late * i), reverse=True)
         chosen = set(ranked[: config.w])
     else:
         starts = range(n - config.w + 1)
-        best = max(starts, key=lambda s: (sum(scores[s : s + config.w]), s))
+        best = max(starts, key=lambda s: (sum(scores[s : s + config.w]), late * s))
         chosen = set(range(best, best + config.w))
     if config.keep_last and n - 1 not in chosen:
         chosen.discard(min(chosen, key=lambda i: (scores[i], i)))
