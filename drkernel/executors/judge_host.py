@@ -174,24 +174,28 @@ def _is_orphan_judge(judge_pid: int, server_pid: int) -> bool:
 
 
 def reap_orphan_judges() -> int:
-    """Kill this user's judge processes whose server is gone (reparented to init, or their parent dead):
-    a judge that was stopped (SIGSTOP, a hung driver) when its server died could not follow it, and
-    holds its sandboxes and memory through every restart. On a GPU the GPU lock finds such a judge
-    when the next one wants its GPU; on the CPU nothing did. Returns how many were killed."""
+    """Kill this user's judge processes whose server is gone: a judge that was stopped (SIGSTOP, a hung
+    driver) when its server died could not follow it, and holds its sandboxes and memory through every
+    restart. On a GPU the GPU lock finds such a judge when the next one wants its GPU; on the CPU
+    nothing did. A judge process names its server's pid on its command line (the last argument); it is
+    an orphan when that server is dead or is no longer its parent (the pid was reused). Returns how
+    many were killed."""
     killed, me = 0, os.getuid()
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
             continue
         pid = int(name)
         try:
-            if _HOST_MODULE.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if _HOST_MODULE.encode() not in argv:
                 continue
             if os.stat(f"/proc/{pid}").st_uid != me:
                 continue
             ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            server = int([a for a in argv if a][-1])
         except (OSError, ValueError, IndexError):
             continue
-        if ppid in (0, 1) or not _alive(ppid):
+        if not _alive(server) or ppid != server:
             logger.warning("killing orphaned judge %d (its server is gone)", pid)
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -455,7 +459,7 @@ class ProcessJudgeHost:
         # pass_fds hands it only its two sockets (no sibling's lifeline keeps it alive)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", _HOST_MODULE, str(child_sock.fileno()),
-             str(life_child.fileno()), str(beat_s), str(int(lifeline_sndbuf)), name],
+             str(life_child.fileno()), str(beat_s), str(int(lifeline_sndbuf)), name, str(os.getpid())],
             pass_fds=(child_sock.fileno(), life_child.fileno()), env=env,
             stdin=subprocess.DEVNULL,
         )

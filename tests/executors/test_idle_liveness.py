@@ -135,7 +135,10 @@ def test_a_judge_stopped_when_its_server_died_is_reaped_on_the_cpu_too(tmp_path:
             "os.kill(os.getpid(), signal.SIGSTOP)")
     import shlex
 
-    command = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} -m drkernel.executors.judge_host &"
+    # as a judge host's command line: the module, its arguments, its server's pid last (one that is gone)
+    gone = 2**22 + 4242
+    command = (f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} -m drkernel.executors.judge_host "
+               f"3 4 1.0 0 local-9 {gone} &")
     subprocess.run(["sh", "-c", command], check=True)
     deadline = time.monotonic() + 20
     while not pid_file.exists() or not pid_file.read_text():
@@ -144,7 +147,10 @@ def test_a_judge_stopped_when_its_server_died_is_reaped_on_the_cpu_too(tmp_path:
     orphan = int(pid_file.read_text())
     try:
         time.sleep(0.2)
-        assert reap_orphan_judges() >= 1
+        with LocalExecutor(LocalExecutor.Config(devices=("cpu",), isolation="process"), fake_judge) as ex:
+            assert ex.evaluate([req("after")])[0].outcome is EvalOutcome.OK
+            assert reap_orphan_judges() == 0  # the live executor's judge is no orphan
+        assert not _running(orphan) or reap_orphan_judges() >= 1  # the executor's start reaped it
         deadline = time.monotonic() + 5
         while _running(orphan) and time.monotonic() < deadline:
             time.sleep(0.05)
