@@ -123,7 +123,7 @@ def test_optimize_with_fake_executor_and_no_verified_kernel(chat_server, tmp_pat
     out = tmp_path / "o"
     (out).mkdir()
     (out / "best_kernel.py").write_text("stale")
-    rc = main(["optimize", str(ref), "--model", "m", "--base-url", srv.base_url, "--turns", "2",
+    rc = main(["optimize", str(ref), "--model", "stub", "--base-url", srv.base_url, "--turns", "2",
                "--executor", "fake", "--out", str(out)])
     assert rc == 0
     assert not (out / "best_kernel.py").exists()
