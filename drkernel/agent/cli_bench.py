@@ -18,9 +18,8 @@ from typing import Any
 from drkernel.agent.cli_options import (
     add_run_options,
     build_loop_config,
-    build_policy,
-    executor_config_from_flags,
-    server_token,
+    close_policy,
+    start_policy_and_executor,
 )
 from drkernel.agent.loop import LoopConfig, run_episodes
 from drkernel.agent.metrics import summarize
@@ -29,7 +28,6 @@ from drkernel.agent.report import INTERPRETER_CAVEAT, render_table, write_report
 from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
-from drkernel.executors.build import build_executor
 from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.problems.loaders import load_suite, parse_levels
 from drkernel.types import Problem
@@ -216,17 +214,7 @@ def run(args: argparse.Namespace) -> int:
         problems = _with_held_out(problems)
     config = build_loop_config(args, default_turns=3)
     check_out(args.out, args.resume)
-    policy = build_policy(args)
-    try:
-        check = getattr(policy, "check_endpoint", None)
-        if callable(check):  # a model server that is down: one line now, not retries and an all-zero table
-            check()
-        executor = build_executor(executor_config_from_flags(
-            args.executor, server=args.server, device=args.device, workers=args.workers,
-            token=server_token(args)))
-    except BaseException:
-        _close(policy)
-        raise
+    policy, executor = start_policy_and_executor(args)
     try:
         summary = run_bench(
             problems, policy, executor, config, args.out,
@@ -241,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         executor.close()
-        _close(policy)
+        close_policy(policy)
     from rich.console import Console
 
     Console().print(render_table(summary))
@@ -260,7 +248,3 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _close(policy: Any) -> None:
-    close = getattr(policy, "close", None)
-    if callable(close):
-        close()

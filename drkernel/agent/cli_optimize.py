@@ -18,9 +18,8 @@ from typing import Any
 from drkernel.agent.cli_options import (
     add_run_options,
     build_loop_config,
-    build_policy,
-    executor_config_from_flags,
-    server_token,
+    close_policy,
+    start_policy_and_executor,
 )
 from drkernel.agent.env import KernelEnv
 from drkernel.agent.loop import LoopConfig, run_episode
@@ -28,7 +27,6 @@ from drkernel.agent.policy import Policy, token_counter
 from drkernel.agent.trajectories import Trajectory, save_trajectories
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
-from drkernel.executors.build import build_executor
 from drkernel.problems.loaders import load_problem_file
 from drkernel.types import Problem
 
@@ -148,26 +146,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{out} holds an earlier run's report: pass --overwrite to replace it, or choose "
                           "another --out")
     config = build_loop_config(args, default_turns=3)
-    policy = build_policy(args)
-    try:
-        check = getattr(policy, "check_endpoint", None)
-        if callable(check):  # a model server that is down or is not one: one line now, not retries
-            check()
-        executor = build_executor(executor_config_from_flags(
-            args.executor, server=args.server, device=args.device, workers=args.workers,
-            token=server_token(args)))
-    except BaseException:
-        close = getattr(policy, "close", None)
-        if callable(close):
-            close()
-        raise
+    policy, executor = start_policy_and_executor(args)
     try:
         traj = optimize(problem, policy, executor, config, out)
     finally:
         executor.close()
-        close = getattr(policy, "close", None)
-        if callable(close):
-            close()
+        close_policy(policy)
     for t in traj.turns:
         x = _turn_line(t)
         sp = "-" if x["speedup"] is None else f"{x['speedup']:.3g}x"

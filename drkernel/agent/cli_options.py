@@ -24,9 +24,11 @@ from drkernel.agent.policy import Policy, SamplingParams
 from drkernel.agent.prompts import PromptConfig
 from drkernel.agent.tts import ContextConfig
 from drkernel.errors import ConfigError
+from drkernel.executors.build import build_executor
 from drkernel.types import EvalOptions
 
 if TYPE_CHECKING:
+    from drkernel.executors.base import Executor
     from drkernel.executors.build import ExecutorConfig
 
 __all__ = [
@@ -34,9 +36,11 @@ __all__ = [
     "add_run_options",
     "build_loop_config",
     "build_policy",
+    "close_policy",
     "executor_config_from_flags",
     "prompt_budget",
     "reward_preset",
+    "start_policy_and_executor",
     "tts_defaults",
 ]
 
@@ -167,6 +171,29 @@ def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConf
         temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
     )
     return LoopConfig(env=env, sampling=sampling, concurrency=args.concurrency, model=args.model)
+
+
+def start_policy_and_executor(args: argparse.Namespace) -> tuple[Policy, Executor]:
+    """The policy, its endpoint checked (a model server that is down, refuses the key, does not serve
+    the model or is not one: one line now, not retries and an all-zero table), then the executor."""
+    policy = build_policy(args)
+    try:
+        check = getattr(policy, "check_endpoint", None)
+        if callable(check):
+            check()
+        executor = build_executor(executor_config_from_flags(
+            args.executor, server=args.server, device=args.device, workers=args.workers,
+            token=server_token(args)))
+    except BaseException:
+        close_policy(policy)
+        raise
+    return policy, executor
+
+
+def close_policy(policy: Policy) -> None:
+    close = getattr(policy, "close", None)
+    if callable(close):
+        close()
 
 
 def build_policy(args: argparse.Namespace) -> Policy:

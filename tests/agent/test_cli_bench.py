@@ -162,10 +162,11 @@ def _closed_port_url():
 def test_bench_with_the_model_server_down_is_one_line_and_a_failure(suite, tmp_path, capsys, monkeypatch):
     import time
 
-    import drkernel.agent.cli_bench as cli_bench
+    import drkernel.agent.cli_options as cli_options
 
     started = []
-    monkeypatch.setattr(cli_bench, "build_executor", lambda *a, **k: started.append(1) or FakeExecutor())
+    monkeypatch.setattr(cli_options, "build_executor",
+                        lambda *a, **k: started.append(1) or FakeExecutor())
     t0 = time.monotonic()
     assert main(bench_argv(suite, tmp_path / "o", _closed_port_url())) == 2
     assert time.monotonic() - t0 < 15  # no retries
@@ -185,13 +186,14 @@ def test_bench_names_the_models_a_server_serves(chat_server, suite, tmp_path, ca
 
 def test_bench_refuses_a_used_out_before_starting_the_judge(chat_server, suite, tmp_path, capsys,
                                                             monkeypatch):
-    import drkernel.agent.cli_bench as cli_bench
+    import drkernel.agent.cli_options as cli_options
 
     srv = chat_server(fake_answer)
     out = tmp_path / "o"
     assert main(bench_argv(suite, out, srv.base_url, "--limit", "1")) == 0
     capsys.readouterr()
-    monkeypatch.setattr(cli_bench, "build_executor", lambda *a, **k: pytest.fail("the judge was started"))
+    monkeypatch.setattr(cli_options, "build_executor",
+                        lambda *a, **k: pytest.fail("the judge was started"))
     assert main(bench_argv(suite, out, srv.base_url, "--limit", "1")) == 2
     assert "--resume" in capsys.readouterr().err
 
