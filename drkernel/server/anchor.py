@@ -165,23 +165,24 @@ def _verdict(result: EvalResult, record: TaskRecord) -> _Verdict:
     kind = result.error.kind if result.error else ""
     verbose = bool(record.meta.get("verbose_errors", True))
     text = _error_text(result, verbose)
+    code = error_code(outcome, kind)  # the one classification, shared with /metrics
     if outcome is EvalOutcome.OK:
         return _Verdict("completed", True, None, None, {})
     if outcome is EvalOutcome.INCORRECT:
         detail = _incorrect_detail(result)
         message = "Kernel produced incorrect results" + (f": {detail}" if detail else "")
-        return _Verdict("completed", True, "CORRECTNESS_ERROR", message,
+        return _Verdict("completed", True, code, message,
                         {"correctness_issue": detail or "Output mismatch"})
     if outcome is EvalOutcome.HACK_DETECTED:
         # the hack's class and what to do instead, never the evidence (issue 33: the authors' engine
         # pastes the whole result into the next prompt, so a seed here would be taught to the policy)
         found = hacks_text(result.hacks)
         message = f"Kernel produced incorrect results: reward hack detected ({found})"
-        return _Verdict("completed", True, "CORRECTNESS_ERROR", message,
+        return _Verdict("completed", True, code, message,
                         {"correctness_issue": f"reward hack detected ({found})"})
     if outcome is EvalOutcome.COMPILE_ERROR and kind == "triton_compile_error" or \
             outcome is EvalOutcome.RUNTIME_ERROR and kind not in _DEAD_SANDBOX:
-        return _Verdict("completed", True, "RUNTIME_ERROR", f"Kernel execution failed: {text}",
+        return _Verdict("completed", True, code, f"Kernel execution failed: {text}",
                         {"runtime_error": text, "runtime_error_name": _error_name(result)})
     if outcome is EvalOutcome.COMPILE_ERROR:
         entry = f"class {record.request.options.entry_point}New"
@@ -189,17 +190,17 @@ def _verdict(result: EvalResult, record: TaskRecord) -> _Verdict:
             message = f"Kernel code validation failed: the code must define '{entry}'"
             return _Verdict("failed", False, "VALIDATION_ERROR", message,
                             {"error": message, "validation_error": message})
-        return _Verdict("failed", False, "COMPILATION_ERROR", f"Kernel compilation failed: {text}",
+        return _Verdict("failed", False, code, f"Kernel compilation failed: {text}",
                         {"compilation_error": text, "compilation_error_name": _error_name(result)})
     if outcome is EvalOutcome.RUNTIME_ERROR:
         message = f"Task processing failed: {text}"
-        return _Verdict("failed", False, "RUNTIME_ERROR", message, {"error": message})
+        return _Verdict("failed", False, code, message, {"error": message})
     if outcome is EvalOutcome.TIMEOUT:
         limit = record.request.options.timeout_s
         message = f"Task processing failed: timeout after {limit:g}s ({text})"
-        return _Verdict("failed", False, "TIMEOUT_ERROR", message, {"error": message})
+        return _Verdict("failed", False, code, message, {"error": message})
     message = f"Task processing failed: {text}"
-    return _Verdict("failed", False, "SYSTEM_ERROR", message, {"error": message})
+    return _Verdict("failed", False, code, message, {"error": message})
 
 
 # sandboxes that died or broke protocol: the anchor's worker process dies the same way and the

@@ -61,15 +61,22 @@ def test_the_native_result_keeps_the_evidence_for_people() -> None:
 
 
 def test_metrics_count_each_task_under_the_code_results_gives_it() -> None:
+    """`/results` and `/metrics` take the code from one function (anchor.error_code); each case's code
+    is KernelGYM's (tests/server/test_kernelgym_compat.py checks them through the authors' client)."""
     from drkernel.server.anchor import _verdict
 
-    cases = [(EvalOutcome.COMPILE_ERROR, "triton_compile_error"), (EvalOutcome.COMPILE_ERROR, "syntax_error"),
-             (EvalOutcome.COMPILE_ERROR, "import_error"), (EvalOutcome.RUNTIME_ERROR, "forward_error"),
-             (EvalOutcome.RUNTIME_ERROR, "crash"), (EvalOutcome.TIMEOUT, "timeout"),
-             (EvalOutcome.INCORRECT, ""), (EvalOutcome.HACK_DETECTED, ""), (EvalOutcome.OK, ""),
-             (EvalOutcome.INFRA_ERROR, "judge_error"), (EvalOutcome.RUNTIME_ERROR, "resource_exhaustion")]
-    for outcome, kind in cases:
+    cases = {(EvalOutcome.COMPILE_ERROR, "triton_compile_error"): "RUNTIME_ERROR",  # the issue's case
+             (EvalOutcome.COMPILE_ERROR, "syntax_error"): "COMPILATION_ERROR",
+             (EvalOutcome.COMPILE_ERROR, "import_error"): "COMPILATION_ERROR",
+             (EvalOutcome.RUNTIME_ERROR, "forward_error"): "RUNTIME_ERROR",
+             (EvalOutcome.RUNTIME_ERROR, "crash"): "RUNTIME_ERROR",
+             (EvalOutcome.RUNTIME_ERROR, "resource_exhaustion"): "RUNTIME_ERROR",
+             (EvalOutcome.TIMEOUT, "timeout"): "TIMEOUT_ERROR",
+             (EvalOutcome.INCORRECT, ""): "CORRECTNESS_ERROR",
+             (EvalOutcome.HACK_DETECTED, ""): "CORRECTNESS_ERROR",
+             (EvalOutcome.OK, ""): None,
+             (EvalOutcome.INFRA_ERROR, "judge_error"): "SYSTEM_ERROR"}
+    for (outcome, kind), code in cases.items():
         result = EvalResult(outcome=outcome, error=ErrorInfo(kind, "x") if kind else None)
-        assert _verdict(result, record(result)).code == error_code(outcome, kind), (outcome, kind)
-    # the round trip the issue saw: a Triton compile error is RUNTIME_ERROR in both
-    assert error_code(EvalOutcome.COMPILE_ERROR, "triton_compile_error") == "RUNTIME_ERROR"
+        assert error_code(outcome, kind) == code, (outcome, kind)
+        assert _verdict(result, record(result)).code == code, (outcome, kind)
