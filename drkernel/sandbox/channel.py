@@ -45,6 +45,8 @@ def resource_shaped(message: str) -> bool:
     """Whether a failure's message says a shared resource ran out."""
     text = message.lower()
     return any(sign in text for sign in _RESOURCE_SIGNS)
+
+
 EVIDENCE_CHARS = 1000  # of one hack's evidence in the result; the sandbox may report megabytes
 R = TypeVar("R", bound=Reply)
 S = TypeVar("S", bound=Reply)
@@ -224,8 +226,10 @@ class Channel:
             return  # the reference's own error; or a spare that has run no op (no candidate code yet)
         self.cand_proc.kill()
         self.ref_proc = proc = self.respawn_ref()
-        replay: list[Request] = [r for op, r in self._ref_setup.items()
-                                 if op == "load" or (op == "bench_prepare" and isinstance(request, BenchRun))]
+        # the load first, then the window build a timed op rests on: the order they were first sent
+        setup = self._ref_setup
+        replay: list[Request] = [setup[op] for op in ("load", "bench_prepare") if op in setup
+                                 and (op == "load" or isinstance(request, BenchRun))]
         if not any(r is request for r in replay):
             replay.append(request)
         deadline = time.monotonic() + self.retry_timeout_s
