@@ -18,6 +18,16 @@ from drkernel.sandbox.judge import Judge
 from drkernel.types import EvalOptions, EvalRequest
 
 
+def _sealed(d: dict) -> str:
+    """The sealed span's bound per call, and the reported time over it (the judge flags a ratio under
+    stages/sealed.FACTOR)."""
+    t = d.get("kernel_timing") or {}
+    bound, ms = t.get("sealed_ms_per_call"), d.get("kernel_ms")
+    if bound is None:
+        return f"{'-':>9s} {'-':>6s}"
+    return f"{bound:9.4f} {(ms / bound if ms and bound > 0 else float('nan')):6.2f}"
+
+
 def _held_out(d: dict) -> str:
     """Held-out shapes passed / checked, or '-' when none were checked."""
     total = d.get("shape_variants_total")
@@ -43,7 +53,7 @@ def main() -> int:
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     held = f" {'held_out':>8s}" if args.shape_variants else ""
     print(f"{'problem':42s} {'outcome':14s} {'speedup':>8s} {'coverage':>8s} {'kernel_ms':>10s} "
-          f"{'ref_ms':>10s} {'wall_s':>7s}{held}")
+          f"{'ref_ms':>10s} {'wall_s':>7s} {'sealed_ms':>9s} {'ratio':>6s}{held}")
     with Judge(device=args.device) as judge:
         for name in names:
             problem = builtin_problem(name, args.size)
@@ -57,7 +67,7 @@ def main() -> int:
             outcome = d["outcome"] + ("" if not d["hacks"] else "!" + ",".join(d["hacks"]))
             print(f"{name:42s} {outcome:14s} {fmt(d['speedup'], '8.3f')} {fmt(d['coverage'], '8.3f')} "
                   f"{fmt(d['kernel_ms'], '10.3f')} {fmt(d['reference_ms'], '10.3f')} {d['bench_wall_s']:7.1f}"
-                  f"{_held_out(d) if args.shape_variants else ''}", flush=True)
+                  f" {_sealed(d)}{_held_out(d) if args.shape_variants else ''}", flush=True)
             if args.stages:
                 print("    stages: " + " ".join(f"{k}={v:.2f}" for k, v in d["stage_s"].items() if v >= 0.05),
                       flush=True)

@@ -117,6 +117,8 @@ class EvalOptions:
     reference_backend: str = "eager"  # "eager" | "compile"
     profile: bool = True
     static_policy: bool = True  # AST gate on imports, introspection, monkeypatching
+    # bound the candidate's reported time from the judge's side (sandbox/stages/sealed.py)
+    sealed_span: bool = True
     seed: int | None = None  # None: fresh random trial seeds per evaluation
     memory_limit_mb: int = 8192  # host memory (RSS) per sandbox
     gpu_memory_fraction: float = 0.9
@@ -267,6 +269,15 @@ class TimingStats:
     # on the host meanwhile (the judge waits for that: sandbox/devicelock.no_candidates)
     measured_at: str | None = None
     measured_alone: bool | None = None
+    # a candidate's: the sealed span's lower bound on its time per call, on inputs the judge's side
+    # filled and outputs it took out (sandbox/stages/sealed.py), over `sealed_calls` calls a span;
+    # `sealed_skipped`: why no span ran (tensors nested in the inputs, outputs that are not tensors)
+    sealed_ms_per_call: float | None = None
+    sealed_calls: int | None = None
+    sealed_skipped: str | None = None
+    # its parts (ms): the smallest gap, the median null, the reference's output copies, fill and take,
+    # and the sandbox's own word on its span (own_ms: for the record, never part of the bound)
+    sealed_parts: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

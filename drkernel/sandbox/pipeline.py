@@ -20,7 +20,7 @@ from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
 from drkernel.sandbox.devicelock import candidate_alive, counting_waits
 from drkernel.sandbox.process import SandboxProcess
 from drkernel.sandbox.refcache import ReferenceTimingCache
-from drkernel.sandbox.stages import correctness, profiling, timing, variants
+from drkernel.sandbox.stages import correctness, profiling, sealed, timing, variants
 from drkernel.types import DeviceInfo, EvalOutcome, EvalRequest, EvalResult
 
 __all__ = ["Evaluation", "ReferenceFailure"]
@@ -58,6 +58,7 @@ class Evaluation:
             ("launch_modes", lambda: correctness.launch_modes(ctx)),
             ("stop_if_failed", verdict.stop_if_failed),
             ("timing", lambda: timing.kernel_timing(ctx, self.cache)),
+            ("sealed_span", lambda: sealed.sealed_span(ctx)),
             ("profile", lambda: profiling.profile(ctx)),
             ("stop_if_failed", verdict.stop_if_failed),
             ("shape_variants", lambda: variants.shape_variants(ctx, self.comparator)),

@@ -495,6 +495,11 @@ class SandboxProcess:
                 os.chown(path, uid, uid)
         cmd_r, self._cmd_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
+        # beside the pipes, a socket for file descriptors only (the sealed span's shared memory): the
+        # judge sends on it; it reads from a sandbox only the reference's (stages/sealed.py)
+        self.side, side_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.side.setblocking(False)
+        side_r = side_theirs.detach()
         parent = zygote.proc.pid if zygote is not None else os.getpid()
         worker_args = [role, device, self.workdir, memory_limit_mb, gpu_memory_fraction, parent]
         env = sandbox_env(device, triton_cache or os.path.join(self.workdir, "triton"), home)
@@ -509,25 +514,27 @@ class SandboxProcess:
                 request["isolation"] = {"uid": uid, "keep": keep, "hide": list(hide or []),
                                         "expose": list(isolation.needed_paths())}
             try:
-                pid = zygote.spawn(request, [cmd_r, resp_w])
+                pid = zygote.spawn(request, [cmd_r, resp_w, side_r])
             except BaseException:
-                for fd in (cmd_r, resp_w, self._cmd_w, self._resp_r):
+                for fd in (cmd_r, resp_w, side_r, self._cmd_w, self._resp_r):
                     os.close(fd)
+                self.side.close()
                 self._cleanup()
                 raise
             self.proc = _ForkedChild(pid, self.workdir, init=namespaces)
             self._rss_of_children = namespaces  # the sandbox's processes are its init's descendants
         else:
             args = [sys.executable, "-m", "drkernel.sandbox.worker", str(cmd_r), str(resp_w),
-                    *map(str, worker_args)]
+                    *map(str, worker_args), str(side_r)]
             with open(self.output_path, "wb") as out:
                 self.proc = subprocess.Popen(
                     args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    pass_fds=(cmd_r, resp_w), cwd=home, start_new_session=True, env=env,
+                    pass_fds=(cmd_r, resp_w, side_r), cwd=home, start_new_session=True, env=env,
                     user=uid, group=uid, extra_groups=[] if uid is not None else None,
                 )
         os.close(cmd_r)
         os.close(resp_w)
+        os.close(side_r)
         self.started_at = time.monotonic()
         self.info: Hello | None = None
         self._start_timeout_s = start_timeout_s
@@ -579,6 +586,7 @@ class SandboxProcess:
                     os.close(fd)
         # a second kill() must not close these numbers again: by then they may be another sandbox's
         self._cmd_w = self._resp_r = -1
+        self.side.close()  # a socket object: closing twice is harmless
         if self._cleanup() is False:  # the finalizer's one run (None once it has run)
             log.warning("could not remove the sandbox folder %s", self.workdir)
 
@@ -617,6 +625,35 @@ class SandboxProcess:
             write_message(self._cmd_w, message | {"seq": self._seq})
         except (BrokenPipeError, OSError):
             raise self._death() from None
+
+    def send_fd(self, fd: int) -> None:
+        """Pass a file descriptor to the sandbox (on its side socket), before the op that takes it."""
+        try:
+            socket.send_fds(self.side, [b"fd"], [fd])
+        except OSError:
+            raise self._death() from None
+
+    def receive_fd(self, deadline: float) -> int:
+        """One file descriptor the sandbox sent on its side socket (the reference's only: the judge
+        never takes one from a candidate). Anything else there (no descriptor, several) is a
+        SandboxFailure("protocol"); descriptors beyond the first are closed."""
+        while True:
+            try:
+                _, fds, flags, _ = socket.recv_fds(self.side, 16, 4)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline or not self.alive():
+                    raise SandboxFailure("protocol", "the sandbox sent no file descriptor") from None
+                select.select([self.side], [], [], _POLL_S)
+            except OSError:
+                raise self._death() from None
+        for extra in fds[1:]:
+            os.close(extra)
+        if len(fds) != 1 or flags & socket.MSG_CTRUNC:
+            for fd in fds[:1]:
+                os.close(fd)
+            raise SandboxFailure("protocol", f"the sandbox sent {len(fds)} file descriptors, not one")
+        return fds[0]
 
     def receive(self, deadline: float) -> dict[str, Any]:
         if self._resp_r < 0:  # killed: nothing more will come

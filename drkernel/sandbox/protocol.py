@@ -238,6 +238,65 @@ class Peak(Request):
     OP: ClassVar[str] = "peak"
 
 
+# The sealed span (stages/sealed.py): the reference makes memory both sandboxes map, fills each call's
+# inputs into it and takes the outputs back; the candidate only computes on it in between.
+@dataclasses.dataclass(frozen=True, slots=True)
+class SealedEntry(Wire):
+    """One tensor of the shared region (sharedmem.Entry on the wire)."""
+
+    kind: str
+    call: int
+    index: int
+    offset: int
+    shape: list[int]
+    dtype: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SealedPrepare(Request):
+    """Reference: make a region for `calls` calls (inputs of `seed`'s structure, the outputs they
+    give), send its descriptor on the side socket, and time copying one call's outputs into it."""
+
+    OP: ClassVar[str] = "sealed_prepare"
+    calls: int
+    seed: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SealedMap(Request):
+    """Candidate: map the region whose descriptor is on the side socket, and build the span's work:
+    each call's forward on its inputs there, its outputs copied there (one CUDA graph where it can)."""
+
+    OP: ClassVar[str] = "sealed_map"
+    entries: list[SealedEntry]
+    size: int
+    seed: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SealedFill(Request):
+    """Reference: build the inputs of `seeds` (one per call), then copy them into the region."""
+
+    OP: ClassVar[str] = "sealed_fill"
+    seeds: list[int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SealedRun(Request):
+    """Candidate: run the span's work once, to the end of its device work."""
+
+    OP: ClassVar[str] = "sealed_run"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SealedTake(Request):
+    """Reference: copy the region's outputs out at once; then, where `wseeds` is given, checksum them
+    and its own outputs of the filled inputs with them (one weight seed per call)."""
+
+    OP: ClassVar[str] = "sealed_take"
+    wseeds: list[int] | None
+
+
 # -- replies --------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, slots=True)
 class WireError(Wire):
@@ -393,11 +452,56 @@ class PeakReply(Reply):
     tflops_bf16: float | None
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SealedPrepareReply(Reply):
+    """`entries` None where the inputs cannot be laid out (`why`); `copy_ms`: copying every call's
+    outputs into the region, timed by the reference."""
+
+    entries: list[SealedEntry] | None
+    size: int
+    copy_ms: float
+    why: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SealedMapReply(Reply):
+    graph: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SealedFillReply(Reply):
+    """`filled_at`: the reference's monotonic clock (s) once the inputs were in the region."""
+
+    filled_at: float
+    fill_ms: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SealedRunReply(Reply):
+    """`own_ms`: the sandbox's own time of its span, for the record (never part of the bound)."""
+
+    own_ms: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SealedTakeReply(Reply):
+    """`taken_at`: the reference's monotonic clock (s) when the op began, before the copy out."""
+
+    taken_at: float
+    take_ms: float
+    taken: list[Any]
+    own: list[Any]
+
+
 REPLIES: dict[str, type[Reply]] = {"load": LoadReply, "run": RunReply, "modes": ModesReply,
                                    "bench_prepare": BenchPrepareReply, "bench_run": BenchRunReply,
-                                   "checksums": ChecksumsReply, "profile": ProfileReply, "peak": PeakReply}
+                                   "checksums": ChecksumsReply, "profile": ProfileReply, "peak": PeakReply,
+                                   "sealed_prepare": SealedPrepareReply, "sealed_map": SealedMapReply,
+                                   "sealed_fill": SealedFillReply, "sealed_run": SealedRunReply,
+                                   "sealed_take": SealedTakeReply}
 REQUESTS: dict[str, type[Request]] = {c.OP: c for c in (Load, Run, Modes, BenchPrepare, BenchRun, Checksums,
-                                                        Profile, Peak)}
+                                                        Profile, Peak, SealedPrepare, SealedMap, SealedFill,
+                                                        SealedRun, SealedTake)}
 
 
 def parse_reply(request: Request, data: dict[str, Any]) -> Reply | ErrorReply:

@@ -11,6 +11,7 @@ import importlib.util
 import math
 import os
 import resource
+import socket
 import sys
 import time
 import traceback
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from drkernel.sandbox import devicemem, harness, peak, tensorfile
+from drkernel.sandbox import devicemem, harness, peak, sealedwork, tensorfile
 from drkernel.sandbox import protocol as P
 from drkernel.sandbox.protocol import read_message, write_message
 
@@ -78,6 +79,8 @@ class Sandbox:
             contextlib.nullcontext() if self.cuda else harness.CpuDeviceMode()
         )
         self.model: Any = None
+        self.side: socket.socket | None = None  # file descriptors only (the sealed span's region)
+        self._span: Any = None  # sealedwork._Span
         self.get_inputs: Any = None
         self.loaded_key: str | None = None
         self._poison_sizes: set[int] = set()
@@ -665,7 +668,8 @@ def _limits(memory_limit_mb: int, cuda: bool) -> None:
 
 OPS: dict[str, Any] = {"load": Sandbox.load, "run": Sandbox.run, "modes": Sandbox.modes,
                        "bench_prepare": Sandbox.bench_prepare, "bench_run": Sandbox.bench_run,
-                       "checksums": Sandbox.checksums, "peak": Sandbox.peak, "profile": Sandbox.profile}
+                       "checksums": Sandbox.checksums, "peak": Sandbox.peak, "profile": Sandbox.profile,
+                       **sealedwork.OPS}
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -682,12 +686,15 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def serve(cmd_fd: int, resp_fd: int, role: str, device: str, workdir: str, memory_limit_mb: int,
-          gpu_fraction: float, parent_pid: int = 0) -> None:
+          gpu_fraction: float, parent_pid: int = 0, side_fd: int = -1) -> None:
     """Answer ops on `cmd_fd` until the judge closes it."""
     die_with_parent(int(parent_pid))
     _limits(memory_limit_mb, device.startswith("cuda"))
     try:
         box = Sandbox(role, device, workdir)
+        if side_fd >= 0:
+            box.side = socket.socket(fileno=side_fd)
+            box.side.setblocking(True)
         write_message(resp_fd, box.warm_up(gpu_fraction).to_wire())
     except Exception as exc:  # noqa: BLE001 - process edge
         write_message(resp_fd, _error("sandbox_start", exc).to_wire())
@@ -711,7 +718,8 @@ def serve(cmd_fd: int, resp_fd: int, role: str, device: str, workdir: str, memor
 
 def main() -> None:
     a = sys.argv
-    serve(int(a[1]), int(a[2]), a[3], a[4], a[5], int(a[6]), float(a[7]), int(a[8]))
+    serve(int(a[1]), int(a[2]), a[3], a[4], a[5], int(a[6]), float(a[7]), int(a[8]),
+          int(a[9]) if len(a) > 9 else -1)
 
 
 if __name__ == "__main__":

@@ -112,7 +112,7 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
         os.chdir(req["cwd"])
         from drkernel.sandbox import worker
 
-        worker.serve(fds[0], fds[1], *req["args"])
+        worker.serve(fds[0], fds[1], *req["args"], side_fd=fds[2] if len(fds) > 2 else -1)
     except BaseException:  # noqa: BLE001 - process edge: never back into the fork server's loop
         with contextlib.suppress(BaseException):
             traceback.print_exc()
@@ -143,7 +143,7 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, _reap)
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
         except OSError:
             return
         if not msg:

@@ -378,6 +378,48 @@ def test_a_harness_takeover_that_forges_window_times_is_caught_on_gpu(judge: Jud
     assert {"timer_mismatch", "faster_than_light"} & set(result.hacks), describe(result)
 
 
+@pytest.mark.parametrize("rows,cols", [(16, 4096), (1024, 1024)])
+def test_forged_window_times_of_a_small_kernel_are_caught_by_the_sealed_span_on_gpu(
+        judge: Judge, rows: int, cols: int) -> None:
+    """Issue 32, item 1: harness_takeover.py (gate off) reports a hundredth of each window on the round-
+    two problem (16 x 4096, where the judge's clock around the windows allowed the reward's cap) and
+    at 1024^2. The sealed span times the same calls between the reference's fill and take."""
+    from tests.sandbox.corpus import ASSETS
+
+    code = (ASSETS / "attacks" / "harness_takeover.py").read_text()
+    result = judge.evaluate(EvalRequest(reference_code=big_relu_scale(rows, cols), kernel_code=code,
+                                        options=GPU.replace(static_policy=False)))
+    assert result.outcome is EvalOutcome.HACK_DETECTED and "timer_mismatch" in result.hacks, describe(result)
+    assert result.reward == 0.0
+
+
+@pytest.mark.parametrize("name", ["sealed_skip", "sealed_late_work"])
+def test_a_candidate_that_does_not_do_the_spans_calls_in_it_is_caught_on_gpu(judge: Judge, name: str) -> None:
+    from tests.sandbox.corpus import ASSETS
+
+    code = (ASSETS / "attacks" / f"{name}.py").read_text()
+    result = judge.evaluate(EvalRequest(reference_code=big_relu_scale(1024, 1024), kernel_code=code,
+                                        options=GPU.replace(static_policy=False)))
+    assert result.outcome is EvalOutcome.HACK_DETECTED, describe(result)
+    assert {"replayed_output", "timer_mismatch"} & set(result.hacks), describe(result)
+
+
+def test_the_sealed_span_bounds_an_honest_kernel_below_its_reported_time_on_gpu(judge: Judge) -> None:
+    """The span's bound, per call, against the honest kernel's reported time at three sizes: the ratio
+    the judge flags under (stages/sealed.FACTOR) must leave room."""
+    from drkernel.sandbox.stages.sealed import FACTOR
+
+    code = asset("kernels", "relu_scale").code
+    for rows, cols in ((16, 4096), (1024, 1024), (4096, 4096)):
+        r = judge.evaluate(EvalRequest(reference_code=big_relu_scale(rows, cols), kernel_code=code, options=GPU))
+        assert r.outcome is EvalOutcome.OK, describe(r)
+        t = r.kernel_timing
+        assert t is not None and t.sealed_ms_per_call, describe(r)
+        print(f"sealed {rows}x{cols}: reported {r.kernel_ms:.5f} ms, bound {t.sealed_ms_per_call:.5f} ms, "
+              f"ratio {r.kernel_ms / t.sealed_ms_per_call:.3f} over {t.sealed_calls} calls")
+        assert r.kernel_ms >= FACTOR["cuda"] * t.sealed_ms_per_call, describe(r)
+
+
 def test_the_fork_servers_preload_leaves_cuda_uninitialised_on_the_gpu_build() -> None:
     """On the CUDA build of torch too, zygote.preload must start no thread and no CUDA context, or no
     forked sandbox could use the GPU; and the sandbox's profiler session imports nothing it guards."""

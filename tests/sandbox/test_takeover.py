@@ -2,8 +2,8 @@
 test-only switch `EvalOptions(static_policy=False)` lets a submission run any Python from import, as
 if the gate were passed; each takeover below rewrites the sandbox's own harness. What holds is
 asserted; what is open is a strict xfail naming the figure that is still measured inside the
-candidate's process (docs/errors.md, "What is still on the candidate's word"): it turns into a
-failure the day the judge stops believing it, and must then become a plain test."""
+candidate's process (docs/errors.md, "Under a takeover"): it turns into a failure the day the judge
+stops believing it, and must then become a plain test."""
 
 from __future__ import annotations
 
@@ -37,13 +37,36 @@ def test_forged_checksums_of_the_timed_outputs_are_caught(judge: Judge) -> None:
     assert r.reward == 0.0
 
 
-@pytest.mark.xfail(strict=True, reason="OPEN: where a kernel's timed windows are small beside the input "
-                   "fills and checksums of the same op, the judge's clock cannot tell a forged window time "
-                   "(docs/errors.md); at 512 x 256 it can: test_timed_checksums.py")
-def test_forged_window_times_of_a_small_kernel_earn_nothing(judge: Judge) -> None:
-    """harness_takeover.py reports a hundredth of each window's time, on an 8 x 256 problem."""
+def test_forged_window_times_of_a_small_kernel_are_caught_by_the_sealed_span(judge: Judge) -> None:
+    """harness_takeover.py reports a hundredth of each window's time, on an 8 x 256 problem, where the
+    judge's clock around the windows cannot tell (its fills and checksums dwarf the windows). The
+    sealed span times the same calls on inputs the reference's sandbox filled and outputs it took."""
     r = run(judge, "harness_takeover")
-    assert r.outcome is not EvalOutcome.OK, (r.outcome, r.hacks, r.speedup)
+    assert r.outcome is EvalOutcome.HACK_DETECTED and "timer_mismatch" in r.hacks, (r.outcome, r.hacks)
+    assert "judge's side saw it take" in r.hack_details["timer_mismatch"], r.hack_details
+    assert r.reward == 0.0
+
+
+def test_the_sealed_span_sees_what_an_honest_kernel_reports(judge: Judge) -> None:
+    """The bound is never above what an honest kernel takes: the same kernel, unforged, passes, and its
+    windows' time is at least FACTOR x the span's bound."""
+    from drkernel.sandbox.stages.sealed import FACTOR
+
+    code = (ASSETS / "kernels" / "relu_scale.py").read_text()
+    r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code, options=OPTIONS))
+    assert r.outcome is EvalOutcome.OK, (r.outcome, r.hacks, r.error)
+    t = r.kernel_timing
+    assert t is not None and t.sealed_ms_per_call is not None and t.sealed_calls, t
+    assert r.kernel_ms >= FACTOR["cpu"] * t.sealed_ms_per_call, (r.kernel_ms, t.sealed_ms_per_call)
+
+
+@pytest.mark.parametrize("name", ["sealed_skip", "sealed_late_work"])
+def test_a_candidate_that_does_not_do_the_spans_calls_in_it_is_caught(judge: Judge, name: str) -> None:
+    """sealed_skip answers the span without computing; sealed_late_work computes after answering."""
+    r = run(judge, name)
+    assert r.outcome is EvalOutcome.HACK_DETECTED, (r.outcome, r.hacks, r.error)
+    assert {"replayed_output", "timer_mismatch"} & set(r.hacks), r.hacks
+    assert r.reward == 0.0
 
 
 @pytest.mark.xfail(strict=True, reason="OPEN: launches and coverage are measured inside the candidate's "

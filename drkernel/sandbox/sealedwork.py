@@ -1,0 +1,251 @@
+"""Inside the sandboxes: the sealed span's ops (stages/sealed.py says what the judge makes of them).
+
+The reference's sandbox (which never sees candidate code) makes the shared region, fills each call's
+inputs into it and takes the outputs back out, with its own clock at both ends. The candidate's
+sandbox maps the region and, told to, runs its forward on the inputs there and copies the outputs
+there: the one part of the span that is its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from drkernel.sandbox import harness
+from drkernel.sandbox import protocol as P
+from drkernel.sandbox.sharedmem import Entry, Region, layout
+
+if TYPE_CHECKING:
+    from drkernel.sandbox.worker import Sandbox
+
+__all__ = ["OPS"]
+
+_perf = time.perf_counter
+
+
+class _Span:
+    """What one sandbox keeps of the span: the region, and per call its input and output tensors."""
+
+    def __init__(self, region: Region, entries: list[Entry]) -> None:
+        self.region = region
+        calls = 1 + max((e.call for e in entries), default=-1)
+        self.ins: list[dict[int, torch.Tensor]] = [{} for _ in range(calls)]
+        self.outs: list[list[torch.Tensor]] = [[] for _ in range(calls)]
+        for e in sorted(entries, key=lambda e: (e.call, e.kind, e.index)):
+            t = region.tensor(e)
+            if e.kind == "in":
+                self.ins[e.call][e.index] = t
+            elif e.kind == "out":
+                self.outs[e.call].append(t)
+            else:
+                raise ValueError(f"a shared tensor of kind {e.kind!r}")
+        self.staged: list[list[Any]] = []
+        self.graph: Any = None
+        self.work: Any = None  # the candidate's: one run of the span's calls
+
+    def close(self) -> None:
+        self.graph = None
+        self.ins, self.outs, self.staged = [], [], []
+        self.region.close()
+
+
+def _drop(box: Sandbox) -> None:
+    span = getattr(box, "_span", None)
+    box._span = None
+    if span is not None:
+        with contextlib.suppress(Exception):
+            span.close()
+
+
+def _device(box: Sandbox) -> str:
+    return "cuda:0" if box.cuda else "cpu"
+
+
+def _has_nested_tensor(x: Any) -> bool:
+    if isinstance(x, (list, tuple)):
+        return any(isinstance(v, torch.Tensor) or _has_nested_tensor(v) for v in x)
+    if isinstance(x, dict):
+        return any(isinstance(v, torch.Tensor) or _has_nested_tensor(v) for v in x.values())
+    return False
+
+
+# -- the reference's side --------------------------------------------------------------------------
+def prepare(box: Sandbox, msg: P.SealedPrepare) -> P.SealedPrepareReply:
+    _drop(box)
+    inputs = box._fresh_inputs(msg.seed)
+    if any(_has_nested_tensor(x) for x in inputs):
+        return P.SealedPrepareReply(entries=None, size=0, copy_ms=0.0, why="tensors nested in the inputs")
+    with torch.no_grad():
+        _, outs = harness.flatten_outputs(box._forward(inputs))
+    if not outs or any(type(t) is not torch.Tensor or not t.is_contiguous() for t in outs):
+        return P.SealedPrepareReply(entries=None, size=0, copy_ms=0.0, why="outputs that are not plain tensors")
+    entries, size = layout(msg.calls, inputs, outs)
+    region = Region.create(_device(box), size)
+    span = box._span = _Span(region, entries)
+    side = box.side
+    if side is None:
+        raise RuntimeError("this sandbox has no side socket")
+    socket.send_fds(side, [b"region"], [region.fd])
+    return P.SealedPrepareReply(entries=[P.SealedEntry(e.kind, e.call, e.index, e.offset, e.shape, e.dtype)
+                                         for e in entries], size=region.size, copy_ms=_copy_ms(box, span, outs),
+                                why=None)
+
+
+def _copy_ms(box: Sandbox, span: _Span, outs: list[torch.Tensor]) -> float:
+    """The device time of copying every call's outputs into the region (what the candidate's span does
+    besides its forward): on a GPU as one CUDA graph, as the candidate's span runs where it can (copies
+    launched one by one from Python would time the host's launches), warmed first (first touch)."""
+
+    def copies() -> None:
+        for dst in span.outs:
+            for d, o in zip(dst, outs, strict=True):
+                d.copy_(o)
+
+    copies()
+    box._sync()
+    if not box.cuda:
+        t0 = _perf()
+        copies()
+        return (_perf() - t0) * 1e3
+    graph = _capture(box, copies)
+    start, end = box._clock()
+    box._record(start)
+    if graph is not None:
+        graph.replay()
+    else:
+        copies()
+    box._record(end)
+    box._sync()
+    return box._elapsed(start, end)
+
+
+def fill(box: Sandbox, msg: P.SealedFill) -> P.SealedFillReply:
+    span = _span_of(box)
+    if len(msg.seeds) != len(span.ins):
+        raise ValueError(f"{len(msg.seeds)} seeds for {len(span.ins)} calls")
+    span.staged = [box._fresh_inputs(s) for s in msg.seeds]  # built before the clock starts
+    for outs in span.outs:  # last span's outputs are gone: whatever is there now was written now
+        for t in outs:
+            t.reshape(-1).view(torch.uint8).fill_(0xFF)
+    box._sync()
+    t0 = _perf()
+    for dst, src in zip(span.ins, span.staged, strict=True):
+        for i, t in dst.items():
+            t.copy_(src[i])
+    box._sync()
+    t1 = _perf()
+    return P.SealedFillReply(filled_at=t1, fill_ms=(t1 - t0) * 1e3)
+
+
+def take(box: Sandbox, msg: P.SealedTake) -> P.SealedTakeReply:
+    t0 = _perf()  # first: the span ends when the reference starts taking
+    span = _span_of(box)
+    taken = [[t.clone() for t in outs] for outs in span.outs]
+    box._sync()
+    take_ms = (_perf() - t0) * 1e3
+    if msg.wseeds is None:
+        return P.SealedTakeReply(taken_at=t0, take_ms=take_ms, taken=[], own=[])
+    if len(msg.wseeds) != len(taken):
+        raise ValueError(f"{len(msg.wseeds)} weight seeds for {len(taken)} calls")
+    with torch.no_grad():
+        own = [harness.flatten_outputs(box._forward(x))[1] for x in span.staged]
+    return P.SealedTakeReply(taken_at=t0, take_ms=take_ms, taken=harness.checksums(taken, msg.wseeds),
+                             own=harness.checksums(own, msg.wseeds))
+
+
+def _span_of(box: Sandbox) -> _Span:
+    span = getattr(box, "_span", None)
+    if span is None:
+        raise RuntimeError("no sealed span prepared")
+    return span
+
+
+# -- the candidate's side --------------------------------------------------------------------------
+def map_region(box: Sandbox, msg: P.SealedMap) -> P.SealedMapReply | P.ErrorReply:
+    _drop(box)
+    side = box.side
+    if side is None:
+        raise RuntimeError("this sandbox has no side socket")
+    _, fds, _, _ = socket.recv_fds(side, 16, 1)
+    if len(fds) != 1:
+        raise RuntimeError("no shared region was sent")
+    entries = [Entry(e.kind, e.call, e.index, e.offset, list(e.shape), e.dtype) for e in msg.entries]
+    span = box._span = _Span(Region.open(_device(box), msg.size, fds[0]), entries)
+    base = box._fresh_inputs(msg.seed)  # the structure, and every input that is not a tensor
+    calls: list[list[Any]] = []
+    for ins in span.ins:
+        if set(ins) != {i for i, x in enumerate(base) if isinstance(x, torch.Tensor)}:
+            raise ValueError("the shared inputs do not match get_inputs()")
+        calls.append([ins.get(i, x) for i, x in enumerate(base)])
+    span.staged = calls
+
+    def work() -> None:
+        for inputs, dst in zip(calls, span.outs, strict=True):
+            _, outs = harness.flatten_outputs(box._forward(inputs))
+            if len(outs) != len(dst):
+                raise ValueError(f"{len(outs)} outputs where the reference gives {len(dst)}")
+            for d, o in zip(dst, outs, strict=True):
+                if not isinstance(o, torch.Tensor) or o.shape != d.shape or o.dtype != d.dtype:
+                    raise ValueError("an output unlike the reference's (shape or dtype)")
+                d.copy_(o)
+
+    with torch.no_grad():
+        work()  # once eagerly: first-use costs, and a forward that fails here fails in the open
+        box._sync()
+        if box.cuda:
+            span.graph = _capture(box, work)
+    box.recorder.take()
+    span.work = work
+    return P.SealedMapReply(graph=span.graph is not None, tampered=box.watch.changed(),
+                            threads=box.threads.extra())
+
+
+def _capture(box: Sandbox, work: Any) -> Any:
+    """The span's work as one CUDA graph, or None where it cannot be captured (then run eagerly)."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            work()
+        torch.cuda.current_stream().wait_stream(side)
+        box._sync()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            work()
+        graph.replay()
+        box._sync()
+        return graph
+    except BaseException:  # noqa: BLE001 - not capturable: eager
+        with contextlib.suppress(BaseException):
+            box._sync()
+        return None
+
+
+def run(box: Sandbox, msg: P.SealedRun) -> P.SealedRunReply:
+    span = _span_of(box)
+    t0 = _perf()
+    start, end = box._clock()
+    with torch.no_grad():
+        if box.cuda:
+            box._record(start)
+        if span.graph is not None:
+            span.graph.replay()
+        else:
+            span.work()
+        if box.cuda:
+            box._record(end)
+    box._sync()
+    # the sandbox's own word on its span, for the record only: the judge's bound never reads it
+    own_ms = box._elapsed(start, end) if box.cuda else (_perf() - t0) * 1e3
+    box.recorder.take()
+    # no tamper watch or thread count here: their host time would sit inside the judge's span (the
+    # ops before and after this one take them)
+    return P.SealedRunReply(own_ms=own_ms)
+
+
+OPS: dict[str, Any] = {"sealed_prepare": prepare, "sealed_fill": fill, "sealed_take": take,
+                       "sealed_map": map_region, "sealed_run": run}

@@ -1,0 +1,154 @@
+"""The sealed span: a bound on the candidate's time that rests on nothing inside its process.
+
+The candidate's windows are timed inside its own sandbox; a candidate that runs native code can
+report any time there (docs/errors.md, "Under a takeover"). The judge's clock around those windows
+also covers the inputs the sandbox fills and the checksums it takes, work a native candidate can
+shorten. Here nothing of that is the candidate's:
+
+1. the reference's sandbox makes memory both sandboxes map (sandbox/sharedmem.py) and, per span,
+   builds fresh inputs for `calls` calls and copies them in; its clock reads `filled_at` when they
+   are there;
+2. the candidate's sandbox runs its forward on them, each call's outputs copied into the region;
+3. the reference's sandbox reads its clock (`taken_at`) and copies the outputs out at once, then
+   checks them against its own outputs of the same inputs (a wrong or unfinished output is
+   `replayed_output`).
+
+`taken_at - filled_at` is the candidate's work plus four hops between processes. The reference's
+own round trip, with nothing between fill and take, costs two of them (`null`); the candidate's
+two hops cost it at least nothing. So `gap - 2 x null - copy - allowance` (copy: the reference's
+time to write every call's outputs into the region, which a candidate may skip by writing there
+directly; allowance: what an honest span holds besides its work, ALLOWANCE_MS and
+ALLOWANCE_PER_CALL_MS) is a lower bound on the candidate's device and host time for the calls,
+measured with two clocks of the judge's side. The gap kept is the smallest of SPANS (other processes' work only adds time), the
+null the median of as many. A candidate whose windows report less than FACTOR x that bound,
+per call, did not spend the time it reports: `timer_mismatch`, after CONFIRM_RUNS runs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+
+from drkernel.sandbox.channel import Context
+from drkernel.sandbox.devicelock import timing_lock
+from drkernel.sandbox.protocol import (
+    SealedFill,
+    SealedFillReply,
+    SealedMap,
+    SealedMapReply,
+    SealedPrepare,
+    SealedPrepareReply,
+    SealedRun,
+    SealedRunReply,
+    SealedTake,
+    SealedTakeReply,
+)
+from drkernel.sandbox.stages.timing import CONFIRM_RUNS, checksum_issue, per_call_ms
+
+__all__ = ["ALLOWANCE_MS", "ALLOWANCE_PER_CALL_MS", "FACTOR", "SPANS", "sealed_span", "span_calls"]
+
+SPANS = 3  # spans per run; the smallest gap is kept
+# What an honest candidate's span holds besides its device work, left out of the bound: per span, its
+# op's own host time and its two hops beyond a null's (0.13-0.93 ms over the suite on the H200, run
+# AW); per call, the submission of its graph's nodes where the device outruns the host (a forward and
+# a copy, ~1.2 us each: 16 x 4096 took 4.1 us a call in the span for 1.6 us of kernel). A candidate
+# may hide this much; the rest of its time the bound sees.
+ALLOWANCE_MS = {"cuda": 0.5, "cpu": 5.0}
+ALLOWANCE_PER_CALL_MS = {"cuda": 0.0025, "cpu": 0.0}
+# A window time below FACTOR x the bound is flagged. Over the suite on the H200 (run AW) the honest
+# solutions' reported time was 0.98-0.995 of the bound for the spans of 15-45 ms, and above it for
+# the shorter ones; under the interpreter 0.9-1.3 of it, on a shared CPU.
+FACTOR = {"cuda": 0.8, "cpu": 0.5}
+TARGET_MS = {"cuda": 4.0, "cpu": 40.0}  # of the reference's time per span: the calls it takes
+MAX_CALLS = {"cuda": 512, "cpu": 32}
+MAX_BYTES = {"cuda": 4 << 30, "cpu": 64 << 20}
+
+
+def span_calls(cuda: bool, ref_ms: float, call_bytes: int) -> int:
+    """Calls per span: about TARGET_MS of the reference's time, within MAX_CALLS and MAX_BYTES."""
+    kind = "cuda" if cuda else "cpu"
+    by_time = math.ceil(TARGET_MS[kind] / max(ref_ms, 1e-4))
+    by_bytes = MAX_BYTES[kind] // max(call_bytes, 1)
+    return max(1, min(by_time, MAX_CALLS[kind], by_bytes))
+
+
+def sealed_span(ctx: Context) -> None:
+    """Bound the candidate's reported time from the judge's side (see the module); records
+    `kernel_timing.sealed_ms_per_call` and flags `timer_mismatch`."""
+    kernel, ref = ctx.result.kernel_timing, ctx.result.reference_timing
+    if kernel is None or ref is None or not ctx.opts.sealed_span:
+        return
+    kind = "cuda" if ctx.cuda else "cpu"
+    out_bytes = int(ctx.output_bytes or 0)
+    calls = span_calls(ctx.cuda, per_call_ms(ref), int(ref.input_bytes or 0) + out_bytes)
+    channel = ctx.channel
+    prep = channel.ref(SealedPrepare(calls=calls, seed=ctx.rng.randrange(1 << 30)), SealedPrepareReply)
+    if prep.entries is None:
+        kernel.sealed_skipped = prep.why or "not laid out"
+        return
+    fd = channel.ref_proc.receive_fd(channel.deadline)
+    try:
+        channel.cand_proc.send_fd(fd)
+    finally:
+        os.close(fd)
+    channel.cand(SealedMap(entries=prep.entries, size=prep.size, seed=ctx.rng.randrange(1 << 30)),
+                 SealedMapReply)
+    claimed = per_call_ms(kernel) * calls
+    bound = 0.0
+    for _ in range(CONFIRM_RUNS):
+        parts = _run(ctx, calls)
+        parts["copy_ms"] = prep.copy_ms
+        bound = max(0.0, parts["gap_ms"] - 2.0 * parts["null_ms"] - prep.copy_ms - ALLOWANCE_MS[kind]
+                    - calls * ALLOWANCE_PER_CALL_MS[kind])
+        kernel.sealed_ms_per_call = round(bound / calls, 6)
+        kernel.sealed_calls = calls
+        kernel.sealed_parts = {k: round(v, 4) for k, v in parts.items()}
+        ctx.verdict.stop_if_failed()
+        if claimed >= FACTOR[kind] * bound:
+            return
+    ctx.verdict.hack("timer_mismatch", f"the sandbox reported {claimed / calls:.4f} ms a call; the judge's "
+                     f"side saw it take no less than {bound / calls:.4f} ms a call on inputs it filled and "
+                     f"outputs it took (in each of {CONFIRM_RUNS} runs)")
+    ctx.verdict.stop_if_failed()
+
+
+def _run(ctx: Context, calls: int) -> dict[str, float]:
+    """SPANS spans of the candidate's, each after a null one: the smallest gap and the median null
+    (ms); and, for the record, the fill's and take's own times and what the candidate says of its
+    span (`own_ms`, never part of the bound)."""
+    ref, cand = ctx.channel.ref, ctx.channel.cand
+    gaps: list[float] = []
+    nulls: list[float] = []
+    fills: list[float] = []
+    takes: list[float] = []
+    owns: list[float] = []
+    with timing_lock(ctx.device, "sealed"):
+        for _ in range(SPANS):
+            filled = ref(SealedFill(seeds=ctx.fresh(1, calls)[0]), SealedFillReply)
+            taken = ref(SealedTake(wseeds=None), SealedTakeReply)
+            nulls.append((taken.taken_at - filled.filled_at) * 1e3)
+            filled = ref(SealedFill(seeds=ctx.fresh(1, calls)[0]), SealedFillReply)
+            owns.append(cand(SealedRun(), SealedRunReply).own_ms)
+            wseeds = ctx.fresh(1, calls)[0]
+            taken = ref(SealedTake(wseeds=wseeds), SealedTakeReply)
+            gaps.append((taken.taken_at - filled.filled_at) * 1e3)
+            fills.append(filled.fill_ms)
+            takes.append(taken.take_ms)
+            _check_outputs(ctx, taken)
+    return {"gap_ms": min(gaps), "null_ms": statistics.median(nulls), "fill_ms": statistics.median(fills),
+            "take_ms": statistics.median(takes), "own_ms": statistics.median(owns)}
+
+
+def _check_outputs(ctx: Context, taken: SealedTakeReply) -> None:
+    """Every call's outputs, as taken out of the region, against the reference's own."""
+    if len(taken.taken) != len(taken.own):
+        ctx.verdict.hack("replayed_output", "the sealed span's outputs are missing")
+        return
+    trials = ctx.result.trials
+    slack = max((t.rel_l2 or 0.0) for t in trials) if trials else 0.0
+    for c, (got, want) in enumerate(zip(taken.taken, taken.own, strict=True)):
+        issue = checksum_issue(want, got, slack)
+        if issue is not None:
+            ctx.verdict.hack("replayed_output", f"sealed span, call {c}: {issue}")
+            return
