@@ -379,10 +379,10 @@ def test_a_harness_takeover_that_forges_window_times_is_caught_on_gpu(judge: Jud
 
 
 @pytest.mark.parametrize("rows,cols", [
-    pytest.param(16, 4096, marks=pytest.mark.xfail(strict=True, reason=(
+    pytest.param(16, 4096, marks=pytest.mark.xfail(strict=False, reason=(
         "OPEN (docs/errors.md, the sealed span): at 16 x 4096 a span of 512 calls is ~1.9 ms, and the "
-        "allowance for the graph's submission (2.5 us a call) and the hops (0.5 ms) leaves no bound: "
-        "run AW at 6447f6a, reward 5.0"))),
+        "allowance for the graph's submission (2.5 us a call) and the hops (0.5 ms) leaves next to no "
+        "bound: missed in run AW (reward 5.0), caught in run AX; which one depends on the hops' noise"))),
     (1024, 1024)])
 def test_forged_window_times_of_a_small_kernel_are_caught_by_the_sealed_span_on_gpu(
         judge: Judge, rows: int, cols: int) -> None:
