@@ -7,7 +7,9 @@ advantages, and verl's PPOTrainer._compute_metrics reads the batch back. Only Tr
 in-memory store here (assembling rows as TransferQueue's storage does) and the actor's log-prob pass
 is zeros.
 
-- blocker 3: every row carries min/max_global_steps, and verl's metrics step does not raise on them.
+- blocker 3: every row carries min/max_global_steps, and verl's metrics step does not raise on them;
+- blocker 4: verl's padding copies the first row with its drkernel_* fields; the trainer leaves padded
+  rows out of the step (no duplicate (prompt, trajectory, turn)) and gives them no loss token.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ with warnings.catch_warnings():
     from omegaconf import OmegaConf
     from tensordict import NonTensorStack, TensorDict
     from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
     from verl.workers.rollout.replica import TokenOutput
 
@@ -200,3 +203,34 @@ def test_an_overlong_first_turn_still_has_weight_versions(store):
     assert server.calls == 0 and outs
     for out in outs:
         assert out.extra_fields["min_global_steps"] == out.extra_fields["max_global_steps"] == WEIGHTS
+
+
+@pytest.mark.parametrize("dp", [4, 8])
+def test_verls_padding_rows_take_no_part_in_the_step(store, dp):
+    model, tok = _tiny()
+    batch = _rollout(store, tok)
+    padded = upsample_batch_to_divisible_size(batch, dp, tok.eos_token_id)  # verl's own padding
+    pads = [k for k, t in zip(padded.keys, padded.tags, strict=True) if t.get("is_padding")]
+    assert len(padded) % dp == 0 and len(pads) == len(padded) - len(batch) > 0
+    first = store.rows[batch.keys[0]]["extra_fields"]
+    for key in pads:  # the copies do carry the first row's (prompt, trajectory, turn)
+        ef = store.rows[key]["extra_fields"]
+        assert (ef["drkernel_prompt"], ef["drkernel_trajectory"], ef["drkernel_turn"]) == (
+            first["drkernel_prompt"], first["drkernel_trajectory"], first["drkernel_turn"])
+    trainer = _trainer()
+    _actor_log_probs(store, padded)
+
+    metrics_plain: dict = {}
+    trainer._compute_advantage(batch, metrics_plain)
+    plain = {k: store.rows[k]["advantages"].clone() for k in batch.keys}
+    metrics: dict = {}
+    out = trainer._compute_advantage(padded, metrics)
+    assert out.keys == padded.keys
+    assert metrics["drkernel/rows"] == len(batch)
+    assert metrics["drkernel/trained_rows"] == metrics_plain["drkernel/trained_rows"] > 0
+    for key in batch.keys:  # the real rows' advantages are those of the unpadded batch
+        torch.testing.assert_close(store.rows[key]["advantages"], plain[key])
+    for key in pads:  # padded rows: no loss token, no advantage
+        assert not store.rows[key]["response_mask"].any() and not store.rows[key]["loss_mask"].any()
+        assert not store.rows[key]["advantages"].any()
+    _metrics(trainer, out, metrics)

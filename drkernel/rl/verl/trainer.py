@@ -48,11 +48,18 @@ log = logging.getLogger(__name__)
 TRAINER_NAME = "drkernel"
 
 
-def turn_rows_from_extra(extra_fields: Sequence[dict[str, Any]]) -> list[TurnRow | None]:
-    """The agent loop's per-turn record of each row; None for verl's padding rows (no drkernel keys)."""
+def turn_rows_from_extra(
+    extra_fields: Sequence[dict[str, Any]], padding: Sequence[bool] | None = None
+) -> list[TurnRow | None]:
+    """The agent loop's per-turn record of each row; None for verl's padding rows.
+
+    verl pads a batch to a multiple of the data-parallel size with copies of its first row, drkernel_*
+    fields included (padding_utils.upsample_batch_to_divisible_size); their TransferQueue tags say
+    `is_padding`, which `padding` carries. A row without drkernel keys is padding too.
+    """
     out: list[TurnRow | None] = []
-    for ef in extra_fields:
-        if not isinstance(ef, dict) or "drkernel_turn" not in ef:
+    for i, ef in enumerate(extra_fields):
+        if (padding is not None and padding[i]) or not isinstance(ef, dict) or "drkernel_turn" not in ef:
             out.append(None)
             continue
         out.append(
@@ -77,14 +84,16 @@ def drkernel_step_from_fields(
     rollout_log_probs: torch.Tensor | None,
     cfg: RunConfig,
     step: int,
+    padding: Sequence[bool] | None = None,
 ) -> tuple[RowStep, torch.Tensor]:
     """verl's padded rows -> (drkernel's step on the real rows, which rows are real).
 
-    Padding rows and rows the agent loop marked as empty turns get no loss token; rows whose sampler
+    Padding rows (`padding`, from the rows' `is_padding` tags, or rows without drkernel keys) take no
+    part in the step and rows the agent loop marked as empty turns get no loss token; rows whose sampler
     returned no log-probs are compared with themselves (as ModelSampler/PolicySampler rows in the own
     trainer).
     """
-    rows = turn_rows_from_extra(extra_fields)
+    rows = turn_rows_from_extra(extra_fields, padding)
     real = torch.tensor([r is not None for r in rows], dtype=torch.bool)
     if not bool(real.any()):
         raise ConfigError(
@@ -141,8 +150,10 @@ class DrKernelTrainer(PPOTrainerSync):
         padded = data.select(*[f for f in fields if f != "extra_fields"]).to_padded_tensor()
         response_mask = padded["response_mask"]
         rollout = padded["rollout_log_probs"] if "rollout_log_probs" in padded.keys() else None
+        padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
         out, real = drkernel_step_from_fields(
-            extra, response_mask, padded["old_log_probs"], rollout, self.drkernel_config, self.global_steps
+            extra, response_mask, padded["old_log_probs"], rollout, self.drkernel_config, self.global_steps,
+            padding=padding,
         )
         n, width = response_mask.shape
         idx = real.nonzero().view(-1)
