@@ -1,5 +1,8 @@
 """verl v1 trainer "drkernel" (trainer.v1.trainer_mode=drkernel): the sync trainer with the paper's step.
 
+verl selects it by that name; it then sets trainer_mode back to "sync" in the run's config, since verl's
+base trainer treats any other mode as asynchronous (DrKernelTrainer.__init__).
+
 verl's own advantage step pools every turn of a prompt under the prompt's uid and copies the last
 turn's reward onto earlier turns, and its loss divides by a fixed ppo_mini_batch_size x rollout.n.
 This trainer keeps verl's rollout, log-prob and update machinery and replaces two stages:
@@ -28,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 import transfer_queue as tq
+from omegaconf import open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_base import register_trainer
@@ -46,6 +50,7 @@ __all__ = ["TRAINER_NAME", "DrKernelTrainer", "drkernel_step_from_fields", "turn
 log = logging.getLogger(__name__)
 
 TRAINER_NAME = "drkernel"
+SYNC_MODE = "sync"  # the mode verl's base trainer runs this trainer in (DrKernelTrainer.__init__)
 
 
 def turn_rows_from_extra(
@@ -133,6 +138,14 @@ class DrKernelTrainer(PPOTrainerSync):
     """The sync v1 trainer with drkernel's advantage step and loss normalisation (module doc)."""
 
     def __init__(self, config: Any) -> None:
+        # verl picks this class by trainer.v1.trainer_mode=drkernel, but its base class reads the same key
+        # to choose between the sync and the async paths (replay buffer, gen_batch_size 1, TransferQueue
+        # checkpoints, in-flight prompt re-issue), anything but "sync" being async. This trainer is
+        # PPOTrainerSync: from here on the run's config says "sync", so every reader takes the sync paths.
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = SYNC_MODE
+            if config.trainer.v1.get(SYNC_MODE) is None:
+                config.trainer.v1[SYNC_MODE] = {}
         super().__init__(config)
         self.drkernel_config = run_config(config)
         self._trained_rows = 0
