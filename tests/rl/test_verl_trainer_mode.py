@@ -73,3 +73,22 @@ def test_prompts_go_to_the_rollout_without_their_data(trainer, monkeypatch):
     assert len(puts) == 1 and puts[0]["keys"] == ["u0", "u1"]
     assert "fields" not in puts[0]  # the async modes persist the prompt data for their checkpoints
     assert trainer.agent_loop_manager.batches == [batch]
+
+
+def test_the_dataloader_fetches_whole_batches(tmp_path):
+    """The async modes force data.gen_batch_size=1 (one prompt per fetch); sync fetches train_batch_size."""
+    from drkernel.problems import load_suite
+    from drkernel.rl.verl_data import write_parquet
+    from tests.rl.test_verl_golden import _tiny
+
+    data = write_parquet(load_suite("builtin"), tmp_path / "train.parquet")
+    cfg = _compose([*recipe_overrides("run_8b.sh"), f"data.train_files={data}", f"data.val_files={data}",
+                    "data.dataloader_num_workers=0"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = DrKernelTrainer(config=cfg)
+        trainer.tokenizer, trainer.processor = _tiny()[1], None  # init() loads the model's tokenizer
+        trainer._init_dataloader()
+    assert cfg.data.get("gen_batch_size") is None
+    assert trainer.train_dataloader.batch_size == cfg.data.train_batch_size == 16
+    assert trainer.steps_per_epoch == 25 // 16
