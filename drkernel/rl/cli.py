@@ -2,7 +2,8 @@
 
 `train rl --recipe debug_cpu --run-dir DIR [--set key=value ...]` trains and resumes from DIR's last
 checkpoint when rerun; `train sft --recipe R --data TRAJ.jsonl [--model PATH] --out DIR` is the cold
-start; `train recipes [NAME]` lists the recipes or prints one resolved config as JSON.
+start; `train recipes [NAME]` lists the recipes or prints one resolved config as JSON; `train parquet
+SUITE --out FILE` writes verl's RL parquet (recipes/verl) from any suite.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import transformers
 
 from drkernel.errors import ConfigError
 from drkernel.helpfmt import DefaultsHelpFormatter
+from drkernel.problems.loaders import parse_levels
 from drkernel.recipes import RECIPES, get_recipe
 from drkernel.rl.config import (
     RunConfig,
@@ -38,7 +40,7 @@ _RESUMABLE = (
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("train", help="SFT and multi-turn RL (the Dr. Kernel recipe)")
-    sub = p.add_subparsers(dest="train_command", metavar="{rl,sft,recipes}")
+    sub = p.add_subparsers(dest="train_command", metavar="{rl,sft,recipes,parquet}")
     rl = sub.add_parser("rl", help="multi-turn RL on one node (resumes from --run-dir)",
                         formatter_class=DefaultsHelpFormatter)
     _common(rl, recipe_default="debug_cpu")
@@ -60,6 +62,17 @@ def register(subparsers: Any) -> None:
     rec.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     rec.add_argument("--keys", action="store_true", help="list every settable key")
     rec.set_defaults(func=run_recipes)
+    pq = sub.add_parser("parquet", help="write verl's RL parquet (recipes/verl) from a problem suite",
+                        formatter_class=DefaultsHelpFormatter)
+    pq.add_argument("suite", help="builtin[:cpu|:gpu], a KernelBench checkout, a folder, a .py, .jsonl "
+                                  "or .parquet file (the authors' RL data)")
+    pq.add_argument("--out", required=True, help="the .parquet file to write")
+    pq.add_argument("--levels", type=parse_levels, help="keep these KernelBench levels, e.g. 1,2 or 1-3")
+    pq.add_argument("--problems", action="append", default=[], metavar="NAME",
+                    help="keep only these problems (repeat the flag)")
+    pq.add_argument("--limit", type=int, help="at most this many problems")
+    pq.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    pq.set_defaults(func=run_parquet)
     p.set_defaults(func=lambda args: _usage(p))
 
 
@@ -195,6 +208,18 @@ def run_recipes(args: argparse.Namespace) -> int:
             print(f"{name:16s} {doc}")
         return 0
     print(json.dumps(to_dict(resolve_config(args.name, None, args.set)), indent=2))
+    return 0
+
+
+def run_parquet(args: argparse.Namespace) -> int:
+    from drkernel.rl.build import load_problems
+    from drkernel.rl.verl_data import write_parquet
+
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError("--limit: must be at least 1")
+    problems = load_problems(args.suite, args.problems, args.levels or (), args.limit)
+    out = write_parquet(problems, args.out, overwrite=args.overwrite)
+    print(f"wrote {len(problems)} problems to {out} (verl RL rows, agent drkernel_kernel)")
     return 0
 
 

@@ -8,9 +8,9 @@
 - the v1 trainer "drkernel" (trainer.py): restores the (prompt, trajectory, turn) rows and runs the
   own trainer's step (MRS, PRS, group filter, TRLOO) and loss normalisation.
 
-The agent loop and the trainer need verl's v1 stack (transfer_queue, cachetools: `pip install -e
-".[verl]"`); without it only the estimators and the loss are registered, and `require_v1()` says what
-is missing. docs/training.md has the launch recipe.
+The agent loop and the trainer need verl's v1 stack (TransferQueue, cachetools, uvicorn, fastapi:
+`pip install -e '.[verl]'`); without it only the estimators and the loss are registered, and
+`require_v1()` says what is missing. docs/training.md has the launch recipe.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ from drkernel.rl.verl.adapter import (
 
 register()
 
+# The extra lists what verl's agent loop and v1 trainer import beyond verl's own requirements
+# (uvicorn, fastapi, TransferQueue, cachetools): tests/rl/test_verl_install.py holds it to that.
+INSTALL_COMMAND = "pip install -e '.[verl]'"
+
 _V1_ERROR: ImportError | None = None
 try:  # registers the agent loop and the trainer with verl
     from drkernel.rl.verl import agent_loop as _agent_loop  # noqa: F401
@@ -42,8 +46,8 @@ def require_v1() -> None:
     """Raise a clear error when the agent loop and the trainer could not be registered."""
     if _V1_ERROR is not None:
         raise ImportError(
-            f"drkernel's verl agent loop and trainer need verl's v1 stack ({_V1_ERROR}); "
-            'install it with: pip install -e ".[verl]"'
+            f"drkernel's verl agent loop and trainer could not be imported ({_V1_ERROR}); "
+            f"in the drkernel checkout run: {INSTALL_COMMAND}"
         ) from _V1_ERROR
 
 

@@ -58,6 +58,33 @@ def problem_from_row(kwargs: dict[str, Any]) -> Problem:
     )
 
 
+class _Versions:
+    """The weight versions (min_global_steps, max_global_steps) a trajectory was sampled with so far.
+
+    verl's server client reports them per generation; without one (every turn so far prompt-overlong)
+    they are the weights a sync step samples with: the dataloader step minus one.
+    """
+
+    def __init__(self, global_steps: Any) -> None:
+        step = int(global_steps) - 1 if global_steps is not None else 0
+        self.min: int | None = None
+        self.max: int | None = None
+        self.fallback = max(step, 0)
+
+    def update(self, server_fields: dict[str, Any]) -> None:
+        lo = server_fields.get("min_global_steps", server_fields.get("global_steps"))
+        hi = server_fields.get("max_global_steps", server_fields.get("global_steps"))
+        if lo is not None and self.min is None:
+            self.min = int(lo)
+        if hi is not None:
+            self.max = int(hi) if self.max is None else max(self.max, int(hi))
+
+    def fields(self) -> dict[str, int]:
+        lo = self.min if self.min is not None else self.fallback
+        hi = self.max if self.max is not None else lo
+        return {"min_global_steps": lo, "max_global_steps": max(hi, lo)}
+
+
 @register(AGENT_NAME)
 class KernelAgentLoop(AgentLoopBase):
     """The kernel episode as a verl agent loop (see the module doc)."""
@@ -90,13 +117,13 @@ class KernelAgentLoop(AgentLoopBase):
 
     async def _generate(
         self, prompt_ids: list[int], sampling_params: dict[str, Any]
-    ) -> tuple[list[int], list[float] | None]:
+    ) -> tuple[list[int], list[float] | None, dict[str, Any]]:
         out = await self.server_manager.generate(
             request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params
         )
         ids = [int(x) for x in out.token_ids][: self.response_length]
         logprobs = [float(x) for x in out.log_probs][: len(ids)] if out.log_probs else None
-        return ids, logprobs
+        return ids, logprobs, dict(getattr(out, "extra_fields", None) or {})
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:  # type: ignore[override]
         problem = problem_from_row(kwargs)
@@ -110,14 +137,19 @@ class KernelAgentLoop(AgentLoopBase):
         runtime = await asyncio.to_thread(builder.build_initial_tokens, messages)
         turns: list[dict[str, Any]] = []
         error: str | None = None
+        # verl's staleness tags and metrics read min/max_global_steps from every row (the weight versions
+        # the trajectory was sampled with so far); a turn with no generation carries the last known ones
+        versions = _Versions(kwargs.get("global_steps"))
         for turn in range(self.env_config.max_turns):
             prompt_ids = list(runtime)
             if len(prompt_ids) > self.prompt_length:  # docs/paper_spec.md §2.7: an empty turn, reward 0
                 ids: list[int] = []
                 logprobs = None
+                server_fields: dict[str, Any] = {}
                 completion = Completion(text="", finish_reason="prompt_overlong", token_ids=[], logprobs=[])
             else:
-                ids, logprobs = await self._generate(prompt_ids, sampling_params)
+                ids, logprobs, server_fields = await self._generate(prompt_ids, sampling_params)
+                versions.update(server_fields)
                 text = self._tok.decode(ids, skip_special_tokens=True)
                 finish = "length" if len(ids) >= self.response_length else "stop"
                 completion = Completion(text=text, finish_reason=finish, token_ids=ids, logprobs=logprobs)
@@ -129,7 +161,8 @@ class KernelAgentLoop(AgentLoopBase):
                     "drkernel episode %s#%d aborted at turn %d: %s", problem.name, session, turn, error
                 )
                 break
-            turns.append({"prompt_ids": prompt_ids, "ids": ids, "logprobs": logprobs})
+            turns.append({"prompt_ids": prompt_ids, "ids": ids, "logprobs": logprobs,
+                          "server": {**server_fields, **versions.fields()}})
             if env.done:
                 break
             new_messages = [dict(m) for m in env.observation]
@@ -173,6 +206,7 @@ class KernelAgentLoop(AgentLoopBase):
                 lp = [0.0] * len(response)  # a masked pad or a server without log-probs: MRS sees no token
             speed, cov = float(tr.speedup[0, k]), float(tr.coverage[0, k])
             extra = {
+                **t["server"],
                 "drkernel_prompt": uid,
                 "drkernel_trajectory": session,
                 "drkernel_turn": k,

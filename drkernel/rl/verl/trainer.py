@@ -1,5 +1,8 @@
 """verl v1 trainer "drkernel" (trainer.v1.trainer_mode=drkernel): the sync trainer with the paper's step.
 
+verl selects it by that name; it then sets trainer_mode back to "sync" in the run's config, since verl's
+base trainer treats any other mode as asynchronous (DrKernelTrainer.__init__).
+
 verl's own advantage step pools every turn of a prompt under the prompt's uid and copies the last
 turn's reward onto earlier turns, and its loss divides by a fixed ppo_mini_batch_size x rollout.n.
 This trainer keeps verl's rollout, log-prob and update machinery and replaces two stages:
@@ -28,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 import transfer_queue as tq
+from omegaconf import open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_base import register_trainer
@@ -46,13 +50,21 @@ __all__ = ["TRAINER_NAME", "DrKernelTrainer", "drkernel_step_from_fields", "turn
 log = logging.getLogger(__name__)
 
 TRAINER_NAME = "drkernel"
+SYNC_MODE = "sync"  # the mode verl's base trainer runs this trainer in (DrKernelTrainer.__init__)
 
 
-def turn_rows_from_extra(extra_fields: Sequence[dict[str, Any]]) -> list[TurnRow | None]:
-    """The agent loop's per-turn record of each row; None for verl's padding rows (no drkernel keys)."""
+def turn_rows_from_extra(
+    extra_fields: Sequence[dict[str, Any]], padding: Sequence[bool] | None = None
+) -> list[TurnRow | None]:
+    """The agent loop's per-turn record of each row; None for verl's padding rows.
+
+    verl pads a batch to a multiple of the data-parallel size with copies of its first row, drkernel_*
+    fields included (padding_utils.upsample_batch_to_divisible_size); their TransferQueue tags say
+    `is_padding`, which `padding` carries. A row without drkernel keys is padding too.
+    """
     out: list[TurnRow | None] = []
-    for ef in extra_fields:
-        if not isinstance(ef, dict) or "drkernel_turn" not in ef:
+    for i, ef in enumerate(extra_fields):
+        if (padding is not None and padding[i]) or not isinstance(ef, dict) or "drkernel_turn" not in ef:
             out.append(None)
             continue
         out.append(
@@ -77,14 +89,16 @@ def drkernel_step_from_fields(
     rollout_log_probs: torch.Tensor | None,
     cfg: RunConfig,
     step: int,
+    padding: Sequence[bool] | None = None,
 ) -> tuple[RowStep, torch.Tensor]:
     """verl's padded rows -> (drkernel's step on the real rows, which rows are real).
 
-    Padding rows and rows the agent loop marked as empty turns get no loss token; rows whose sampler
+    Padding rows (`padding`, from the rows' `is_padding` tags, or rows without drkernel keys) take no
+    part in the step and rows the agent loop marked as empty turns get no loss token; rows whose sampler
     returned no log-probs are compared with themselves (as ModelSampler/PolicySampler rows in the own
     trainer).
     """
-    rows = turn_rows_from_extra(extra_fields)
+    rows = turn_rows_from_extra(extra_fields, padding)
     real = torch.tensor([r is not None for r in rows], dtype=torch.bool)
     if not bool(real.any()):
         raise ConfigError(
@@ -124,6 +138,14 @@ class DrKernelTrainer(PPOTrainerSync):
     """The sync v1 trainer with drkernel's advantage step and loss normalisation (module doc)."""
 
     def __init__(self, config: Any) -> None:
+        # verl picks this class by trainer.v1.trainer_mode=drkernel, but its base class reads the same key
+        # to choose between the sync and the async paths (replay buffer, gen_batch_size 1, TransferQueue
+        # checkpoints, in-flight prompt re-issue), anything but "sync" being async. This trainer is
+        # PPOTrainerSync: from here on the run's config says "sync", so every reader takes the sync paths.
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = SYNC_MODE
+            if config.trainer.v1.get(SYNC_MODE) is None:
+                config.trainer.v1[SYNC_MODE] = {}
         super().__init__(config)
         self.drkernel_config = run_config(config)
         self._trained_rows = 0
@@ -141,8 +163,10 @@ class DrKernelTrainer(PPOTrainerSync):
         padded = data.select(*[f for f in fields if f != "extra_fields"]).to_padded_tensor()
         response_mask = padded["response_mask"]
         rollout = padded["rollout_log_probs"] if "rollout_log_probs" in padded.keys() else None
+        padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
         out, real = drkernel_step_from_fields(
-            extra, response_mask, padded["old_log_probs"], rollout, self.drkernel_config, self.global_steps
+            extra, response_mask, padded["old_log_probs"], rollout, self.drkernel_config, self.global_steps,
+            padding=padding,
         )
         n, width = response_mask.shape
         idx = real.nonzero().view(-1)
