@@ -26,6 +26,7 @@ from drkernel.agent.metrics import summarize
 from drkernel.agent.policy import Policy
 from drkernel.agent.report import INTERPRETER_CAVEAT, render_table, write_reports
 from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
+from drkernel.cli import INTERRUPTED, rerun_command
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
 from drkernel.helpfmt import DefaultsHelpFormatter
@@ -223,10 +224,10 @@ def run(args: argparse.Namespace) -> int:
         )
     except BenchInterrupted as stop:
         done = stop.summary["episodes"]
-        print(f"drkernel bench: interrupted after {done} of {stop.summary['samples']} episodes; "
-              f"reports of the finished ones written to {args.out}; rerun the same command with --resume "
-              "to continue", file=sys.stderr)
-        return 130
+        print(f"drkernel bench: interrupted after {done} of {stop.summary['samples']} episodes "
+              f"(reports of those in {args.out}); to continue: {rerun_command(args, '--resume')}",
+              file=sys.stderr)
+        return INTERRUPTED
     finally:
         executor.close()
         close_policy(policy)
