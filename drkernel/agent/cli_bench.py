@@ -60,6 +60,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--held-out", action="store_true",
                    help="also check each kernel on its problem's held-out shapes, never shown to the model, "
                         "and report how many correct kernels pass them")
+    p.add_argument("--force-gpu-suite", action="store_true",
+                   help="run builtin:gpu even when the judge is on the CPU (refused without it: hours under "
+                        "the interpreter, and over the judge's memory limits)")
     add_run_options(p, default_turns=3)
     p.set_defaults(func=run)
 
@@ -204,6 +207,21 @@ def _with_held_out(problems: list[Problem]) -> list[Problem]:
     return problems
 
 
+def _check_size(args: argparse.Namespace) -> None:
+    """builtin:gpu judged here on the CPU is refused: its GPU-sized problems exceed the judge's memory
+    limits under Triton's interpreter and take hours (a 44-minute ETA for a handful of episodes)."""
+    from drkernel.executors.local import detect_devices
+
+    spec = args.suite.strip()
+    if spec.partition(":")[::2] != ("builtin", "gpu") or args.executor != "local" or args.force_gpu_suite:
+        return
+    devices = (args.device,) if args.device else detect_devices(1)
+    if all(not d.startswith("cuda") for d in devices):
+        raise ConfigError("builtin:gpu holds GPU-sized problems and this judge runs on the CPU (Triton's "
+                          "interpreter), where they take hours and exceed its memory limits: use "
+                          "builtin:cpu, the same problems at CPU size (or --force-gpu-suite)")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.samples < 1:
         print("drkernel bench: --samples must be >= 1", file=sys.stderr)
@@ -214,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
     if args.held_out:
         problems = _with_held_out(problems)
     config = build_loop_config(args, default_turns=3)
+    _check_size(args)
     check_out(args.out, args.resume)
     policy, executor = start_policy_and_executor(args)
     try:
