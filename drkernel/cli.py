@@ -11,12 +11,13 @@ import contextlib
 import importlib
 import logging
 import os
+import shlex
 import sys
 from typing import NoReturn
 
 from drkernel.errors import DrKernelError
 
-__all__ = ["COMMANDS", "QUICK_EXIT", "SUMMARIES", "entry", "main"]
+__all__ = ["COMMANDS", "QUICK_EXIT", "SUMMARIES", "entry", "main", "rerun_command"]
 
 # name -> (module, extra that provides its dependencies)
 COMMANDS: dict[str, tuple[str, str | None]] = {
@@ -43,6 +44,7 @@ SUMMARIES = {
 # Commands that have closed and written everything when main() returns: their console script leaves
 # at once, skipping the interpreter's teardown of torch and Triton (bench/eval_latency.py measures it).
 QUICK_EXIT = frozenset({"eval"})
+INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C (128 + SIGINT), as a shell's
 
 
 def _version() -> str:
@@ -53,6 +55,14 @@ def _version() -> str:
         return version("drkernel")
     except PackageNotFoundError:  # run from a checkout that was never installed
         return "unknown (not installed)"
+
+
+def rerun_command(args: argparse.Namespace, *extra: str) -> str:
+    """The command line that ran `args`, plus `extra` flags it lacks: what an interrupted command tells
+    its user to run again."""
+    argv = list(getattr(args, "argv", None) or sys.argv[1:])
+    argv += [flag for flag in extra if flag not in argv]
+    return shlex.join(["drkernel", *argv])
 
 
 def _command(argv: list[str]) -> str | None:
@@ -104,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser(argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command as typed, for rerun_command()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -119,15 +130,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print(f"drkernel {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
 
 
 def entry() -> NoReturn:
-    """The console script: main(), then the process's exit (at once for QUICK_EXIT commands, once
-    what they printed is flushed)."""
+    """The console script: main(), then the process's exit (at once for QUICK_EXIT commands and for an
+    interrupted command, once what they printed is flushed: an interrupted bench's threads may still wait
+    on a model's answer, which nobody reads any more)."""
     argv = sys.argv[1:]
     code = main(argv)
-    if _command(argv) in QUICK_EXIT:
+    if _command(argv) in QUICK_EXIT or code == INTERRUPTED:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to write
                 stream.flush()

@@ -26,6 +26,7 @@ from drkernel.agent.metrics import summarize
 from drkernel.agent.policy import Policy
 from drkernel.agent.report import INTERPRETER_CAVEAT, render_table, write_reports
 from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
+from drkernel.cli import INTERRUPTED, rerun_command
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
 from drkernel.helpfmt import DefaultsHelpFormatter
@@ -59,6 +60,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--held-out", action="store_true",
                    help="also check each kernel on its problem's held-out shapes, never shown to the model, "
                         "and report how many correct kernels pass them")
+    p.add_argument("--force-gpu-suite", action="store_true",
+                   help="run builtin:gpu even when the judge is on the CPU (refused without it: hours under "
+                        "the interpreter, and over the judge's memory limits)")
     add_run_options(p, default_turns=3)
     p.set_defaults(func=run)
 
@@ -203,6 +207,21 @@ def _with_held_out(problems: list[Problem]) -> list[Problem]:
     return problems
 
 
+def _check_size(args: argparse.Namespace) -> None:
+    """builtin:gpu judged here on the CPU is refused: its GPU-sized problems exceed the judge's memory
+    limits under Triton's interpreter and take hours (a 44-minute ETA for a handful of episodes)."""
+    from drkernel.executors.local import detect_devices
+
+    spec = args.suite.strip()
+    if spec.partition(":")[::2] != ("builtin", "gpu") or args.executor != "local" or args.force_gpu_suite:
+        return
+    devices = (args.device,) if args.device else detect_devices(1)
+    if all(not d.startswith("cuda") for d in devices):
+        raise ConfigError("builtin:gpu holds GPU-sized problems and this judge runs on the CPU (Triton's "
+                          "interpreter), where they take hours and exceed its memory limits: use "
+                          "builtin:cpu, the same problems at CPU size (or --force-gpu-suite)")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.samples < 1:
         print("drkernel bench: --samples must be >= 1", file=sys.stderr)
@@ -213,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
     if args.held_out:
         problems = _with_held_out(problems)
     config = build_loop_config(args, default_turns=3)
+    _check_size(args)
     check_out(args.out, args.resume)
     policy, executor = start_policy_and_executor(args)
     try:
@@ -223,10 +243,10 @@ def run(args: argparse.Namespace) -> int:
         )
     except BenchInterrupted as stop:
         done = stop.summary["episodes"]
-        print(f"drkernel bench: interrupted after {done} of {stop.summary['samples']} episodes; "
-              f"reports of the finished ones written to {args.out}; rerun the same command with --resume "
-              "to continue", file=sys.stderr)
-        return 130
+        print(f"drkernel bench: interrupted after {done} of {stop.summary['samples']} episodes "
+              f"(reports of those in {args.out}); to continue: {rerun_command(args, '--resume')}",
+              file=sys.stderr)
+        return INTERRUPTED
     finally:
         executor.close()
         close_policy(policy)

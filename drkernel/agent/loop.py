@@ -87,8 +87,11 @@ def run_episode(
                 completion = _generate(policy, obs, cfg)
             obs = env.step(completion).obs
     except DrKernelError as exc:
-        traj.error = f"{type(exc).__name__}: {exc}"
-        log.warning("episode %s ended early: %s", traj.uid, traj.error)
+        if stop is not None and stop.is_set():  # the run was interrupted: its executor is closing
+            traj.error = "interrupted"
+        else:
+            traj.error = f"{type(exc).__name__}: {exc}"
+            log.warning("episode %s ended early: %s", traj.uid, traj.error)
     return traj
 
 
@@ -102,7 +105,8 @@ def run_episodes(
     """Run (problem, sample index) jobs concurrently; results in job order.
 
     `on_done` is called under a lock, once per episode, as it finishes. On KeyboardInterrupt the
-    episodes in flight stop at their next turn boundary and the interrupt is re-raised.
+    interrupt is re-raised at once: the episodes in flight stop at their next turn boundary, in the
+    background, and are never reported (no `on_done` after this function has returned).
     """
     cfg = config or LoopConfig()
     count = token_counter(policy)
@@ -119,7 +123,8 @@ def run_episodes(
         results[i] = traj
         if on_done is not None and traj.error != "interrupted":
             with lock:
-                on_done(traj)
+                if not stop.is_set():
+                    on_done(traj)
 
     pool = ThreadPoolExecutor(max_workers=cfg.concurrency, thread_name_prefix="episode")
     pending: set[Future[None]] = {pool.submit(one, i) for i in range(len(jobs))}
@@ -129,8 +134,11 @@ def run_episodes(
             for fut in done:
                 fut.result()  # re-raise bugs (not infrastructure errors: those are recorded)
     except BaseException:
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+        with lock:  # an on_done running now ends first; none starts after
+            stop.set()
+        # no wait for the turns in flight (a model's answer, a judge's verdict: a minute or more);
+        # the caller closes the executor, which ends their evaluations
+        pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
     return [t for t in results if t is not None]

@@ -544,17 +544,25 @@ class ProcessJudgeHost:
         return False
 
     def close(self) -> None:
-        if self._alive():
-            with contextlib.suppress(OSError):
-                self._conn.send(None)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=10)
+        # an idle judge is told to stop; a busy one (its evaluation's result has no reader any more:
+        # the pool is closing) is killed at once rather than waited for
+        if self._alive() and self._lock.acquire(blocking=False):
+            try:
+                with contextlib.suppress(OSError):
+                    self._conn.send(None)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout=10)
+            finally:
+                self._lock.release()
         self.kill()
         self._conn.close()
         self._life.close()
 
 
 if __name__ == "__main__":
+    # Ctrl-C in a terminal reaches the whole process group: the server decides, and stops this judge
+    # through its socket or by its own death (the lifeline); no KeyboardInterrupt traceback here
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # run the importable module's copy, not __main__'s: in_host_process() must see the mark
     from drkernel.executors import judge_host as _module

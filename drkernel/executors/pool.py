@@ -294,6 +294,8 @@ class SlotPool:
             try:  # the request as sent: the slot's judge owns the device
                 result = self._call(slot, request, deadline)
             except WorkerLost as exc:
+                if self._closed:  # close() stopped its worker: nobody waits for this task any more
+                    raise ExecutorError("executor is closed") from None
                 logger.warning("%s lost task %s (attempt %d): %s",
                                slot.state.worker_id, request.task_id, attempt, exc)
                 self._restart(slot, f"worker lost: {exc}")
@@ -308,6 +310,8 @@ class SlotPool:
                         f"workers died under this task {lost} times; last: {exc}"), where)
                 continue
             except EvalTimeout as exc:  # the watchdog: the judge, not the candidate, is at fault
+                if self._closed:
+                    raise ExecutorError("executor is closed") from None
                 logger.warning("%s is unresponsive on task %s (attempt %d): %s",
                                slot.state.worker_id, request.task_id, attempt, exc)
                 self._restart(slot, f"unresponsive: {exc}")

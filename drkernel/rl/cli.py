@@ -18,6 +18,7 @@ from typing import Any
 # the `train` extra, imported here so that `drkernel` can name what is missing
 import transformers
 
+from drkernel.cli import INTERRUPTED, rerun_command
 from drkernel.errors import ConfigError
 from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.problems.loaders import parse_levels
@@ -142,15 +143,34 @@ def run_rl(args: argparse.Namespace) -> int:
     from drkernel.rl.progress import Progress
     from drkernel.rl.trainer import Trainer
 
-    with Trainer(cfg, run_dir, progress=Progress()) as trainer:
-        start = trainer.state.step
-        if start:
-            print(f"resuming {run_dir} after step {start}", file=sys.stderr)
-        for m in trainer.fit_iter():
-            print(f"step {m['step']}: reward {m['reward/mean']:.4f}  fast@1 {m['batch/fast@1']:.3f}  "
-                  f"groups {m['filter/groups_kept']}/{m['filter/groups']}  loss {m['actor/loss']:.4g}")
+    try:
+        with Trainer(cfg, run_dir, progress=Progress()) as trainer:
+            start = trainer.state.step
+            if start:
+                print(f"resuming {run_dir} after step {start}", file=sys.stderr)
+            for m in trainer.fit_iter():
+                print(f"step {m['step']}: reward {m['reward/mean']:.4f}  fast@1 {m['batch/fast@1']:.3f}  "
+                      f"groups {m['filter/groups_kept']}/{m['filter/groups']}  loss {m['actor/loss']:.4g}")
+    except KeyboardInterrupt:
+        print(f"drkernel train rl: interrupted; {_checkpointed(run_dir)}; to resume from it: "
+              f"{rerun_command(args)}", file=sys.stderr)
+        return INTERRUPTED
     print(f"run finished at step {cfg.trainer.steps}: {run_dir}")
     return 0
+
+
+def _checkpointed(run_dir: Path) -> str:
+    """Where a rerun of an interrupted run starts from, in words."""
+    from drkernel.rl.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir / "checkpoints")
+    if ckpt is None:
+        return f"no step was checkpointed in {run_dir} yet"
+    try:
+        step = int(json.loads((ckpt / "state.json").read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"the last checkpoint is {ckpt}"
+    return f"step {step} is checkpointed in {ckpt}"
 
 
 def run_sft_command(args: argparse.Namespace) -> int:

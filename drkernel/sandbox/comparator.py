@@ -265,4 +265,7 @@ def _serve(cmd_fd: int, resp_fd: int, device: str) -> None:
 
 
 if __name__ == "__main__":
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is its judge's to handle; it dies with the judge
     _serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
