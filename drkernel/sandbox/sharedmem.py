@@ -200,6 +200,8 @@ def _ordinal(device: str) -> int:
 
 
 def _ok(rc: int, what: str) -> None:
+    if rc == 2:  # CUDA_ERROR_OUT_OF_MEMORY: the device's memory, which a candidate may have taken
+        raise MemoryError(f"{what} failed: out of memory (CUresult 2)")
     if rc != 0:
         raise RuntimeError(f"{what} failed: CUresult {rc}")
 

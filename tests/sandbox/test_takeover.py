@@ -74,3 +74,30 @@ def test_a_candidate_that_does_not_do_the_spans_calls_in_it_is_caught(judge: Jud
 def test_no_kernel_with_a_forged_launch_record_earns_nothing(judge: Judge) -> None:
     r = run(judge, "no_kernel_takeover")
     assert r.outcome is not EvalOutcome.OK and r.reward == 0.0, (r.outcome, r.hacks)
+
+
+def test_a_host_without_shared_memory_skips_the_span_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the reference's sandbox cannot make the region (no memfd, a GPU without VMM export), the
+    evaluation goes on without the span and its result says why: never an infra_error for every
+    evaluation of the host."""
+    import os
+
+    from drkernel.sandbox import sealedwork
+    from drkernel.sandbox.protocol import SealedPrepare
+
+    class Box:
+        cuda, side = False, None
+
+        def _fresh_inputs(self, seed: int) -> list:
+            import torch
+            return [torch.ones(4)]
+
+        def _forward(self, inputs: list):  # noqa: ANN202
+            return inputs[0] * 2
+
+    def no_memfd(*a: object, **k: object) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "memfd_create", no_memfd)
+    reply = sealedwork.prepare(Box(), SealedPrepare(calls=2, seed=1))  # type: ignore[arg-type]
+    assert reply.entries is None and "no shared memory" in (reply.why or ""), reply
