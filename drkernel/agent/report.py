@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["INTERPRETER_CAVEAT", "plot_fast_p", "render_table", "write_csv", "write_json", "write_reports"]
+__all__ = ["INTERPRETER_CAVEAT", "level_table", "plot_fast_p", "render_table", "write_csv", "write_json",
+           "write_reports"]
 
 INTERPRETER_CAVEAT = (
     "judged under Triton's interpreter on the CPU: correctness and hack checks are real, timings are not "
@@ -61,7 +62,30 @@ def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
             cells.append(f"{survived}/{checked}")
         last.add_row(str(row["turn"]), *[_pct(row["fast_p"][p]) for p in ps], *cells)
         best.add_row(str(row["turn"]), *[_pct(row["fast_p_best"][p]) for p in ps])
-    return Group(last, best)
+    levels = level_table(summary, title)
+    return Group(last, best) if levels is None else Group(last, best, levels)
+
+
+def level_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
+    """Fast@p per KernelBench level at the last turn, of its kernel and of the best kernel so far (the
+    paper's Table 1 reports Fast@p per level), over each level's planned samples; None without levels."""
+    from rich.table import Table
+
+    by_level = summary.get("by_level") or {}
+    if not by_level:
+        return None
+    ps = [f"{p:g}" for p in summary["ps"]]
+    table = Table(title=f"{title} per level, turn {summary['max_turns']}",
+                  caption="last: that turn's kernel; best: the best kernel up to it")
+    table.add_column("level", justify="right")
+    table.add_column("kernel")
+    table.add_column("samples", justify="right")
+    for p in ps:
+        table.add_column(f"p={p}", justify="right")
+    for level, row in by_level.items():
+        table.add_row(level, "last", str(row["samples"]), *[_pct(row["last_turn_fast_p"].get(p)) for p in ps])
+        table.add_row("", "best", "", *[_pct(row["best_fast_p"].get(p)) for p in ps])
+    return table
 
 
 def _held_out(row: dict[str, Any]) -> tuple[int, int]:
@@ -96,6 +120,11 @@ def write_csv(summary: dict[str, Any], path: str | Path) -> None:
             if checked:
                 w.writerow([row["turn"], "held_out_checked", "", checked])
                 w.writerow([row["turn"], "held_out_survived", "", survived])
+        for level, row in (summary.get("by_level") or {}).items():  # at the last turn (Table 1)
+            for p, v in row["last_turn_fast_p"].items():
+                w.writerow([summary["max_turns"], f"fast_p_level_{level}", p, f"{v:.6f}"])
+            for p, v in row["best_fast_p"].items():
+                w.writerow([summary["max_turns"], f"fast_p_best_level_{level}", p, f"{v:.6f}"])
 
 
 def write_problems_csv(summary: dict[str, Any], path: str | Path) -> None:
