@@ -1,4 +1,5 @@
-"""`drkernel bench`'s newcomer edges (issue 35, part B): builtin:gpu on a CPU judge."""
+"""Newcomer edges of `drkernel bench` and `optimize` (issue 35, part B): builtin:gpu on a CPU judge,
+`drkernel report`, the interpreter caveat of optimize."""
 
 from __future__ import annotations
 
@@ -72,3 +73,25 @@ def test_report_of_a_folder_without_a_run_is_one_line(tmp_path, capsys: pytest.C
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"drkernel report: {tmp_path}: no bench run there (no config.json)"]
+
+
+def test_optimize_on_the_interpreter_says_its_times_mean_nothing_on_a_gpu(
+        chat_server, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.agent.agent_fixtures import RELU_REF
+
+    srv = chat_server(lambda msgs: "```python\nclass ModelNew: pass  # fake: speedup=1.3\n```")
+    ref = tmp_path / "r.py"
+    ref.write_text(RELU_REF)
+    out = tmp_path / "o"
+    assert main(["optimize", str(ref), "--model", "stub", "--base-url", srv.base_url, "--turns", "1",
+                 "--executor", "fake", "--out", str(out)]) == 0  # the fake judge reports the interpreter
+    report = json.loads((out / "report.json").read_text())
+    assert report["interpreter"] is True
+    assert report["caveat"].startswith("judged under Triton's interpreter on the CPU")
+    assert "say nothing about the kernel's speed on a GPU" in report["caveat"]
+    captured = capsys.readouterr()
+    assert "best: turn 1, speedup 1.3x (interpreter timing, not a GPU speedup)" in captured.out
+    assert f"note: {report['caveat']}" in captured.err
+    assert report["caveat"] in (out / "report.md").read_text()
