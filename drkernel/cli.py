@@ -101,6 +101,10 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
             p.set_defaults(func=_missing(name, str(exc.name), hint))
             continue
         mod.register(sub)
+        if name in sub.choices:
+            from drkernel.helpfmt import add_examples
+
+            add_examples(sub.choices[name], name)
     return parser
 
 
