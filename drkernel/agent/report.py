@@ -25,45 +25,49 @@ def _pct(x: float | None) -> str:
 
 
 def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
-    """Two rich tables (fits 80 columns): last-turn Fast@p with rates, then best-so-far Fast@p."""
+    """The console's tables, each within 80 columns with every header whole: Fast@p of each turn's
+    kernel, Fast@p of the best kernel so far, the rates of each turn's kernel (correct, hacked, ...),
+    Fast@p per level when there are levels; then the notes, as text under them."""
     from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     ps = [f"{p:g}" for p in summary["ps"]]
     refusals = any(row.get("refused") for row in summary["per_turn"])
-    caption = (
-        f"{summary['samples']} samples, {summary['problems']} problems; hacked counts as incorrect"
-        + ("; so does refused: an import the judge's rule forbids, not an attack" if refusals else "")
-    )
-    if summary.get("interpreter"):
-        caption += f"\nNOTE: {INTERPRETER_CAVEAT}"
-    last = Table(title=f"{title} of each turn's kernel", caption=caption)
+    notes = [f"{summary['samples']} samples, {summary['problems']} problems; hacked counts as incorrect"
+             + ("; so does refused: an import the judge's rule forbids, not an attack" if refusals else "")]
+    last = Table(title=f"{title} of each turn's kernel")
     best = Table(title=f"{title}, best kernel up to each turn")
+    rates = Table(title="Rates (%) of each turn's kernel")
+    for table in (last, best, rates):
+        table.add_column("turn", justify="right", no_wrap=True)
     for table in (last, best):
-        table.add_column("turn", justify="right")
         for p in ps:
-            table.add_column(f"p={p}", justify="right")
+            table.add_column(f"p={p}", justify="right", no_wrap=True)
     for name in ("correct", "hacked", *(("refused",) if refusals else ()), "compiled", "no code"):
-        last.add_column(name, justify="right")
+        rates.add_column(name, justify="right", no_wrap=True)
     near = (summary["per_turn"][-1].get("fast_p_borderline") or {}) if summary["per_turn"] else {}
     if any(near.values()):  # every turn's counts are in the JSON and CSV
         counts = ", ".join(f"p={p}: {near.get(p, 0)}" for p in ps)
-        caption += f"\nlast turn's kernels within 10% of p, which a re-timing may move across it: {counts}"
-        last.caption = caption
+        notes.append(f"last turn's kernels within 10% of p, which a re-timing may move across it: {counts}")
     held = any(_held_out(row)[0] for row in summary["per_turn"])
     if held:  # correct kernels that pass every held-out shape / correct kernels checked on them
-        last.add_column("held-out", justify="right")
-        last.caption = f"{caption}; held-out: correct kernels passing every unseen shape / checked"
+        rates.add_column("held-out", justify="right", no_wrap=True)
+        notes.append("held-out: correct kernels passing every unseen shape / checked")
     for row in summary["per_turn"]:
         cells = [_pct(row["correct"]), _pct(row["hacked"]), *([_pct(row.get("refused"))] if refusals else []),
                  _pct(row["compiled"]), _pct(row["no_code"])]
         if held:
             checked, survived = _held_out(row)
             cells.append(f"{survived}/{checked}")
-        last.add_row(str(row["turn"]), *[_pct(row["fast_p"][p]) for p in ps], *cells)
+        last.add_row(str(row["turn"]), *[_pct(row["fast_p"][p]) for p in ps])
         best.add_row(str(row["turn"]), *[_pct(row["fast_p_best"][p]) for p in ps])
+        rates.add_row(str(row["turn"]), *cells)
+    if summary.get("interpreter"):
+        notes.append(f"NOTE: {INTERPRETER_CAVEAT}")
     levels = level_table(summary, title)
-    return Group(last, best) if levels is None else Group(last, best, levels)
+    tables = [last, best, rates, *([levels] if levels is not None else [])]
+    return Group(*tables, *(Text(note) for note in notes))
 
 
 def level_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
@@ -77,11 +81,11 @@ def level_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
     ps = [f"{p:g}" for p in summary["ps"]]
     table = Table(title=f"{title} per level, turn {summary['max_turns']}",
                   caption="last: that turn's kernel; best: the best kernel up to it")
-    table.add_column("level", justify="right")
-    table.add_column("kernel")
-    table.add_column("samples", justify="right")
+    table.add_column("level", justify="right", no_wrap=True)
+    table.add_column("kernel", no_wrap=True)
+    table.add_column("samples", justify="right", no_wrap=True)
     for p in ps:
-        table.add_column(f"p={p}", justify="right")
+        table.add_column(f"p={p}", justify="right", no_wrap=True)
     for level, row in by_level.items():
         table.add_row(level, "last", str(row["samples"]), *[_pct(row["last_turn_fast_p"].get(p)) for p in ps])
         table.add_row("", "best", "", *[_pct(row["best_fast_p"].get(p)) for p in ps])
