@@ -4,6 +4,7 @@ command's help (`add_examples`, called by drkernel.cli for the command it builds
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 __all__ = ["EXAMPLES", "DefaultsHelpFormatter", "add_examples"]
 
@@ -68,7 +69,7 @@ def add_examples(parser: argparse.ArgumentParser, path: str) -> None:
                 add_examples(child, f"{path} {name}")
 
 
-def _keeping_examples(base: type[argparse.HelpFormatter]) -> type[argparse.HelpFormatter]:
+def _keeping_examples(base: Any) -> Any:
     """`base`, except that an epilog's examples block keeps its lines as written."""
 
     class KeepingExamples(base):  # type: ignore[misc, valid-type]
