@@ -1,4 +1,4 @@
-"""`drkernel` command line: eval | serve | bench | optimize | audit | suite | train.
+"""`drkernel` command line: eval | serve | bench | optimize | report | audit | suite | train.
 
 Each subcommand lives beside the stage it drives and exposes `register(subparsers)`, which adds
 its parser and sets `func(args) -> int`. Commands whose extra is not installed say so in one line.
@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "serve": ("drkernel.server.cli", "server"),
     "bench": ("drkernel.agent.cli_bench", "agent"),
     "optimize": ("drkernel.agent.cli_optimize", "agent"),
+    "report": ("drkernel.agent.cli_report", "agent"),
     "audit": ("drkernel.problems.cli_audit", None),
     "suite": ("drkernel.problems.cli_suite", None),
     "train": ("drkernel.rl.cli", "train"),
@@ -35,6 +36,7 @@ SUMMARIES = {
     "serve": "the gym as a service (KernelGYM's API and ours)",
     "bench": "run a model over a suite and report Fast@p per turn",
     "optimize": "make one PyTorch module faster with a model",
+    "report": "write a bench run's reports again from its --out folder",
     "audit": "flag degenerate problems in a suite (null kernels that pass)",
     "suite": "list or show built-in problems; time reference baselines",
     "train": "SFT and multi-turn RL (the Dr. Kernel recipe)",
@@ -99,6 +101,10 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
             p.set_defaults(func=_missing(name, str(exc.name), hint))
             continue
         mod.register(sub)
+        if name in sub.choices:
+            from drkernel.helpfmt import add_examples
+
+            add_examples(sub.choices[name], name)
     return parser
 
 

@@ -33,7 +33,7 @@ from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.problems.loaders import load_suite, parse_levels
 from drkernel.types import Problem
 
-__all__ = ["BenchInterrupted", "check_out", "register", "run", "run_bench"]
+__all__ = ["BenchInterrupted", "check_out", "print_summary", "register", "report", "run", "run_bench"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ def _run_meta(problems: list[Problem], config: LoopConfig, samples: int) -> dict
         "reference_backend": config.env.eval_options.reference_backend,
         "held_out": config.env.held_out,
         "problems": [p.name for p in problems],
+        "levels": {p.name: p.level for p in problems if p.level is not None},  # for `drkernel report`
         "sampling": {
             "temperature": config.sampling.temperature,
             "top_p": config.sampling.top_p,
@@ -163,19 +164,70 @@ def run_bench(
             run_episodes(jobs, policy, executor, config, on_done=on_done)
     except KeyboardInterrupt:  # report what finished; --resume runs the rest
         interrupted = True
-    names = {p.name for p in problems}
-    trajs = [t for t in finished.values() if t.problem in names]
-    levels = Counter(p.level for p in problems if p.level is not None)
-    summary = summarize(trajs, config.env.max_turns, total=len(problems) * samples,
-                        level_totals={lv: k * samples for lv, k in levels.items()})
-    summary["run"] = {k: meta[k] for k in ("model", "samples", "turns", "context", "reference_backend",
-                                            "held_out", "protocol", "reward_preset")}
+    summary, trajs = _summary(meta, finished.values())
     if parquet:
         save_trajectories(out / "episodes.parquet", sorted(trajs, key=lambda t: (t.problem, t.sample)))
-    write_reports(summary, out, title=f"Fast@p over turns: {config.model or 'model'}")
+    write_reports(summary, out, title=_title(meta))
     if interrupted:
         raise BenchInterrupted(summary)
     return summary
+
+
+def _title(meta: dict[str, Any]) -> str:
+    return f"Fast@p over turns: {meta.get('model') or 'model'}"
+
+
+def _summary(meta: dict[str, Any], finished: Any) -> tuple[dict[str, Any], list[Trajectory]]:
+    """The summary of a run (its config.json's `meta`) from its finished episodes, and those episodes."""
+    names, samples = meta["problems"], meta["samples"]
+    levels = dict(meta.get("levels") or {})
+    wanted = set(names)
+    trajs = [t for t in finished if t.problem in wanted]
+    for t in trajs:  # a config.json written before levels were recorded: the episodes' own
+        if t.level is not None:
+            levels.setdefault(t.problem, t.level)
+    per_level = Counter(levels[n] for n in names if n in levels)
+    summary = summarize(trajs, meta["turns"], total=len(names) * samples,
+                        level_totals={lv: k * samples for lv, k in per_level.items()})
+    summary["run"] = {k: meta.get(k, _RESUME_DEFAULTS.get(k)) for k in (
+        "model", "samples", "turns", "context", "reference_backend", "held_out", "protocol", "reward_preset")}
+    return summary, trajs
+
+
+def report(out: str | Path) -> dict[str, Any]:
+    """Write the reports of the bench run in `out` again from its config.json and episodes.jsonl, without
+    running anything (`drkernel report OUT`); returns the summary."""
+    out = Path(out)
+    cfg_path = out / "config.json"
+    if not cfg_path.is_file():
+        raise ConfigError(f"{out}: no bench run there (no config.json)")
+    try:
+        meta = json.loads(cfg_path.read_text())
+        finished = {t.uid: t for t in iter_jsonl(out / EPISODES)} if (out / EPISODES).exists() else {}
+        summary, _ = _summary(meta, finished.values())
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{cfg_path}: not a bench run's config ({type(exc).__name__}: {exc})") from None
+    write_reports(summary, out, title=_title(meta))
+    return summary
+
+
+def print_summary(summary: dict[str, Any], out: str | Path) -> None:
+    """The console's part of a bench's end: the tables, then warnings and notes on stderr."""
+    from rich.console import Console
+
+    Console().print(render_table(summary))
+    weak = summary.get("weak_reference_problems") or []
+    if weak:
+        print(f"warning: {len(weak)} problem(s) have a reference whose output barely depends on its inputs, "
+              f"so a kernel that ignores them passes: {', '.join(weak[:10])}"
+              f"{' ...' if len(weak) > 10 else ''}",
+              file=sys.stderr)
+    errors = summary["episode_errors"] + summary["missing"]
+    if errors:
+        print(f"{errors} episode(s) missing or failed; rerun with --resume to retry them", file=sys.stderr)
+    if summary.get("interpreter"):
+        print(f"note: {INTERPRETER_CAVEAT}", file=sys.stderr)
+    print(f"reports written to {out}")
 
 
 class BenchInterrupted(KeyboardInterrupt):
@@ -250,21 +302,5 @@ def run(args: argparse.Namespace) -> int:
     finally:
         executor.close()
         close_policy(policy)
-    from rich.console import Console
-
-    Console().print(render_table(summary))
-    weak = summary.get("weak_reference_problems") or []
-    if weak:
-        print(f"warning: {len(weak)} problem(s) have a reference whose output barely depends on its inputs, "
-              f"so a kernel that ignores them passes: {', '.join(weak[:10])}"
-              f"{' ...' if len(weak) > 10 else ''}",
-              file=sys.stderr)
-    errors = summary["episode_errors"] + summary["missing"]
-    if errors:
-        print(f"{errors} episode(s) missing or failed; rerun with --resume to retry them", file=sys.stderr)
-    if summary.get("interpreter"):
-        print(f"note: {INTERPRETER_CAVEAT}", file=sys.stderr)
-    print(f"reports written to {args.out}")
+    print_summary(summary, args.out)
     return 0
-
-

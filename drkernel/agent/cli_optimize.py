@@ -30,7 +30,7 @@ from drkernel.executors.base import Executor
 from drkernel.problems.loaders import load_problem_file
 from drkernel.types import Problem
 
-__all__ = ["optimize", "register", "run"]
+__all__ = ["OPTIMIZE_CAVEAT", "optimize", "register", "run"]
 
 
 def register(subparsers: Any) -> None:
@@ -66,6 +66,17 @@ def _turn_line(t: Any) -> dict[str, Any]:
     }
 
 
+OPTIMIZE_CAVEAT = (
+    "judged under Triton's interpreter on the CPU: correctness and hack checks are real, but the times "
+    "and speedups are the interpreter's and say nothing about the kernel's speed on a GPU"
+)
+
+
+def _interpreter(traj: Trajectory) -> bool:
+    """Whether any turn was timed under Triton's interpreter (no speedup of the run is a GPU speedup)."""
+    return any(t.result.device is not None and t.result.device.interpreter for t in traj.turns)
+
+
 def _report_md(traj: Trajectory, lines: list[dict[str, Any]]) -> str:
     best = traj.best_turn()
     head = [f"# drkernel optimize: {traj.problem}", ""]
@@ -76,11 +87,11 @@ def _report_md(traj: Trajectory, lines: list[dict[str, Any]]) -> str:
             f"Best verified kernel: turn {best.index + 1}, speedup {best.result.speedup or 0:.3g}x "
             f"(device: {best.result.device.name if best.result.device else '?'})."
         )
-        if best.result.device is not None and best.result.device.interpreter:
-            head.append("Timings are Triton-interpreter timings on the CPU, not real speedups.")
         if best.result.shape_variants_total:
             head.append(f"Held-out shapes (never shown to the model): {best.result.shape_variants_passed} of "
                         f"{best.result.shape_variants_total} passed.")
+    if _interpreter(traj):
+        head += ["", f"**Note:** {OPTIMIZE_CAVEAT}."]
     held = any(x["held_out"] for x in lines)
     columns = (["turn", "outcome", "speedup", "coverage", "hacks", "reward", "prompt tokens"]
                + (["held-out"] if held else []))
@@ -123,7 +134,10 @@ def optimize(
         "best_turn": None if best is None else best.index + 1,
         "best_speedup": None if best is None else best.result.speedup,
         "error": traj.error,
+        "interpreter": _interpreter(traj),
     }
+    if report["interpreter"]:
+        report["caveat"] = OPTIMIZE_CAVEAT
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "report.md").write_text(_report_md(traj, lines))
     return traj
@@ -160,8 +174,11 @@ def run(args: argparse.Namespace) -> int:
     if best is None:
         print(f"no verified kernel; trajectory and report in {out}")
     else:
-        print(f"best: turn {best.index + 1}, speedup {best.result.speedup or 0:.3g}x "
+        print(f"best: turn {best.index + 1}, speedup {best.result.speedup or 0:.3g}x"
+              f"{' (interpreter timing, not a GPU speedup)' if _interpreter(traj) else ''} "
               f"-> {out / 'best_kernel.py'}")
+    if _interpreter(traj):
+        print(f"note: {OPTIMIZE_CAVEAT}", file=sys.stderr)
     if traj.error:
         print(f"drkernel optimize: episode ended early: {traj.error}", file=sys.stderr)
     return 0

@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["INTERPRETER_CAVEAT", "plot_fast_p", "render_table", "write_csv", "write_json", "write_reports"]
+__all__ = ["INTERPRETER_CAVEAT", "level_table", "plot_fast_p", "render_table", "write_csv", "write_json",
+           "write_reports"]
 
 INTERPRETER_CAVEAT = (
     "judged under Triton's interpreter on the CPU: correctness and hack checks are real, timings are not "
@@ -24,44 +25,71 @@ def _pct(x: float | None) -> str:
 
 
 def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
-    """Two rich tables (fits 80 columns): last-turn Fast@p with rates, then best-so-far Fast@p."""
+    """The console's tables, each within 80 columns with every header whole: Fast@p of each turn's
+    kernel, Fast@p of the best kernel so far, the rates of each turn's kernel (correct, hacked, ...),
+    Fast@p per level when there are levels; then the notes, as text under them."""
     from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     ps = [f"{p:g}" for p in summary["ps"]]
     refusals = any(row.get("refused") for row in summary["per_turn"])
-    caption = (
-        f"{summary['samples']} samples, {summary['problems']} problems; hacked counts as incorrect"
-        + ("; so does refused: an import the judge's rule forbids, not an attack" if refusals else "")
-    )
-    if summary.get("interpreter"):
-        caption += f"\nNOTE: {INTERPRETER_CAVEAT}"
-    last = Table(title=f"{title} of each turn's kernel", caption=caption)
+    notes = [f"{summary['samples']} samples, {summary['problems']} problems; hacked counts as incorrect"
+             + ("; so does refused: an import the judge's rule forbids, not an attack" if refusals else "")]
+    last = Table(title=f"{title} of each turn's kernel")
     best = Table(title=f"{title}, best kernel up to each turn")
+    rates = Table(title="Rates (%) of each turn's kernel")
+    for table in (last, best, rates):
+        table.add_column("turn", justify="right", no_wrap=True)
     for table in (last, best):
-        table.add_column("turn", justify="right")
         for p in ps:
-            table.add_column(f"p={p}", justify="right")
+            table.add_column(f"p={p}", justify="right", no_wrap=True)
     for name in ("correct", "hacked", *(("refused",) if refusals else ()), "compiled", "no code"):
-        last.add_column(name, justify="right")
+        rates.add_column(name, justify="right", no_wrap=True)
     near = (summary["per_turn"][-1].get("fast_p_borderline") or {}) if summary["per_turn"] else {}
     if any(near.values()):  # every turn's counts are in the JSON and CSV
         counts = ", ".join(f"p={p}: {near.get(p, 0)}" for p in ps)
-        caption += f"\nlast turn's kernels within 10% of p, which a re-timing may move across it: {counts}"
-        last.caption = caption
+        notes.append(f"last turn's kernels within 10% of p, which a re-timing may move across it: {counts}")
     held = any(_held_out(row)[0] for row in summary["per_turn"])
     if held:  # correct kernels that pass every held-out shape / correct kernels checked on them
-        last.add_column("held-out", justify="right")
-        last.caption = f"{caption}; held-out: correct kernels passing every unseen shape / checked"
+        rates.add_column("held-out", justify="right", no_wrap=True)
+        notes.append("held-out: correct kernels passing every unseen shape / checked")
     for row in summary["per_turn"]:
         cells = [_pct(row["correct"]), _pct(row["hacked"]), *([_pct(row.get("refused"))] if refusals else []),
                  _pct(row["compiled"]), _pct(row["no_code"])]
         if held:
             checked, survived = _held_out(row)
             cells.append(f"{survived}/{checked}")
-        last.add_row(str(row["turn"]), *[_pct(row["fast_p"][p]) for p in ps], *cells)
+        last.add_row(str(row["turn"]), *[_pct(row["fast_p"][p]) for p in ps])
         best.add_row(str(row["turn"]), *[_pct(row["fast_p_best"][p]) for p in ps])
-    return Group(last, best)
+        rates.add_row(str(row["turn"]), *cells)
+    if summary.get("interpreter"):
+        notes.append(f"NOTE: {INTERPRETER_CAVEAT}")
+    levels = level_table(summary, title)
+    tables = [last, best, rates, *([levels] if levels is not None else [])]
+    return Group(*tables, *(Text(note) for note in notes))
+
+
+def level_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
+    """Fast@p per KernelBench level at the last turn, of its kernel and of the best kernel so far (the
+    paper's Table 1 reports Fast@p per level), over each level's planned samples; None without levels."""
+    from rich.table import Table
+
+    by_level = summary.get("by_level") or {}
+    if not by_level:
+        return None
+    ps = [f"{p:g}" for p in summary["ps"]]
+    table = Table(title=f"{title} per level, turn {summary['max_turns']}",
+                  caption="last: that turn's kernel; best: the best kernel up to it")
+    table.add_column("level", justify="right", no_wrap=True)
+    table.add_column("kernel", no_wrap=True)
+    table.add_column("samples", justify="right", no_wrap=True)
+    for p in ps:
+        table.add_column(f"p={p}", justify="right", no_wrap=True)
+    for level, row in by_level.items():
+        table.add_row(level, "last", str(row["samples"]), *[_pct(row["last_turn_fast_p"].get(p)) for p in ps])
+        table.add_row("", "best", "", *[_pct(row["best_fast_p"].get(p)) for p in ps])
+    return table
 
 
 def _held_out(row: dict[str, Any]) -> tuple[int, int]:
@@ -96,6 +124,11 @@ def write_csv(summary: dict[str, Any], path: str | Path) -> None:
             if checked:
                 w.writerow([row["turn"], "held_out_checked", "", checked])
                 w.writerow([row["turn"], "held_out_survived", "", survived])
+        for level, row in (summary.get("by_level") or {}).items():  # at the last turn (Table 1)
+            for p, v in row["last_turn_fast_p"].items():
+                w.writerow([summary["max_turns"], f"fast_p_level_{level}", p, f"{v:.6f}"])
+            for p, v in row["best_fast_p"].items():
+                w.writerow([summary["max_turns"], f"fast_p_best_level_{level}", p, f"{v:.6f}"])
 
 
 def write_problems_csv(summary: dict[str, Any], path: str | Path) -> None:

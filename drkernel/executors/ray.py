@@ -32,7 +32,7 @@ from drkernel.executors.judge_host import (
 from drkernel.executors.pool import Slot, SlotPool
 from drkernel.types import EvalRequest, EvalResult
 
-__all__ = ["RayExecutor", "check_ray_auth", "ray_errors"]
+__all__ = ["RAY_START_HELP", "RayExecutor", "check_ray_address", "check_ray_auth", "ray_errors"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,23 @@ def _token_available(env: dict[str, str]) -> bool:
     if env.get("RAY_AUTH_TOKEN") or env.get("RAY_AUTH_TOKEN_PATH"):
         return True
     return (Path.home() / ".ray" / "auth_token").is_file()
+
+
+RAY_START_HELP = ("start one with `ray start --head` (and `ray start --address HEAD:6379` on the other "
+                  "nodes), or leave out --address for a private one on this machine")
+
+
+def check_ray_address(address: str, timeout_s: float = 10.0) -> None:
+    """An address "HOST:PORT" where nothing listens raises ExecutorError at once (ray.init, and a GCS
+    probe, wait 40 s or more for it); other forms ("auto", "ray://...") are left to ray.init."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ExecutorError(f"no Ray cluster at {address} ({exc.strerror or type(exc).__name__}): "
+                            f"{RAY_START_HELP}") from None
 
 
 def check_ray_auth(address: str, timeout_s: float = 10.0) -> None:
@@ -200,6 +217,7 @@ class RayExecutor(SlotPool):
         import ray
 
         if self.config.address:
+            check_ray_address(self.config.address, self.config.connect_timeout_s)
             check_ray_auth(self.config.address, self.config.connect_timeout_s)
         kwargs: dict[str, Any] = dict(
             namespace=self.config.namespace, include_dashboard=False, log_to_driver=False,

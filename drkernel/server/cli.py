@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import sys
+from typing import Any
 
 from drkernel.errors import ConfigError
 
@@ -92,9 +93,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if settings.executor == "ray" and settings.ray_address:
         from drkernel.errors import ExecutorError
-        from drkernel.executors.ray import check_ray_auth
+        from drkernel.executors.ray import check_ray_address, check_ray_auth
 
-        try:  # a cluster that wants a token we lack: say what to set, before 20 s of retries
+        try:  # no cluster there, or one that wants a token we lack: one line, before long retries
+            check_ray_address(settings.ray_address)
             check_ray_auth(settings.ray_address)
         except ExecutorError as exc:
             print(f"drkernel serve: {exc}", file=sys.stderr)
@@ -117,7 +119,31 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
     print(f"drkernel serve: task store {db}{'' if os.path.exists(db) else ' (new)'}", file=sys.stderr,
           flush=True)
-    app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level,
-                workers=1, timeout_graceful_shutdown=30)
+    from drkernel.errors import DrKernelError
+    from drkernel.server.app import default_executor
+
+    # the executor is built here, not in the app's startup, where a failure (no Ray cluster, no judge that
+    # starts) was uvicorn's traceback: here it is one line and exit code 2
+    try:
+        executor = default_executor(settings)
+    except DrKernelError as exc:
+        print(f"drkernel serve: {_executor_error(settings, exc)}", file=sys.stderr)
+        return 2
+    app = create_app(settings, lambda _: executor)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level,
+                    workers=1, timeout_graceful_shutdown=30)
+    finally:
+        executor.close()  # idempotent: the app's shutdown closed it, unless uvicorn never started it
     return 0
+
+
+def _executor_error(settings: Any, exc: Exception) -> str:
+    """Why the judges could not be started, in one line, with what to do for a missing Ray cluster."""
+    from drkernel.executors.ray import RAY_START_HELP
+
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if settings.executor == "ray" and "Could not find any running Ray instance" in first:
+        where = settings.ray_address or "auto"
+        return f"--executor ray --address {where}: no Ray cluster runs here: {RAY_START_HELP}"
+    return first

@@ -1,4 +1,5 @@
-"""`drkernel bench`'s newcomer edges (issue 35, part B): builtin:gpu on a CPU judge."""
+"""Newcomer edges of `drkernel bench` and `optimize` (issue 35, part B): builtin:gpu on a CPU judge,
+`drkernel report`, the interpreter caveat of optimize."""
 
 from __future__ import annotations
 
@@ -36,3 +37,61 @@ def test_force_gpu_suite_and_a_gpu_pass_the_size_check(monkeypatch: pytest.Monke
         assert main([*argv, "--out", str(tmp_path / "o")]) == 2  # stopped later, by the dead endpoint
         err = capsys.readouterr().err
         assert "builtin:gpu holds" not in err and "127.0.0.1:1" in err, err
+
+
+def test_report_writes_a_runs_reports_again_without_running_it(chat_server, tmp_path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`drkernel report OUT` (issue 35, part B): the reports of an earlier bench from its episodes, the
+    same files and tables, no model, no judge."""
+    import json
+
+    from tests.agent.test_cli_bench import bench_argv, fake_answer
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    from tests.agent.agent_fixtures import RELU_REF
+
+    for i in range(2):
+        (suite / f"{i + 1}_p.py").write_text(RELU_REF.replace("relu", f"relu  # {i}"))
+    srv = chat_server(fake_answer)
+    out = tmp_path / "out"
+    assert main(bench_argv(suite, out, srv.base_url)) == 0
+    first = capsys.readouterr().out
+    written = {name: (out / name).read_text() for name in ("summary.json", "fast_p.csv", "problems.csv")}
+    for name in (*written, "fast_p.png"):
+        (out / name).unlink()
+    asked = len(srv.requests)
+    assert main(["report", str(out)]) == 0
+    assert len(srv.requests) == asked  # nothing was run
+    assert {name: (out / name).read_text() for name in written} == written
+    assert (out / "fast_p.png").stat().st_size > 0
+    assert capsys.readouterr().out == first
+    assert json.loads(written["summary.json"])["run"]["model"] == "stub"
+
+
+def test_report_of_a_folder_without_a_run_is_one_line(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"drkernel report: {tmp_path}: no bench run there (no config.json)"]
+
+
+def test_optimize_on_the_interpreter_says_its_times_mean_nothing_on_a_gpu(
+        chat_server, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.agent.agent_fixtures import RELU_REF
+
+    srv = chat_server(lambda msgs: "```python\nclass ModelNew: pass  # fake: speedup=1.3\n```")
+    ref = tmp_path / "r.py"
+    ref.write_text(RELU_REF)
+    out = tmp_path / "o"
+    assert main(["optimize", str(ref), "--model", "stub", "--base-url", srv.base_url, "--turns", "1",
+                 "--executor", "fake", "--out", str(out)]) == 0  # the fake judge reports the interpreter
+    report = json.loads((out / "report.json").read_text())
+    assert report["interpreter"] is True
+    assert report["caveat"].startswith("judged under Triton's interpreter on the CPU")
+    assert "say nothing about the kernel's speed on a GPU" in report["caveat"]
+    captured = capsys.readouterr()
+    assert "best: turn 1, speedup 1.3x (interpreter timing, not a GPU speedup)" in captured.out
+    assert f"note: {report['caveat']}" in captured.err
+    assert report["caveat"] in (out / "report.md").read_text()

@@ -68,3 +68,51 @@ def test_borderline_counts_reach_the_csv(tmp_path):
     rows = list(csv.DictReader(paths[1].open()))
     assert {"turn": "3", "metric": "fast_p_borderline", "p": "2", "value": "1"} in rows
     assert {"turn": "2", "metric": "fast_p_borderline", "p": "1.2", "value": "1"} in rows
+
+
+def test_fast_p_per_level_on_the_console_and_in_the_csv(tmp_path):
+    """The paper's Table 1 reports Fast@p per level: the bench's console and fast_p.csv show it too (issue
+    35, part B), not only summary.json. Level 1 has both episodes of trajs(), level 2 none of its 2."""
+    runs = trajs()
+    for t in runs:
+        t.level = 1
+    summary = summarize(runs, max_turns=3, total=4, level_totals={1: 2, 2: 2})
+    console = Console(record=True, width=80)
+    console.print(render_table(summary))
+    text = console.export_text()
+    assert "Fast@p (%) per level, turn 3" in text
+    lines = [line.replace("┃", "│") for line in text.splitlines()]
+    rows = [line.split("│")[1:-1] for line in lines if line.count("│") > 4]
+    cells = [[c.strip() for c in r] for r in rows]
+    header = next(r for r in cells if r[:3] == ["level", "kernel", "samples"])
+    assert header[3:] == ["p=1", "p=1.2", "p=1.5", "p=2"]
+    assert ["1", "last", "2", "100.0", "100.0", "50.0", "50.0"] in cells  # 2.1x and 1.25x
+    assert ["", "best", "", "100.0", "100.0", "50.0", "50.0"] in cells
+    assert ["2", "last", "2", "0.0", "0.0", "0.0", "0.0"] in cells
+    assert max(len(line) for line in text.splitlines()) <= 80
+    paths = write_reports(summary, tmp_path / "out")
+    csv_rows = list(csv.DictReader(paths[1].open()))
+    assert {"turn": "3", "metric": "fast_p_level_1", "p": "2", "value": "0.500000"} in csv_rows
+    assert {"turn": "3", "metric": "fast_p_best_level_1", "p": "1.5", "value": "0.500000"} in csv_rows
+    assert {"turn": "3", "metric": "fast_p_level_2", "p": "1", "value": "0.000000"} in csv_rows
+
+
+def test_every_header_and_cell_is_whole_on_an_80_column_console():
+    """Issue 35, part B: with every optional column (refused, held-out) and levels, no header or number is
+    cut short ("compi…", "100…") on an 80-column console; before, the first table had 11 columns."""
+    runs = trajs()
+    for t in runs:
+        t.level = 1
+    summary = summarize(runs, max_turns=3, total=4, level_totals={1: 2, 2: 2})
+    for row in summary["per_turn"]:
+        row["refused"] = 0.1
+        row["held_out"] = {"checked": 10, "survived": 3}
+    summary["interpreter"] = True
+    console = Console(record=True, width=80)
+    console.print(render_table(summary))
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    headers = {c.strip() for line in text.splitlines() if "┃" in line for c in line.split("┃")[1:-1]}
+    assert {"turn", "p=1", "p=1.2", "p=1.5", "p=2", "correct", "hacked", "refused", "compiled", "no code",
+            "held-out", "level", "kernel", "samples"} <= headers
+    assert "100.0" in text and "3/10" in text

@@ -151,6 +151,7 @@ def test_serve_names_what_to_set_when_the_ray_cluster_wants_a_token(
         raise ExecutorError(ray_executor._AUTH_HELP.format(address=address, detail="InvalidAuthToken"))
 
     monkeypatch.setattr(ray_executor, "check_ray_auth", refuse)
+    monkeypatch.setattr(ray_executor, "check_ray_address", lambda *a, **k: None)  # a cluster is there
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers())
     args = parser.parse_args(["serve", "--executor", "ray", "--address", "127.0.0.1:1"])
