@@ -161,28 +161,59 @@ class Judge:
         self._ref = self._spawn("reference")
 
     # -- processes ------------------------------------------------------------------------------
+    def _check_zygote(self) -> None:
+        if self._zygote is not None and not self._zygote.alive():
+            log.warning("the fork server died or was stopped; starting a new one")
+            self._replace_zygote()
+
+    def _replace_zygote(self) -> None:
+        """A new fork server. The sandboxes the old one forked die with it (each dies with its
+        parent): the spares and the reference are dropped here, before anything uses them, so that no
+        evaluation meets a sandbox killed under it (which would read as the candidate's crash)."""
+        assert self._zygote is not None
+        self._zygote.close()
+        while self._pool:
+            self._pool.popleft().kill()
+        if self._ref is not None:
+            self._ref.kill()
+            self._ref = None
+        self._zygote = Zygote(self.device)
+
     def _spawn(self, role: str) -> SandboxProcess:
         fraction = self.candidate_gpu_fraction if role == "candidate" else self.reference_gpu_fraction
-        if self._zygote is not None and not self._zygote.alive():
-            log.warning("the fork server died; starting a new one")
-            self._zygote.close()
-            self._zygote = Zygote(self.device)
+        self._check_zygote()
         disk = self.disk_limit_mb if self.disk_limit_mb is not None else (32768 if self.cuda else 4096)
-        return SandboxProcess(role, self.device, self.memory_limit_mb, fraction,
-                              triton_cache=self.shared_triton_cache, zygote=self._zygote,
-                              isolate_uid=self.isolate_uid, namespaces=not self.insecure,
-                              hide=self._hide, triton_seed=self._seed.ready() if self._seed else None,
-                              disk_limit_mb=disk)
+
+        def start() -> SandboxProcess:
+            return SandboxProcess(role, self.device, self.memory_limit_mb, fraction,
+                                  triton_cache=self.shared_triton_cache, zygote=self._zygote,
+                                  isolate_uid=self.isolate_uid, namespaces=not self.insecure,
+                                  hide=self._hide, triton_seed=self._seed.ready() if self._seed else None,
+                                  disk_limit_mb=disk)
+
+        try:
+            return start()
+        except SandboxFailure as exc:
+            if self._zygote is None or "did not answer" not in exc.message:
+                raise
+            # frozen (stopped, or stuck): a new fork server, once
+            log.warning("the fork server did not answer; starting a new one: %s", exc.message[:200])
+            self._replace_zygote()
+            return start()
 
     def _fill_pool(self) -> None:
         while len(self._pool) < self.spares:
             self._pool.append(self._spawn("candidate"))
 
     def _take_candidate(self) -> SandboxProcess:
+        self._check_zygote()  # a stopped or dead one takes its spares with it
         while True:
             proc = self._pool.popleft() if self._pool else self._spawn("candidate")
             if self.refill:
                 self._fill_pool()  # the next one warms up while this one works
+            if proc.zygote is not self._zygote:  # its fork server was replaced meanwhile: it is gone too
+                proc.kill()
+                continue
             try:
                 proc.wait_ready()
                 return proc
@@ -193,7 +224,7 @@ class Judge:
                     raise
 
     def _reference(self) -> SandboxProcess:
-        if self._ref is None or not self._ref.alive():
+        if self._ref is None or not self._ref.alive() or self._ref.zygote is not self._zygote:
             if self._ref is not None:
                 self._ref.kill()
             self._ref = self._spawn("reference")
@@ -227,11 +258,13 @@ class Judge:
         evaluation: Evaluation | None = None
         device = self.device_info()
         try:
-            ref = self._reference()
-            device = self.device_info()
             t_take = time.monotonic()
+            # the candidate's sandbox first: where its start finds the fork server frozen, the new
+            # one replaces the reference too (_replace_zygote), before this evaluation holds it
             cand = self._take_candidate()
             waited = time.monotonic() - t_take  # > 0.05 s: the spare pool did not keep up
+            ref = self._reference()
+            device = self.device_info()
             evaluation = Evaluation(request, cand, ref, self.cache, device, self._comparator, self.device,
                                     respawn_ref=self._respawn_reference)
             result = evaluation.run()

@@ -37,6 +37,8 @@ __all__ = ["SandboxFailure", "SandboxFolder", "SandboxProcess", "UidLease", "Zyg
            "sandbox_env", "scratch_root", "sweep_stale_folders", "sweep_uid"]
 
 _POLL_S = 0.05
+# a fork server that has answered once forks in milliseconds; one silent this long is frozen
+SPAWN_TIMEOUT_S = 20.0
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
@@ -345,6 +347,7 @@ class Zygote:
 
     def __init__(self, device: str) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="drkernel-zygote-")
+        self._answered = False  # once it has forged one sandbox, a fork is all it does
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = sandbox_env(device, os.path.join(self._tmp.name, "triton"), self._tmp.name)
         self._visible = env["CUDA_VISIBLE_DEVICES"]
@@ -357,14 +360,28 @@ class Zygote:
         theirs.close()
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Running and able to answer: a fork server stopped (SIGSTOP, a debugger) or a zombie is
+        not, and the judge starts another instead of waiting on it."""
+        if self.proc.poll() is not None:
+            return False
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True  # no /proc to read: the exit status is all there is
+        return state not in (b"T", b"t", b"Z", b"X")
 
     def serves(self, device: str) -> bool:
         """Whether its sandboxes see the GPU (or none) that `device` names."""
         return self.alive() and self._visible == sandbox_env(device, "", "")["CUDA_VISIBLE_DEVICES"]
 
-    def spawn(self, request: dict[str, Any], fds: list[int], timeout_s: float = 120.0) -> int:
-        self._sock.settimeout(timeout_s)  # the first answer waits for torch to import
+    def spawn(self, request: dict[str, Any], fds: list[int], timeout_s: float | None = None) -> int:
+        """Fork one sandbox; its pid. The first answer waits for torch to import (120 s); later ones
+        are a fork (SPAWN_TIMEOUT_S): a fork server that takes longer is frozen, and the judge
+        starts another (Judge._spawn)."""
+        if timeout_s is None:
+            timeout_s = SPAWN_TIMEOUT_S if self._answered else 120.0
+        self._sock.settimeout(timeout_s)
         try:
             socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
             reply = self._sock.recv(4096)
@@ -374,6 +391,7 @@ class Zygote:
             ) from None
         if not reply:
             raise SandboxFailure("sandbox_start", f"the fork server exited{self._why()}")
+        self._answered = True
         answer = json.loads(reply)
         if "error" in answer:
             raise SandboxFailure("sandbox_start", str(answer["error"]))
@@ -473,6 +491,7 @@ class SandboxProcess:
             raise ValueError("sandbox namespaces need the fork server")
         isolate_uid = isolate_uid or namespaces
         self.role = role
+        self.zygote = zygote  # the fork server it came from: it dies with that one
         self.device = device
         self.memory_limit_mb = memory_limit_mb
         self.workdir = tempfile.mkdtemp(prefix=f"drkernel-{role}-", dir=scratch_root(device))

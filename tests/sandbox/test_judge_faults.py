@@ -145,3 +145,63 @@ def test_a_candidate_file_is_checked_against_the_references_shapes_before_it_is_
     assert c["passed"] is False and "structure" in c["issue"], c
     write_tensors(str(out), [torch.ones(3, 4)])  # the expected one is read and compared as before
     assert comparator.compare_job(job, "cpu")["passed"] is True
+
+
+def test_a_stopped_fork_server_is_replaced_and_the_evaluation_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33: a fork server that was stopped (SIGSTOP) kept every later sandbox start waiting for 120 s.
+    A stopped one is not alive (its /proc state), and one that has answered before and then stays
+    silent past SPAWN_TIMEOUT_S is taken for frozen: either way the judge starts another."""
+    import contextlib
+    import os
+    import signal
+    import time
+
+    from drkernel.sandbox import process
+
+    monkeypatch.setattr(process, "SPAWN_TIMEOUT_S", 3.0)
+    code, ref = asset("kernels", "relu_scale").code, reference_code("relu_scale")
+    with Judge(device="cpu", cache_path=None, spares=0) as j:
+        first = j.evaluate(EvalRequest(reference_code=ref, kernel_code=code, options=FAST))
+        assert first.outcome is EvalOutcome.OK, first.error
+        zygote = j._zygote
+        assert zygote is not None and zygote.alive()
+        os.kill(zygote.proc.pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 5
+            while zygote.alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not zygote.alive()  # stopped: seen at once
+            t0 = time.monotonic()
+            second = j.evaluate(EvalRequest(reference_code=ref, kernel_code=code, options=FAST))
+            assert second.outcome is EvalOutcome.OK, second.error
+            assert time.monotonic() - t0 < 60
+            assert j._zygote is not zygote
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(zygote.proc.pid, signal.SIGCONT)
+            zygote.close()
+
+
+def test_a_fork_server_that_answered_once_and_then_stays_silent_is_replaced(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frozen without being stopped (stuck in a call): the spawn waits SPAWN_TIMEOUT_S, not 120 s."""
+    import time
+
+    from drkernel.sandbox import process
+
+    monkeypatch.setattr(process, "SPAWN_TIMEOUT_S", 2.0)
+    code, ref = asset("kernels", "relu_scale").code, reference_code("relu_scale")
+    with Judge(device="cpu", cache_path=None, spares=0) as j:
+        assert j.evaluate(EvalRequest(reference_code=ref, kernel_code=code, options=FAST)).outcome is EvalOutcome.OK
+        old = j._zygote
+        assert old is not None
+
+        def silent(request, fds, timeout_s=None):  # noqa: ANN001, ANN202 - a fork server stuck in a call
+            time.sleep(process.SPAWN_TIMEOUT_S)
+            raise process.SandboxFailure("sandbox_start", "the fork server did not answer: timed out")
+
+        monkeypatch.setattr(old, "spawn", silent)
+        t0 = time.monotonic()
+        r = j.evaluate(EvalRequest(reference_code=ref, kernel_code=code, options=FAST))
+        assert r.outcome is EvalOutcome.OK, r.error
+        assert j._zygote is not old and time.monotonic() - t0 < 60
