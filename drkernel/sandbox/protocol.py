@@ -485,14 +485,12 @@ class SealedRunReply(Reply):
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SealedTakeReply(Reply):
-    """`taken_at`: the reference's monotonic clock (s) when the op began, before the copy out;
-    `done_at`: when it ended (the next op's `taken_at` less this is a null round trip)."""
+    """`taken_at`: the reference's monotonic clock (s) when the op began, before the copy out."""
 
     taken_at: float
     take_ms: float
     taken: list[Any]
     own: list[Any]
-    done_at: float
 
 
 REPLIES: dict[str, type[Reply]] = {"load": LoadReply, "run": RunReply, "modes": ModesReply,

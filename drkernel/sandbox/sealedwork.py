@@ -153,13 +153,13 @@ def take(box: Sandbox, msg: P.SealedTake) -> P.SealedTakeReply:
     box._sync()
     take_ms = (_perf() - t0) * 1e3
     if msg.wseeds is None:
-        return P.SealedTakeReply(taken_at=t0, take_ms=take_ms, taken=[], own=[], done_at=_perf())
+        return P.SealedTakeReply(taken_at=t0, take_ms=take_ms, taken=[], own=[])
     if len(msg.wseeds) != len(taken):
         raise ValueError(f"{len(msg.wseeds)} weight seeds for {len(taken)} calls")
     with torch.no_grad():
         own = [harness.flatten_outputs(box._forward(x))[1] for x in span.staged]
-    taken_sums, own_sums = harness.checksums(taken, msg.wseeds), harness.checksums(own, msg.wseeds)
-    return P.SealedTakeReply(taken_at=t0, take_ms=take_ms, taken=taken_sums, own=own_sums, done_at=_perf())
+    return P.SealedTakeReply(taken_at=t0, take_ms=take_ms, taken=harness.checksums(taken, msg.wseeds),
+                             own=harness.checksums(own, msg.wseeds))
 
 
 def _span_of(box: Sandbox) -> _Span:

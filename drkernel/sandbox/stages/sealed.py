@@ -11,12 +11,10 @@ shorten. Here nothing of that is the candidate's:
 2. the candidate's sandbox runs its forward on them, each call's outputs copied into the region;
 3. the reference's sandbox reads its clock (`taken_at`) and copies the outputs out at once, then
    checks them against its own outputs of the same inputs (a wrong or unfinished output is
-   `replayed_output`), and reads its clock again (`done_at`) before it answers;
-4. a null: the reference's next op, with nothing between, reads its clock at its start.
+   `replayed_output`).
 
 `taken_at - filled_at` is the candidate's work plus four hops between processes. The reference's
-own round trip, from the end of one op to the start of the next with nothing between, costs two of
-them (`null`); the candidate's
+own round trip, with nothing between fill and take, costs two of them (`null`); the candidate's
 two hops cost it at least nothing. So `gap - 2 x null - copy - allowance` (copy: the reference's
 time to write every call's outputs into the region, which a candidate may skip by writing there
 directly; allowance: what an honest span holds besides its work, ALLOWANCE_MS and
@@ -128,16 +126,15 @@ def _run(ctx: Context, calls: int) -> dict[str, float]:
     with timing_lock(ctx.device, "sealed"):
         for _ in range(SPANS):
             filled = ref(SealedFill(seeds=ctx.fresh(1, calls)[0]), SealedFillReply)
+            taken = ref(SealedTake(wseeds=None), SealedTakeReply)
+            nulls.append((taken.taken_at - filled.filled_at) * 1e3)
+            filled = ref(SealedFill(seeds=ctx.fresh(1, calls)[0]), SealedFillReply)
             owns.append(cand(SealedRun(), SealedRunReply).own_ms)
             wseeds = ctx.fresh(1, calls)[0]
             taken = ref(SealedTake(wseeds=wseeds), SealedTakeReply)
             gaps.append((taken.taken_at - filled.filled_at) * 1e3)
             fills.append(filled.fill_ms)
             takes.append(taken.take_ms)
-            # the null: the reference's next op, with nothing between (no fill: the round trip only;
-            # the outputs are checked after it, so that the judge's own work stays out of it)
-            null = ref(SealedTake(wseeds=None), SealedTakeReply)
-            nulls.append((null.taken_at - taken.done_at) * 1e3)
             _check_outputs(ctx, taken)
     return {"gap_ms": min(gaps), "null_ms": statistics.median(nulls), "fill_ms": statistics.median(fills),
             "take_ms": statistics.median(takes), "own_ms": statistics.median(owns)}
