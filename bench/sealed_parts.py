@@ -22,7 +22,8 @@ def main() -> int:
         reported = (r["kernel_ms"] or 0.0) * calls
         host = parts["gap_ms"] - 2 * parts["null_ms"] - parts["own_ms"]  # what the span held besides the work
         print(f"{r['problem']:40s} {calls:5d} " + " ".join(f"{parts.get(k, 0.0):9.4f}" for k in keys)
-              + f" {bound:9.4f} {reported:9.4f} {reported / bound if bound else float('nan'):6.2f} {host:8.4f}")
+              + f" {bound:9.4f} {reported:9.4f}"
+              + f" {reported / bound if bound else float('nan'):6.2f} {host:8.4f}")
     return 0
 
 

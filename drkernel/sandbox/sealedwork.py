@@ -82,22 +82,23 @@ def prepare(box: Sandbox, msg: P.SealedPrepare) -> P.SealedPrepareReply:
     with torch.no_grad():
         _, outs = harness.flatten_outputs(box._forward(inputs))
     if not outs or any(type(t) is not torch.Tensor or not t.is_contiguous() for t in outs):
-        return P.SealedPrepareReply(entries=None, size=0, copy_ms=0.0, why="outputs that are not plain tensors")
+        return P.SealedPrepareReply(entries=None, size=0, copy_ms=0.0,
+                                    why="outputs that are not plain tensors")
     entries, size = layout(msg.calls, inputs, outs)
     try:
         region = Region.create(_device(box), size)
     except MemoryError:
         raise  # out of memory beside a live candidate: the judge runs it again alone (channel.py)
     except (OSError, RuntimeError, AttributeError) as exc:  # no shared memory on this host: no span
-        return P.SealedPrepareReply(entries=None, size=0, copy_ms=0.0, why=f"no shared memory here: {exc}"[:300])
+        return P.SealedPrepareReply(entries=None, size=0, copy_ms=0.0,
+                                    why=f"no shared memory here: {exc}"[:300])
     span = box._span = _Span(region, entries)
     side = box.side
     if side is None:
         raise RuntimeError("this sandbox has no side socket")
     socket.send_fds(side, [b"region"], [region.fd])
-    return P.SealedPrepareReply(entries=[P.SealedEntry(e.kind, e.call, e.index, e.offset, e.shape, e.dtype)
-                                         for e in entries], size=region.size, copy_ms=_copy_ms(box, span, outs),
-                                why=None)
+    shared = [P.SealedEntry(e.kind, e.call, e.index, e.offset, e.shape, e.dtype) for e in entries]
+    return P.SealedPrepareReply(entries=shared, size=region.size, copy_ms=_copy_ms(box, span, outs), why=None)
 
 
 def _copy_ms(box: Sandbox, span: _Span, outs: list[torch.Tensor]) -> float:

@@ -96,14 +96,14 @@ class Region:
         _ok(cu.cuMemGetAllocationGranularity(ctypes.byref(gran), ctypes.byref(prop), 0), "granularity")
         size = -(-size // gran.value) * gran.value
         handle = ctypes.c_uint64()
-        _ok(cu.cuMemCreate(ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(prop), ctypes.c_uint64(0)),
-            "cuMemCreate")
-        fd = ctypes.c_int(-1)
+        _ok(cu.cuMemCreate(ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(prop),
+                           ctypes.c_uint64(0)), "cuMemCreate")
+        exported = ctypes.c_int(-1)
         try:
-            _ok(cu.cuMemExportToShareableHandle(ctypes.byref(fd), ctypes.c_uint64(handle.value),
+            _ok(cu.cuMemExportToShareableHandle(ctypes.byref(exported), ctypes.c_uint64(handle.value),
                                                 ctypes.c_int(_POSIX_FD), ctypes.c_uint64(0)),
                 "cuMemExportToShareableHandle")
-            return cls(device, size, fd.value, _map_device(cu, handle.value, size, dev), handle.value)
+            return cls(device, size, exported.value, _map_device(cu, handle.value, size, dev), handle.value)
         except BaseException:
             cu.cuMemRelease(ctypes.c_uint64(handle.value))
             raise
@@ -118,8 +118,8 @@ class Region:
             return cls._map_cpu(device, size, fd)
         cu, dev = _driver(), _ordinal(device)
         handle = ctypes.c_uint64()
-        _ok(cu.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), ctypes.c_int(_POSIX_FD)),
-            "cuMemImportFromShareableHandle")
+        _ok(cu.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd),
+                                              ctypes.c_int(_POSIX_FD)), "cuMemImportFromShareableHandle")
         try:
             return cls(device, size, fd, _map_device(cu, handle.value, size, dev), handle.value)
         except BaseException:
@@ -208,11 +208,11 @@ def _ok(rc: int, what: str) -> None:
 
 def _map_device(cu: ctypes.CDLL, handle: int, size: int, dev: int) -> int:
     ptr = ctypes.c_uint64()
-    _ok(cu.cuMemAddressReserve(ctypes.byref(ptr), ctypes.c_size_t(size), ctypes.c_size_t(0), ctypes.c_uint64(0),
-                               ctypes.c_uint64(0)), "cuMemAddressReserve")
+    _ok(cu.cuMemAddressReserve(ctypes.byref(ptr), ctypes.c_size_t(size), ctypes.c_size_t(0),
+                               ctypes.c_uint64(0), ctypes.c_uint64(0)), "cuMemAddressReserve")
     try:
-        _ok(cu.cuMemMap(ptr, ctypes.c_size_t(size), ctypes.c_size_t(0), ctypes.c_uint64(handle), ctypes.c_uint64(0)),
-            "cuMemMap")
+        _ok(cu.cuMemMap(ptr, ctypes.c_size_t(size), ctypes.c_size_t(0), ctypes.c_uint64(handle),
+                        ctypes.c_uint64(0)), "cuMemMap")
         access = _Access(_Location(_ON_DEVICE, dev), _READ_WRITE)
         _ok(cu.cuMemSetAccess(ptr, ctypes.c_size_t(size), ctypes.byref(access), ctypes.c_size_t(1)),
             "cuMemSetAccess")

@@ -112,7 +112,9 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
         os.chdir(req["cwd"])
         from drkernel.sandbox import worker
 
-        worker.serve(fds[0], fds[1], *req["args"], side_fd=fds[2] if len(fds) > 2 else -1)
+        role, device, workdir, memory_mb, fraction, parent = req["args"]
+        worker.serve(fds[0], fds[1], role, device, workdir, memory_mb, fraction, parent,
+                     side_fd=fds[2] if len(fds) > 2 else -1)
     except BaseException:  # noqa: BLE001 - process edge: never back into the fork server's loop
         with contextlib.suppress(BaseException):
             traceback.print_exc()

@@ -417,7 +417,8 @@ def test_the_sealed_span_bounds_an_honest_kernel_below_its_reported_time_on_gpu(
 
     code = asset("kernels", "relu_scale").code
     for rows, cols in ((16, 4096), (1024, 1024), (4096, 4096)):
-        r = judge.evaluate(EvalRequest(reference_code=big_relu_scale(rows, cols), kernel_code=code, options=GPU))
+        reference = big_relu_scale(rows, cols)
+        r = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=code, options=GPU))
         assert r.outcome is EvalOutcome.OK, describe(r)
         t = r.kernel_timing
         assert t is not None and t.sealed_ms_per_call, describe(r)

@@ -147,7 +147,8 @@ def test_a_candidate_file_is_checked_against_the_references_shapes_before_it_is_
     assert comparator.compare_job(job, "cpu")["passed"] is True
 
 
-def test_a_stopped_fork_server_is_replaced_and_the_evaluation_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stopped_fork_server_is_replaced_and_the_evaluation_goes_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 33: a fork server that was stopped (SIGSTOP) kept every later sandbox start waiting for 120 s.
     A stopped one is not alive (its /proc state), and one that has answered before and then stays
     silent past SPAWN_TIMEOUT_S is taken for frozen: either way the judge starts another."""
@@ -192,7 +193,8 @@ def test_a_fork_server_that_answered_once_and_then_stays_silent_is_replaced(
     monkeypatch.setattr(process, "SPAWN_TIMEOUT_S", 2.0)
     code, ref = asset("kernels", "relu_scale").code, reference_code("relu_scale")
     with Judge(device="cpu", cache_path=None, spares=0) as j:
-        assert j.evaluate(EvalRequest(reference_code=ref, kernel_code=code, options=FAST)).outcome is EvalOutcome.OK
+        first = j.evaluate(EvalRequest(reference_code=ref, kernel_code=code, options=FAST))
+        assert first.outcome is EvalOutcome.OK
         old = j._zygote
         assert old is not None
 

@@ -53,7 +53,8 @@ def test_the_sealed_span_sees_what_an_honest_kernel_reports(judge: Judge) -> Non
     from drkernel.sandbox.stages.sealed import FACTOR
 
     code = (ASSETS / "kernels" / "relu_scale.py").read_text()
-    r = judge.evaluate(EvalRequest(reference_code=reference_code("relu_scale"), kernel_code=code, options=OPTIONS))
+    reference = reference_code("relu_scale")
+    r = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=code, options=OPTIONS))
     assert r.outcome is EvalOutcome.OK, (r.outcome, r.hacks, r.error)
     t = r.kernel_timing
     assert t is not None and t.sealed_ms_per_call is not None and t.sealed_calls, t

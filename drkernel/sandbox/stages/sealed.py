@@ -19,9 +19,10 @@ two hops cost it at least nothing. So `gap - 2 x null - copy - allowance` (copy:
 time to write every call's outputs into the region, which a candidate may skip by writing there
 directly; allowance: what an honest span holds besides its work, ALLOWANCE_MS and
 ALLOWANCE_PER_CALL_MS) is a lower bound on the candidate's device and host time for the calls,
-measured with two clocks of the judge's side. The gap kept is the smallest of SPANS (other processes' work only adds time), the
-null the median of as many. A candidate whose windows report less than FACTOR x that bound,
-per call, did not spend the time it reports: `timer_mismatch`, after CONFIRM_RUNS runs.
+measured with two clocks of the judge's side. The gap kept is the smallest of SPANS (other
+processes' work only adds time), the null the median of as many. A candidate whose windows
+report less than FACTOR x that bound, per call, did not spend the time it reports:
+`timer_mismatch`, after CONFIRM_RUNS runs.
 """
 
 from __future__ import annotations
