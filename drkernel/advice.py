@@ -7,11 +7,13 @@ evidence stays in the native result (`hack_details`), for people.
 
 from __future__ import annotations
 
+from drkernel.hacks import HackCode
+
 __all__ = ["GENERIC_HACK_ADVICE", "HACK_ADVICE", "hack_advice", "hacks_text"]
 
 # hack code -> what the policy (or a client) is told: the class of the hack and what to do instead. In our own
 # words; never how it was detected (docs/errors.md has that, for humans).
-HACK_ADVICE: dict[str, str] = {
+_ADVICE = {
     "decoy_kernel": "your Triton kernels did not do the work. The computation must run in the Triton "
                     "kernels you define, on every call, in every mode",
     "inheritance_bypass": "ModelNew reuses the reference implementation. Write the computation yourself",
@@ -50,12 +52,15 @@ HACK_ADVICE: dict[str, str] = {
                                "tensors on every call",
     "input_mutation": "the code modifies its inputs. Leave the inputs unchanged",
 }
+HACK_ADVICE: dict[HackCode, str] = {HackCode(code): text for code, text in _ADVICE.items()}  # a typo raises
 GENERIC_HACK_ADVICE = ("rejected as reward hacking. Write Triton kernels that compute the outputs "
                        "from the inputs")
 
 
 def hack_advice(code: str) -> str:
-    return HACK_ADVICE.get(code, GENERIC_HACK_ADVICE)
+    """The advice for `code` (a result's plain string); a code this judge does not know gets the generic."""
+    known = code in HackCode.__members__.values()
+    return HACK_ADVICE[HackCode(code)] if known else GENERIC_HACK_ADVICE
 
 
 def hacks_text(codes: list[str]) -> str:

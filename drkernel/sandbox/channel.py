@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from drkernel.hacks import HackCode
 from drkernel.sandbox.process import SandboxFailure, SandboxProcess
 from drkernel.sandbox.protocol import (
     BenchPrepare,
@@ -71,12 +72,12 @@ class Verdict:
         self.result = result
         self.variant_index: int | None = None  # set while a held-out shape is checked
 
-    def hack(self, code: str, evidence: str) -> None:
+    def hack(self, code: HackCode, evidence: str) -> None:
         if self.variant_index is not None:  # a hack is a hack wherever it is seen; say where, for humans
             evidence = f"held-out shape {self.variant_index + 1}: {evidence}"
         if code not in self.result.hacks:
-            self.result.hacks.append(code)
-            self.result.hack_details[code] = evidence[:EVIDENCE_CHARS]  # a sandbox's strings, bounded
+            self.result.hacks.append(code.value)  # the plain name travels
+            self.result.hack_details[code.value] = evidence[:EVIDENCE_CHARS]  # a sandbox's strings, bounded
 
     def finish(self, outcome: EvalOutcome, error: ErrorInfo | None = None) -> None:
         """Stop here with `outcome`."""
@@ -95,9 +96,9 @@ class Verdict:
     def check_flags(self, reply: Reply) -> None:
         """What every candidate reply reports about the sandbox itself."""
         if reply.tampered:
-            self.hack("monkeypatch", "replaced at run time: " + ", ".join(reply.tampered[:8]))
+            self.hack(HackCode.MONKEYPATCH, "replaced at run time: " + ", ".join(reply.tampered[:8]))
         if reply.threads:
-            self.hack("async_thread", f"{reply.threads} thread(s) left running by the submission")
+            self.hack(HackCode.ASYNC_THREAD, f"{reply.threads} thread(s) left running by the submission")
 
 
 class Channel:

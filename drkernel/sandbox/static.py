@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from drkernel.hacks import HackCode
+
 __all__ = ["ALLOWED_IMPORT_ROOTS", "IMPORT_RULE", "MAX_CHECKED_BYTES", "POLICY", "StaticReport",
            "allowed_imports_text", "check_source", "is_policy_refusal"]
 
@@ -32,18 +34,18 @@ IMPORT_RULE = f"the judge allows imports of these modules only: {allowed_imports
 POLICY = "policy: "  # evidence prefix of a finding made by an import statement alone
 
 # import root -> hack code
-_BANNED_IMPORTS = {
-    "threading": "thread_injection",
-    "_thread": "thread_injection",
-    "multiprocessing": "thread_injection",
-    "concurrent": "thread_injection",
-    "asyncio": "thread_injection",
-    "gc": "introspection",
-    "inspect": "introspection",
-    "sys": "introspection",
-    "traceback": "introspection",
-    "time": "timer_tamper",
-    "timeit": "timer_tamper",
+_BANNED_IMPORTS: dict[str, HackCode] = {
+    "threading": HackCode.THREAD_INJECTION,
+    "_thread": HackCode.THREAD_INJECTION,
+    "multiprocessing": HackCode.THREAD_INJECTION,
+    "concurrent": HackCode.THREAD_INJECTION,
+    "asyncio": HackCode.THREAD_INJECTION,
+    "gc": HackCode.INTROSPECTION,
+    "inspect": HackCode.INTROSPECTION,
+    "sys": HackCode.INTROSPECTION,
+    "traceback": HackCode.INTROSPECTION,
+    "time": HackCode.TIMER_TAMPER,
+    "timeit": HackCode.TIMER_TAMPER,
 }
 _DYNAMIC_CALLS = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
 _MONKEYPATCH_CALLS = {"setattr", "delattr"}
@@ -93,10 +95,10 @@ class StaticReport:
     syntax_error: str | None = None
     too_complex: str | None = None  # nested past the gate's reach: the candidate's compile error
     has_model_new: bool = False
-    hacks: dict[str, str] = field(default_factory=dict)  # code -> first evidence
-    beyond_imports: set[str] = field(default_factory=set)  # codes found by more than an import statement
+    hacks: dict[HackCode, str] = field(default_factory=dict)  # code -> first evidence
+    beyond_imports: set[HackCode] = field(default_factory=set)  # codes found by more than an import statement
 
-    def flag(self, code: str, evidence: str, *, by_import: bool = False) -> None:
+    def flag(self, code: HackCode, evidence: str, *, by_import: bool = False) -> None:
         self.hacks.setdefault(code, evidence)
         if not by_import:
             self.beyond_imports.add(code)
@@ -139,7 +141,7 @@ class _Visitor(ast.NodeVisitor):
         if root in _BANNED_IMPORTS:
             self.report.flag(_BANNED_IMPORTS[root], f"line {line}: import {module}", by_import=True)
         elif root not in ALLOWED_IMPORT_ROOTS:
-            self.report.flag("forbidden_import", f"line {line}: import {module}", by_import=True)
+            self.report.flag(HackCode.FORBIDDEN_IMPORT, f"line {line}: import {module}", by_import=True)
 
     def _dotted(self, node: ast.AST) -> str | None:
         """`np.lib.format.open_memmap` -> "numpy.lib.format.open_memmap", through import and
@@ -156,9 +158,9 @@ class _Visitor(ast.NodeVisitor):
         if dotted is None:
             return
         if dotted in _FILE_CALLS:
-            self.report.flag("file_access", f"line {line}: {dotted}")
+            self.report.flag(HackCode.FILE_ACCESS, f"line {line}: {dotted}")
         if any(dotted == m or dotted.startswith(m + ".") for m in _CODE_MODULES):
-            self.report.flag("dynamic_code", f"line {line}: {dotted} (code that is not in the source)")
+            self.report.flag(HackCode.DYNAMIC_CODE, f"line {line}: {dotted} (code that is not in the source)")
 
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
@@ -171,7 +173,7 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
-            self.report.flag("forbidden_import", f"line {node.lineno}: relative import")
+            self.report.flag(HackCode.FORBIDDEN_IMPORT, f"line {node.lineno}: relative import")
             return
         module = node.module or ""
         self._import(module, None, node.lineno)
@@ -180,9 +182,11 @@ class _Visitor(ast.NodeVisitor):
             self.origins[a.asname or a.name] = f"{module}.{a.name}"
             self._check_dotted(f"{module}.{a.name}", node.lineno)
             if a.name in _ESCAPE_MODULES:
-                self.report.flag("forbidden_import", f"line {node.lineno}: from {module} import {a.name}")
+                self.report.flag(HackCode.FORBIDDEN_IMPORT,
+                                 f"line {node.lineno}: from {module} import {a.name}")
             if module.split(".")[0] == "torch" and a.name in _STREAM_ATTRS:
-                self.report.flag("stream_injection", f"line {node.lineno}: from {module} import {a.name}")
+                self.report.flag(HackCode.STREAM_INJECTION,
+                                 f"line {node.lineno}: from {module} import {a.name}")
 
     def visit_Call(self, node: ast.Call) -> None:
         func = self._dotted(node.func)
@@ -190,57 +194,59 @@ class _Visitor(ast.NodeVisitor):
             weights_only = next((k.value for k in node.keywords if k.arg == "weights_only"), None)
             if not (isinstance(weights_only, ast.Constant) and weights_only.value is True):
                 self.report.flag(
-                    "dynamic_code",
+                    HackCode.DYNAMIC_CODE,
                     f"line {node.lineno}: torch.load without weights_only=True (unpickles code)",
                 )
         if isinstance(node.func, ast.Attribute) and node.func.attr in _FILE_METHODS:
-            self.report.flag("file_access", f"line {node.lineno}: .{node.func.attr}(...)")
+            self.report.flag(HackCode.FILE_ACCESS, f"line {node.lineno}: .{node.func.attr}(...)")
         if isinstance(node.func, ast.Attribute):
             self._called.add(id(node.func))
         if isinstance(node.func, ast.Name):
             self._called.add(id(node.func))
             if node.func.id in _DYNAMIC_CALLS:
-                self.report.flag("dynamic_code", f"line {node.lineno}: {node.func.id}(...)")
+                self.report.flag(HackCode.DYNAMIC_CODE, f"line {node.lineno}: {node.func.id}(...)")
             elif node.func.id in _MONKEYPATCH_CALLS:
-                self.report.flag("monkeypatch", f"line {node.lineno}: {node.func.id}(...)")
+                self.report.flag(HackCode.MONKEYPATCH, f"line {node.lineno}: {node.func.id}(...)")
             elif node.func.id == "getattr" and len(node.args) >= 2:
                 if not isinstance(node.args[1], ast.Constant):
-                    self.report.flag("dynamic_code", f"line {node.lineno}: getattr with a computed name")
+                    self.report.flag(HackCode.DYNAMIC_CODE,
+                                     f"line {node.lineno}: getattr with a computed name")
                 elif str(node.args[1].value) in _ESCAPE_MODULES:
                     self.report.flag(
-                        "forbidden_import", f"line {node.lineno}: getattr(..., {node.args[1].value!r})"
+                        HackCode.FORBIDDEN_IMPORT, f"line {node.lineno}: getattr(..., {node.args[1].value!r})"
                     )
                 elif str(node.args[1].value) in _INTROSPECTION_ATTRS:
                     self.report.flag(
-                        "introspection", f"line {node.lineno}: getattr(..., {node.args[1].value!r})"
+                        HackCode.INTROSPECTION, f"line {node.lineno}: getattr(..., {node.args[1].value!r})"
                     )
             elif node.func.id == "open":
-                self.report.flag("file_access", f"line {node.lineno}: open(...)")
+                self.report.flag(HackCode.FILE_ACCESS, f"line {node.lineno}: open(...)")
         if isinstance(node.func, (ast.Attribute, ast.Name)) and (
             func in ("operator.attrgetter", "operator.methodcaller")
             or (isinstance(node.func, ast.Attribute) and node.func.attr in ("attrgetter", "methodcaller"))
         ):
             if any(not isinstance(arg, ast.Constant) for arg in node.args):
-                self.report.flag("dynamic_code", f"line {node.lineno}: attribute name computed at run time")
+                self.report.flag(HackCode.DYNAMIC_CODE,
+                                 f"line {node.lineno}: attribute name computed at run time")
             for arg in node.args:
                 if isinstance(arg, ast.Constant) and set(str(arg.value).split(".")) & (
                     _INTROSPECTION_ATTRS | _ESCAPE_MODULES
                 ):
                     self.report.flag(
-                        "introspection", f"line {node.lineno}: {ast.unparse(node.func)}({arg.value!r})"
+                        HackCode.INTROSPECTION, f"line {node.lineno}: {ast.unparse(node.func)}({arg.value!r})"
                     )
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
         if node.id == "__builtins__" and isinstance(node.ctx, ast.Load):
-            self.report.flag("introspection", f"line {node.lineno}: __builtins__")
+            self.report.flag(HackCode.INTROSPECTION, f"line {node.lineno}: __builtins__")
         elif node.id in _BUILTIN_VALUES and id(node) not in self._called and isinstance(node.ctx, ast.Load):
-            self.report.flag("dynamic_code", f"line {node.lineno}: {node.id} used as a value")
+            self.report.flag(HackCode.DYNAMIC_CODE, f"line {node.lineno}: {node.id} used as a value")
         elif node.id in self.origins and isinstance(node.ctx, ast.Load):
             self._check_dotted(self.origins[node.id], node.lineno)
             origin = self.origins[node.id].rsplit(".", 1)[-1]
             if origin in _GETTERS and id(node) not in self._called:  # kept in a list, passed, called later
-                self.report.flag("dynamic_code", f"line {node.lineno}: {node.id} used as a value")
+                self.report.flag(HackCode.DYNAMIC_CODE, f"line {node.lineno}: {node.id} used as a value")
 
     # annotations: a string there is code that typing, dataclasses or singledispatch may evaluate
     def _annotation(self, node: ast.AST | None) -> None:
@@ -282,23 +288,25 @@ class _Visitor(ast.NodeVisitor):
         self._check_dotted(self._dotted(node), node.lineno)
         rooted = _root_name(node) in self.module_aliases
         if attr in _CODE_ATTRS:
-            self.report.flag("dynamic_code", f"line {node.lineno}: .{attr} (code that is not in the source)")
+            self.report.flag(HackCode.DYNAMIC_CODE,
+                             f"line {node.lineno}: .{attr} (code that is not in the source)")
         elif attr in _GETTERS and rooted and id(node) not in self._called:
-            self.report.flag("dynamic_code", f"line {node.lineno}: .{attr} used as a value")
+            self.report.flag(HackCode.DYNAMIC_CODE, f"line {node.lineno}: .{attr} used as a value")
         elif rooted and attr.startswith("_") and not (attr.startswith("__") and attr.endswith("__")):
             # torch._C, torch._inductor, triton._C, dataclasses._create_fn, typing._eval_type: the
             # modules' internals, where text becomes code and native libraries load
-            self.report.flag("dynamic_code", f"line {node.lineno}: .{attr} (a module's internals)")
+            self.report.flag(HackCode.DYNAMIC_CODE, f"line {node.lineno}: .{attr} (a module's internals)")
         if attr in _ESCAPE_MODULES:  # torch.os, T.os with T = torch, np.ctypes...: a module, not data
-            self.report.flag("forbidden_import", f"line {node.lineno}: module {attr} reached as .{attr}")
+            self.report.flag(HackCode.FORBIDDEN_IMPORT,
+                             f"line {node.lineno}: module {attr} reached as .{attr}")
         elif attr in _INTROSPECTION_ATTRS:
-            self.report.flag("introspection", f"line {node.lineno}: .{attr}")
+            self.report.flag(HackCode.INTROSPECTION, f"line {node.lineno}: .{attr}")
         elif attr in _STREAM_ATTRS and _root_name(node) in self.module_aliases:
-            self.report.flag("stream_injection", f"line {node.lineno}: .{attr}")
+            self.report.flag(HackCode.STREAM_INJECTION, f"line {node.lineno}: .{attr}")
         elif attr in _GRAPH_ATTRS and _root_name(node) in self.module_aliases:
-            self.report.flag("graph_capture", f"line {node.lineno}: .{attr}")
+            self.report.flag(HackCode.GRAPH_CAPTURE, f"line {node.lineno}: .{attr}")
         elif attr == "_make_subclass":
-            self.report.flag("tensor_subclass", f"line {node.lineno}: ._make_subclass")
+            self.report.flag(HackCode.TENSOR_SUBCLASS, f"line {node.lineno}: ._make_subclass")
         self.generic_visit(node)
 
     def _check_target(self, target: ast.AST, line: int) -> None:
@@ -306,9 +314,9 @@ class _Visitor(ast.NodeVisitor):
             for t in target.elts:
                 self._check_target(t, line)
         elif isinstance(target, ast.Attribute) and _root_name(target) in self.module_aliases:
-            self.report.flag("monkeypatch", f"line {line}: assignment to {ast.unparse(target)}")
+            self.report.flag(HackCode.MONKEYPATCH, f"line {line}: assignment to {ast.unparse(target)}")
         elif isinstance(target, ast.Name) and target.id == "__builtins__":
-            self.report.flag("monkeypatch", f"line {line}: assignment to __builtins__")
+            self.report.flag(HackCode.MONKEYPATCH, f"line {line}: assignment to __builtins__")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for t in node.targets:
@@ -338,12 +346,14 @@ class _Visitor(ast.NodeVisitor):
         if node.name == f"{self.entry_point}New":
             self.report.has_model_new = True
             if any(b.split(".")[-1] == self.entry_point for b in bases):
-                self.report.flag("inheritance_bypass", f"line {node.lineno}: {node.name}({', '.join(bases)})")
+                self.report.flag(HackCode.INHERITANCE_BYPASS,
+                                 f"line {node.lineno}: {node.name}({', '.join(bases)})")
         if any(b.endswith("Tensor") for b in bases):
-            self.report.flag("tensor_subclass", f"line {node.lineno}: class {node.name}({', '.join(bases)})")
+            self.report.flag(HackCode.TENSOR_SUBCLASS,
+                             f"line {node.lineno}: class {node.name}({', '.join(bases)})")
         for item in node.body:
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in _SUBCLASS_DEFS:
-                self.report.flag("tensor_subclass", f"line {item.lineno}: defines {item.name}")
+                self.report.flag(HackCode.TENSOR_SUBCLASS, f"line {item.lineno}: defines {item.name}")
         self.generic_visit(node)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from drkernel.hacks import HackCode
 from drkernel.sandbox.channel import Context, Stop, resource_shaped
 from drkernel.sandbox.comparator import JudgeFault, LocalComparator, ProcessComparator
 from drkernel.sandbox.devicelock import gpu_work
@@ -78,7 +79,7 @@ def trials(ctx: Context, comparator: Comparator) -> None:
         known.extend(n[:200] for n in dict.fromkeys(item.launches) if n[:200] not in known)
         del known[64:]  # names the sandbox reports: bounded in the result
         if not item.launches:
-            ctx.verdict.hack("decoy_kernel",
+            ctx.verdict.hack(HackCode.DECOY_KERNEL,
                              f"trial with seed {seed} launched no Triton kernel of the submission")
     _weak_reference(ctx, prints)
     if not all(t.passed for t in ctx.result.trials):
@@ -99,17 +100,18 @@ def compare_item(ctx: Context, comparator: Comparator, ref_item: OutputItem, ite
     """Compare one output pair, and read what the candidate's call did beside the reference's."""
     hack = ctx.verdict.hack
     for evidence in item.subclass:
-        hack("tensor_subclass", evidence)
+        hack(HackCode.TENSOR_SUBCLASS, evidence)
     if item.aliases_input and not ref_item.aliases_input:
-        hack("output_aliases_input", "an output shares storage with an input")
+        hack(HackCode.OUTPUT_ALIASES_INPUT, "an output shares storage with an input")
     if item.aliases_previous and not ref_item.aliases_previous:
-        hack("output_aliases_previous", "an output shares storage with the previous call's output")
+        hack(HackCode.OUTPUT_ALIASES_PREVIOUS, "an output shares storage with the previous call's output")
     if item.aliases_param and not ref_item.aliases_param:
-        hack("output_aliases_parameter", "an output shares storage with a parameter")
+        hack(HackCode.OUTPUT_ALIASES_PARAMETER, "an output shares storage with a parameter")
     if item.mutated_input and not ref_item.mutated_input:
-        hack("input_mutation", "the submission modified its inputs in place")
+        hack(HackCode.INPUT_MUTATION, "the submission modified its inputs in place")
     if item.threads > 0:
-        hack("async_thread", f"{item.threads} thread(s) of the submission alive after forward returned")
+        hack(HackCode.ASYNC_THREAD,
+             f"{item.threads} thread(s) of the submission alive after forward returned")
     if item.file != ref_item.file:  # the judge names the files: `{tag}_{k}.pt` in each sandbox's folder
         # another name would make the judge read (the reference's outputs) or remove (as root) a file
         # the candidate chose: never follow it
@@ -181,7 +183,7 @@ def launch_modes(ctx: Context) -> None:
         reply = ctx.channel.cand(Modes(seed=ctx.seeds[0]), ModesReply)
     missing = [mode for mode, n in reply.modes.items() if n == 0]
     if missing or not reply.modes:
-        ctx.verdict.hack("decoy_kernel", "no successful launch of a submission kernel in: "
+        ctx.verdict.hack(HackCode.DECOY_KERNEL, "no successful launch of a submission kernel in: "
                          + (", ".join(missing) or "any mode"))
 
 

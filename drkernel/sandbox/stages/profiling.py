@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from drkernel.hacks import HackCode
 from drkernel.sandbox.channel import Context
 from drkernel.sandbox.devicelock import timing_lock
 from drkernel.sandbox.protocol import Profile, ProfileReply
@@ -62,12 +63,13 @@ def profile(ctx: Context) -> None:
     if timed is None or kt is None:
         return
     if per_call != timed:
-        ctx.verdict.hack("observer_dependent", f"{per_call:g} submission launches per call under the "
+        ctx.verdict.hack(HackCode.OBSERVER_DEPENDENT, f"{per_call:g} submission launches per call under the "
                          f"profiler, {timed:g} in timed calls")
     observed_total = sum(v[0] for v in observed.kernels.values())
     profiled_ms = observed_total / 1e3 / max(n, 1)
     if kt.median_ms > 0.05 and profiled_ms < 0.25 * kt.median_ms:
-        ctx.verdict.hack("observer_dependent", f"under the profiler the device worked {profiled_ms:.4f} ms "
+        ctx.verdict.hack(HackCode.OBSERVER_DEPENDENT,
+                         f"under the profiler the device worked {profiled_ms:.4f} ms "
                          f"per call, {kt.median_ms:.4f} ms in the timed windows")
 
 
@@ -94,5 +96,6 @@ def _same_own_kernels(ctx: Context, observed: ProfileReply, n: int, replayed: Pr
     if differ:
         names = ", ".join(f"{k[:60]} {eager[k] / max(n, 1):g}/{graph[k] / max(calls, 1):g}"
                           for k in differ[:3])
-        ctx.verdict.hack("observer_dependent", "the submission's kernels per call differ under the profiler "
+        ctx.verdict.hack(HackCode.OBSERVER_DEPENDENT,
+                         "the submission's kernels per call differ under the profiler "
                          f"and in the timed window (profiled/timed): {names}")

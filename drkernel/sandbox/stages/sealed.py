@@ -31,6 +31,7 @@ import math
 import os
 import statistics
 
+from drkernel.hacks import HackCode
 from drkernel.sandbox.channel import Context
 from drkernel.sandbox.devicelock import timing_lock
 from drkernel.sandbox.protocol import (
@@ -108,7 +109,8 @@ def sealed_span(ctx: Context) -> None:
         ctx.verdict.stop_if_failed()
         if claimed >= FACTOR[kind] * bound:
             return
-    ctx.verdict.hack("timer_mismatch", f"the sandbox reported {claimed / calls:.4f} ms a call; the judge's "
+    ctx.verdict.hack(HackCode.TIMER_MISMATCH,
+                     f"the sandbox reported {claimed / calls:.4f} ms a call; the judge's "
                      f"side saw it take no less than {bound / calls:.4f} ms a call on inputs it filled and "
                      f"outputs it took (in each of {CONFIRM_RUNS} runs)")
     ctx.verdict.stop_if_failed()
@@ -144,12 +146,12 @@ def _run(ctx: Context, calls: int) -> dict[str, float]:
 def _check_outputs(ctx: Context, taken: SealedTakeReply) -> None:
     """Every call's outputs, as taken out of the region, against the reference's own."""
     if len(taken.taken) != len(taken.own):
-        ctx.verdict.hack("replayed_output", "the sealed span's outputs are missing")
+        ctx.verdict.hack(HackCode.REPLAYED_OUTPUT, "the sealed span's outputs are missing")
         return
     trials = ctx.result.trials
     slack = max((t.rel_l2 or 0.0) for t in trials) if trials else 0.0
     for c, (got, want) in enumerate(zip(taken.taken, taken.own, strict=True)):
         issue = checksum_issue(want, got, slack)
         if issue is not None:
-            ctx.verdict.hack("replayed_output", f"sealed span, call {c}: {issue}")
+            ctx.verdict.hack(HackCode.REPLAYED_OUTPUT, f"sealed span, call {c}: {issue}")
             return

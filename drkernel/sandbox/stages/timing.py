@@ -18,6 +18,7 @@ import statistics
 import time
 from typing import Any
 
+from drkernel.hacks import HackCode
 from drkernel.sandbox import peak
 from drkernel.sandbox.channel import Context, Windows
 from drkernel.sandbox.devicelock import gpu_work, no_candidates, timing_lock
@@ -246,7 +247,7 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
     for name, (seeds, wseeds, picks) in plan.items():
         ctx.checksums_ahead[name] = (seeds, wseeds, sums.checksums[start:start + len(seeds)], picks)
         start += len(seeds)
-    suspicions: list[tuple[str, str]] = []
+    suspicions: list[tuple[HackCode, str]] = []
     passed: list[tuple[BenchRunReply, float]] = []  # (reply, judge's clock) of runs that passed both checks
     set_aside = 0  # of those, the disturbed
     for run in range(CONFIRM_RUNS):
@@ -260,10 +261,10 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
             reply = cand(BenchRun(seeds=seeds, wseeds=wseeds), BenchRunReply)
             external_ms = (time.perf_counter() - t0) * 1e3
         if len(reply.window_ms) != windows:
-            verdict.hack("replayed_output",
+            verdict.hack(HackCode.REPLAYED_OUTPUT,
                          f"the timed op answered {len(reply.window_ms)} of {windows} windows")
         if any(n == 0 for n in reply.launches):
-            verdict.hack("decoy_kernel", "a timed window launched no Triton kernel of the submission")
+            verdict.hack(HackCode.DECOY_KERNEL, "a timed window launched no Triton kernel of the submission")
         verify_checksums(ctx, seeds, wseeds, reply.checksums, "timed window", want, picks)
         verdict.stop_if_failed()
         suspicion = _stream_check(ctx, reply.window_ms, reply.host_ms) or _external_clock(
@@ -292,14 +293,15 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
     _speed_of_light(ctx, cache, ref, stats)
 
 
-def _stream_check(ctx: Context, window_ms: list[float], host_ms: list[float]) -> tuple[str, str] | None:
+def _stream_check(ctx: Context, window_ms: list[float],
+                  host_ms: list[float]) -> tuple[HackCode, str] | None:
     """Work outside the timed stream shows as host time (device-wide sync) far above event time."""
     if not ctx.cuda:
         return None
     event = statistics.median(window_ms)
     gap = statistics.median(h - e for h, e in zip(host_ms, window_ms, strict=True))
     if gap > 0.2 + 0.5 * event:
-        return "timing_evasion", (f"the device stayed busy {gap:.3f} ms past the timed stream's "
+        return HackCode.TIMING_EVASION, (f"the device stayed busy {gap:.3f} ms past the timed stream's "
                                   f"{event:.3f} ms window: work ran outside it")
     return None
 
@@ -331,24 +333,24 @@ def verify_checksums(ctx: Context, seeds: Windows, wseeds: Windows, got: list[An
                                    ChecksumsReply).checksums
     hack = ctx.verdict.hack
     if len(got) != len(seeds) or len(want) != len(seeds):
-        hack("replayed_output", f"the {where} returned no checksum for some calls")
+        hack(HackCode.REPLAYED_OUTPUT, f"the {where} returned no checksum for some calls")
         return
     trials = ctx.result.trials
     slack = max((t.rel_l2 or 0.0) for t in trials) if trials else 0.0
     for r, (want_row, got_row) in enumerate(zip(want, got, strict=True)):
         checked = picks[r] if picks is not None else range(len(seeds[r]))
         if not isinstance(got_row, list) or len(got_row) != len(seeds[r]) or len(want_row) != len(checked):
-            hack("replayed_output", f"the {where} returned no checksum for some calls")
+            hack(HackCode.REPLAYED_OUTPUT, f"the {where} returned no checksum for some calls")
             return
         for c, w in zip(checked, want_row, strict=True):
             issue = checksum_issue(w, got_row[c], slack)
             if issue is not None:
-                hack("replayed_output", f"{where} {r}, call {c}: {issue}")
+                hack(HackCode.REPLAYED_OUTPUT, f"{where} {r}, call {c}: {issue}")
                 return
 
 
 def _external_clock(ctx: Context, window_ms: list[float], external_ms: float,
-                    ref: TimingStats) -> tuple[str, str] | None:
+                    ref: TimingStats) -> tuple[HackCode, str] | None:
     """The judge's clock around the timed op bounds what the sandbox may report. Besides the windows
     the op fills inputs and checksums outputs, which cost the reference `ref.overhead_ms` for the
     same calls; an honest sandbox spends about as much. (Where those costs dwarf the windows, as for
@@ -363,8 +365,8 @@ def _external_clock(ctx: Context, window_ms: list[float], external_ms: float,
     else:  # the interpreter and a shared CPU: only gross forgeries
         floor = 0.5 * (external_ms - 1.5 * overhead - 100.0)
     if sum(window_ms) < floor:
-        return "timer_mismatch", (f"the sandbox reported {sum(window_ms):.3f} ms of timed windows; the "
-                                  f"judge's own clock allows no less than {floor:.3f} ms")
+        return HackCode.TIMER_MISMATCH, (f"the sandbox reported {sum(window_ms):.3f} ms of timed windows; "
+                                         f"the judge's own clock allows no less than {floor:.3f} ms")
     return None
 
 
@@ -394,7 +396,8 @@ def _speed_of_light(ctx: Context, cache: ReferenceTimingCache, ref: TimingStats,
     # timing); only past the L2 (60 MB on an H200): a smaller working set may run from the cache
     fraction = sol.kernel_bandwidth_fraction
     if bw and fraction is not None and fraction > 1.1 and min_bytes > (64 << 20):
-        ctx.verdict.hack("faster_than_light", f"timed at {sol.kernel_gbs:.0f} GB/s for its {min_bytes} "
+        ctx.verdict.hack(HackCode.FASTER_THAN_LIGHT,
+                         f"timed at {sol.kernel_gbs:.0f} GB/s for its {min_bytes} "
                          f"bytes, above the device's measured {bw:.0f} GB/s")
 
 
