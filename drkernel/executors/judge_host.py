@@ -17,12 +17,10 @@ import fcntl
 import logging
 import os
 import queue
-import re
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +30,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
 
+from drkernel.device import gpu_key, lock_dir
 from drkernel.errors import DrKernelError, EvalTimeout, ExecutorError, WorkerLost
 from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 
@@ -42,7 +41,6 @@ __all__ = [
     "ProcessJudgeHost",
     "ThreadJudgeHost",
     "gpu_lock",
-    "gpu_lock_key",
     "in_host_process",
     "judge_call",
     "mark_host_process",
@@ -122,26 +120,6 @@ def judge_call(judge: JudgeLike, request: EvalRequest) -> EvalResult:
 
 # -- one judge per GPU, host-wide -----------------------------------------------------------------
 _HOST_MODULE = "drkernel.executors.judge_host"
-
-
-def gpu_lock_key(device: str, visible: str | None = None) -> str | None:
-    """The host-wide name of the GPU behind `device` ("cuda:N"); None for a CPU device.
-
-    `cuda:N` is resolved through CUDA_VISIBLE_DEVICES to the physical index or UUID, so two
-    processes with different visibility still agree on the name of one GPU.
-    """
-    if not device.startswith("cuda"):
-        return None
-    index = device.partition(":")[2] or "0"
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    entries = [e.strip() for e in (visible or "").split(",") if e.strip()]
-    physical = entries[int(index)] if entries and index.isdigit() and int(index) < len(entries) \
-        else index
-    return "gpu-" + re.sub(r"[^A-Za-z0-9_.-]", "_", physical)
-
-
-def _lock_dir() -> Path:
-    return Path(os.environ.get("DRKERNEL_LOCK_DIR") or Path(tempfile.gettempdir()) / "drkernel-locks")
 
 
 def _holder(path: Path) -> tuple[int, int] | None:
@@ -226,10 +204,10 @@ def gpu_lock(device: str, timeout_s: float = 30.0, server_pid: int | None = None
     an orphaned judge process (its server died and it could not follow, e.g. it was frozen) is killed.
     Raises WorkerLost if every slot stays held.
     """
-    key = gpu_lock_key(device)
+    key = gpu_key(device)
     if key is None:
         return None
-    folder = _lock_dir()
+    folder = lock_dir()
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / (f"{key}.lock" if k == 0 else f"{key}.{k}.lock") for k in range(max(1, slots))]
     fds = [os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666) for path in paths]

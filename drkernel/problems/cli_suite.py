@@ -81,7 +81,7 @@ def run_baselines(args: argparse.Namespace) -> int:
     if args.only:
         problems = [p for p in problems if any(o in p.name for o in args.only)]
     if args.device.startswith("cuda"):
-        from drkernel.sandbox.judge import resolve_device
+        from drkernel.device import resolve_device
 
         args.device = resolve_device(args.device)
     store = BaselineStore(args.store)

@@ -76,7 +76,7 @@ def build_model(cfg: ModelConfig, problems: Sequence[Problem] = (), *, seed: int
     """(model, tokenizer) on cfg.device in cfg.dtype: a tiny random model or a pretrained one."""
     import torch
 
-    from drkernel.sandbox.judge import resolve_device  # the one resolver: None -> cuda:0 or cpu
+    from drkernel.device import resolve_device  # the one resolver: None -> cuda:0 or cpu
 
     dtype = getattr(torch, cfg.dtype)
     if cfg.tiny is not None:

@@ -72,7 +72,7 @@ class ModelConfig:
     path: str | None = None  # a Hugging Face name or local folder
     tiny: TinyModelConfig | None = None  # when set, a tiny random model is built instead of `path`
     dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
-    device: str | None = None  # None: cuda:0 when present, else cpu (sandbox.judge.resolve_device)
+    device: str | None = None  # None: cuda:0 when present, else cpu (drkernel.device.resolve_device)
     gradient_checkpointing: bool = False
     trust_remote_code: bool = False
 

@@ -116,7 +116,7 @@ class Trainer:
         ckpt = latest_checkpoint(self.ckpt_dir)
         if ckpt is not None:  # the checkpoint's weights and tokenizer win over anything given
             model, tokenizer = load_pretrained(str(ckpt / "model"), dtype=cfg.dtype)
-            from drkernel.sandbox.judge import resolve_device
+            from drkernel.device import resolve_device
 
             return model.to(resolve_device(cfg.device)), tokenizer
         if given.model is not None:

@@ -23,33 +23,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-__all__ = ["candidate_alive", "counting_waits", "device_key", "gpu_work", "lock_dir", "no_candidates",
+from drkernel.device import gpu_key, lock_dir
+
+__all__ = ["candidate_alive", "counting_waits", "gpu_work", "no_candidates",
            "timing_lock"]
 
 _held = threading.local()  # .timing: this thread holds a timing lock; .waits: its counters, or None
-
-
-def lock_dir() -> Path:
-    return Path(os.environ.get("DRKERNEL_LOCK_DIR") or Path(tempfile.gettempdir()) / "drkernel-locks")
-
-
-def device_key(device: str, visible: str | None = None) -> str | None:
-    """A host-wide name for the physical GPU behind `device` ("cuda:1" under CUDA_VISIBLE_DEVICES),
-    or None for the CPU."""
-    if not device.startswith("cuda"):
-        return None
-    index = int(device.split(":", 1)[1]) if ":" in device else 0
-    env = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    ids = [v.strip() for v in env.split(",") if v.strip()] if env else []
-    physical = ids[index] if index < len(ids) else str(index)
-    return "gpu-" + re.sub(r"[^A-Za-z0-9_.-]", "_", physical)
 
 
 def _open(key: str, kind: str) -> int:
@@ -108,7 +91,7 @@ def no_candidates() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _device_lock(device: str, exclusive: bool, what: str = "") -> Iterator[None]:
-    key = device_key(device)
+    key = gpu_key(device)
     if key is None or getattr(_held, "timing", False):
         yield
         return

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from drkernel.device import resolve_device
 from drkernel.errors import ConfigError
 from drkernel.sandbox import isolation
 from drkernel.sandbox.comparator import JudgeFault, make_comparator
@@ -36,34 +37,11 @@ from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.tritonseed import TritonSeed
 from drkernel.types import MAX_SOURCE_BYTES, DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
 
-__all__ = ["Judge", "default_cache_path", "resolve_device", "validate_request"]
+__all__ = ["Judge", "default_cache_path", "validate_request"]
 
 log = logging.getLogger(__name__)
 
 _FAILURE_OUTCOMES = {"timeout": EvalOutcome.TIMEOUT}
-
-
-def resolve_device(device: str | None) -> str:
-    """None -> cuda:0 when a GPU is present, else cpu. Validates the spelling.
-
-    GPUs are counted by torch.cuda.device_count(), which asks NVML first: the judge's process never
-    starts the CUDA driver (its sandboxes and comparison child hold its device contexts), and
-    torch.cuda.is_available()'s cuInit took 0.2 s of a single `drkernel eval` on the H200 (run AO)."""
-    import torch
-
-    if device == "cpu":
-        return device
-    if device is not None and device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
-        raise ConfigError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
-    count = torch.cuda.device_count()
-    if device is None:
-        return "cuda:0" if count > 0 else "cpu"
-    if count == 0:
-        raise ConfigError(f"device {device!r} requested but no CUDA GPU is available (use --device cpu)")
-    index = int(device.split(":", 1)[1]) if ":" in device else 0
-    if index >= count:
-        raise ConfigError(f"device {device!r}: only {count} GPU(s) present")
-    return f"cuda:{index}"
 
 
 def default_cache_path() -> Path:

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from drkernel.device import gpu_key
 from drkernel.errors import WorkerLost
 from drkernel.executors.fake_judge import fake_judge
-from drkernel.executors.judge_host import ThreadJudgeHost, gpu_lock, gpu_lock_key
+from drkernel.executors.judge_host import ThreadJudgeHost, gpu_lock
 from drkernel.executors.local import LocalExecutor
 from drkernel.executors.pool import HOSTNAME
 from drkernel.types import EvalOptions, EvalOutcome, EvalRequest
@@ -123,9 +124,9 @@ def test_every_result_says_where_it_ran() -> None:
 def test_one_judge_per_gpu_the_lock_is_host_wide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   ) -> None:
     monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
-    assert gpu_lock_key("cpu") is None
-    assert gpu_lock_key("cuda:1", visible="3,5") == "gpu-5"
-    assert gpu_lock_key("cuda:0", visible="GPU-ab/12") == "gpu-GPU-ab_12"
+    assert gpu_key("cpu") is None
+    assert gpu_key("cuda:1", visible="3,5") == "gpu-5"
+    assert gpu_key("cuda:0", visible="GPU-ab/12") == "gpu-GPU-ab_12"
     first = ThreadJudgeHost(fake_judge, "cuda:7", "a")
     started = time.monotonic()
     with pytest.raises(WorkerLost, match="held by process"):

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from drkernel.sandbox.devicelock import counting_waits, device_key, gpu_work, timing_lock
+from drkernel.device import gpu_key
+from drkernel.sandbox.devicelock import counting_waits, gpu_work, timing_lock
 
 
-def test_device_key_names_the_physical_gpu() -> None:
-    assert device_key("cpu") is None
-    assert device_key("cuda:1", visible="3,5") == "gpu-5"
-    assert device_key("cuda", visible="GPU-ab/c") == "gpu-GPU-ab_c"
-    assert device_key("cuda:2", visible="") == "gpu-2"
+def test_gpu_key_names_the_physical_gpu() -> None:
+    assert gpu_key("cpu") is None
+    assert gpu_key("cuda:1", visible="3,5") == "gpu-5"
+    assert gpu_key("cuda", visible="GPU-ab/c") == "gpu-GPU-ab_c"
+    assert gpu_key("cuda:2", visible="") == "gpu-2"
 
 
 def _hold_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seconds: float) -> subprocess.Popen[str]:

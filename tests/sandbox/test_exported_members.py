@@ -16,7 +16,7 @@ DRKERNEL_ALL = {
 }
 
 SANDBOX_ALL = {
-    "judge": {"Judge", "default_cache_path", "resolve_device", "validate_request"},
+    "judge": {"Judge", "default_cache_path", "validate_request"},
     "pipeline": {"Evaluation", "ReferenceFailure"},
     "process": {"SandboxFailure", "SandboxFolder", "SandboxProcess", "UidLease", "Zygote", "remove_tree",
                 "sandbox_env", "scratch_root", "sweep_stale_folders", "sweep_uid"},
