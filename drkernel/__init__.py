@@ -34,9 +34,10 @@ def evaluate(reference_code: str, kernel_code: str, options: EvalOptions | None 
     """Judge one candidate in a fresh judge (spawns its sandbox processes; use Judge to reuse them).
     `device`: "cpu", "cuda" or "cuda:N"; None: the GPU when there is one."""
     from drkernel.sandbox.judge import Judge
+    from drkernel.settings import judge_settings_from_env
 
     opts = options or EvalOptions()
-    with Judge(device=device) as judge:
+    with Judge.from_config(judge_settings_from_env(), device) as judge:  # DRKERNEL_INSECURE & co.
         return judge.evaluate(
             EvalRequest(reference_code=reference_code, kernel_code=kernel_code, options=opts)
         )

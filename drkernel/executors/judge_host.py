@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from drkernel.device import gpu_key, lock_dir
 from drkernel.errors import DrKernelError, EvalTimeout, ExecutorError, WorkerLost
+from drkernel.settings import JudgeSettings
 from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 
 __all__ = [
@@ -39,14 +40,14 @@ __all__ = [
     "JudgeHost",
     "JudgeLike",
     "ProcessJudgeHost",
+    "SandboxJudge",
     "ThreadJudgeHost",
     "gpu_lock",
     "in_host_process",
     "judge_call",
     "mark_host_process",
+    "pool_judge",
     "reap_orphan_judges",
-    "SharedGpuJudge",
-    "sandbox_judge",
 ]
 
 logger = logging.getLogger(__name__)
@@ -85,27 +86,27 @@ class _EnteredJudge:
             self._judge.close()
 
 
-def sandbox_judge(device: str) -> JudgeLike:
-    """The default factory: the real judge (sandboxed subprocesses) on `device`."""
-    from drkernel.sandbox.judge import Judge
+class SandboxJudge:
+    """The real judge (sandboxed subprocesses) as a picklable factory, device -> judge, built from
+    `config` (it travels to a judge process pickled: no judge reads the environment). With `share`
+    > 1, one of `share` judges on one GPU (`JudgeSettings.shared`): 1/share of the GPU memory caps of a
+    judge alone and fewer warm spares. Their compiles, loads and correctness trials overlap; their
+    timing and profiling windows take turns (drkernel/sandbox/devicelock.py)."""
 
-    return _EnteredJudge(Judge(device=device))
-
-
-class SharedGpuJudge:
-    """The real judge as one of `share` judges on one GPU (a picklable factory): each gets 1/share of
-    the GPU memory caps of a judge alone and fewer warm spares. Their compiles, loads and correctness
-    trials overlap; their timing and profiling windows take turns (drkernel/sandbox/devicelock.py)."""
-
-    def __init__(self, share: int) -> None:
-        self.share = share
+    def __init__(self, config: JudgeSettings | None = None, share: int = 1) -> None:
+        self.share = max(1, share)
+        self.config = (config or JudgeSettings()).shared(self.share)
 
     def __call__(self, device: str) -> JudgeLike:
         from drkernel.sandbox.judge import Judge
 
-        n = max(1, self.share)
-        return _EnteredJudge(Judge(device=device, spares=max(2, 6 // n), candidate_gpu_fraction=0.6 / n,
-                                   reference_gpu_fraction=0.3 / n))
+        return _EnteredJudge(Judge.from_config(self.config, device))
+
+
+def pool_judge(config: JudgeSettings, judges_per_gpu: int = 1) -> SandboxJudge:
+    """The factory of a pool's judges: `config` with no retries of its own (the pool retries a judge
+    fault on a fresh worker: one retry layer), shared `judges_per_gpu` ways on a GPU."""
+    return SandboxJudge(config.replace(retries=0), judges_per_gpu)
 
 
 def judge_call(judge: JudgeLike, request: EvalRequest) -> EvalResult:

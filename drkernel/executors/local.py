@@ -17,12 +17,12 @@ from drkernel.executors.judge_host import (
     JudgeFactory,
     JudgeHost,
     ProcessJudgeHost,
-    SharedGpuJudge,
     ThreadJudgeHost,
+    pool_judge,
     reap_orphan_judges,
-    sandbox_judge,
 )
 from drkernel.executors.pool import Slot, SlotPool
+from drkernel.settings import JudgeSettings
 from drkernel.types import EvalRequest, EvalResult
 
 __all__ = ["LocalExecutor", "detect_devices"]
@@ -70,6 +70,7 @@ class LocalExecutor(SlotPool):
         # judges sharing each GPU: their compiles and correctness overlap, their timing takes turns
         judges_per_gpu: int = 1
         scrub_env: tuple[str, ...] = ()  # env vars removed in judge processes (secrets)
+        judge: JudgeSettings = JudgeSettings()  # how each judge is built (retries: judge_retries)
 
         def __post_init__(self) -> None:
             if self.isolation not in ("process", "thread"):
@@ -93,7 +94,7 @@ class LocalExecutor(SlotPool):
     def __init__(self, config: Config | None = None, judge_factory: JudgeFactory | None = None):
         self.config = config or LocalExecutor.Config()
         k = self.config.judges_per_gpu
-        self._factory = judge_factory or (sandbox_judge if k == 1 else SharedGpuJudge(k))
+        self._factory = judge_factory or pool_judge(self.config.judge, k)
         self.max_attempts = self.config.max_attempts
         self.judge_retries = self.config.judge_retries
         self.revive_s = self.config.revive_s

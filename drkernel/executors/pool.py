@@ -333,8 +333,10 @@ class SlotPool:
                 why = f"judge_error on {where.worker_id}: {message}"
                 if judge_faults > self.judge_retries:
                     result.task_id = result.task_id or request.task_id
+                    result.judge_retries = judge_faults - 1
                     return self._placed(result, where)
                 continue
+            result.judge_retries = max(result.judge_retries, judge_faults)  # the one retry layer: here
             slot.state.tasks_done += 1
             slot.set("idle")
             self._idle.put(slot)

@@ -27,9 +27,10 @@ from drkernel.executors.judge_host import (
     gpu_lock,
     judge_call,
     mark_host_process,
-    sandbox_judge,
+    pool_judge,
 )
 from drkernel.executors.pool import Slot, SlotPool
+from drkernel.settings import JudgeSettings
 from drkernel.types import EvalRequest, EvalResult
 
 __all__ = ["RAY_START_HELP", "RayExecutor", "check_ray_address", "check_ray_auth", "ray_errors"]
@@ -178,6 +179,7 @@ class RayExecutor(SlotPool):
         gpu_lock_timeout_s: float = 30.0
         connect_timeout_s: float = 10.0  # probe of a cluster address before ray.init
         namespace: str = "drkernel"
+        judge: JudgeSettings = JudgeSettings()  # how each actor's judge is built (retries: judge_retries)
 
         def __post_init__(self) -> None:
             if self.num_workers is not None and self.num_workers < 1:
@@ -195,7 +197,7 @@ class RayExecutor(SlotPool):
         ray: Any = ray_module  # Ray's stubs lack actor options such as max_concurrency
 
         self.config = config or RayExecutor.Config()
-        self._factory = judge_factory or sandbox_judge
+        self._factory = judge_factory or pool_judge(self.config.judge)
         self.max_attempts = self.config.max_attempts
         self.judge_retries = self.config.judge_retries
         self.revive_s = self.config.revive_s

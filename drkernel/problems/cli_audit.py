@@ -53,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
     show = None if args.json else (lambda a: print(_row(a), flush=True))
     if args.judge:
         from drkernel.sandbox.judge import Judge
+        from drkernel.settings import judge_settings_from_env
 
-        with Judge(device=args.device) as judge:
+        with Judge.from_config(judge_settings_from_env(), args.device) as judge:
             results = audit_suite(problems, cfg, judge, on_result=show)
     else:
         results = audit_suite(problems, cfg, on_result=show)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from drkernel.errors import ConfigError
 from drkernel.helpfmt import DefaultsHelpFormatter
+from drkernel.settings import judge_settings_from_env
 from drkernel.types import MAX_SOURCE_BYTES, EvalOptions, EvalRequest, EvalResult
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ def _read(path: Path, what: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     _check_flags(args)
+    from_env = judge_settings_from_env(insecure=args.insecure or None)  # a bad variable: before any start
     # The fork server imports torch and triton (seconds); it starts first, so that this process's
     # own imports of them overlap with its.
     zygote, comparison = _prestart(args.device)
@@ -142,9 +144,9 @@ def run(args: argparse.Namespace) -> int:
     request = EvalRequest(reference_code=reference, kernel_code=kernel, options=options,
                           problem_name=args.reference.stem, shape_variants=tuple(args.shape))
     try:
-        with Judge(device=args.device, spares=1, cache_path=args.cache or default_cache_path(),
-                   memory_limit_mb=options.memory_limit_mb, insecure=args.insecure,
-                   zygote=zygote, comparison=comparison, refill=False) as judge:
+        config = from_env.replace(spares=1, refill=False, cache_path=str(args.cache or default_cache_path()),
+                                  memory_limit_mb=options.memory_limit_mb)
+        with Judge.from_config(config, args.device, zygote=zygote, comparison=comparison) as judge:
             result = judge.evaluate(request)
     except SandboxFailure as exc:  # the judge's own machinery, never the candidate's doing
         print(f"drkernel eval: the judge could not start its sandboxes: {exc}", file=sys.stderr)

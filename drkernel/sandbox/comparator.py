@@ -32,7 +32,7 @@ __all__ = ["JudgeFault", "LocalComparator", "ProcessComparator", "compare_job", 
            "make_comparator"]
 
 _PRINT_ELEMENTS = 4096
-FAULT_ENV = "DRKERNEL_DEBUG_JUDGE_FAULT"  # debug hook: "compare" or "device_assert", once per judge
+FAULT_ENV = "DRKERNEL_DEBUG_JUDGE_FAULT"  # debug hook: "compare" or "device_assert" (see _debug_fault)
 
 
 class JudgeFault(Exception):
@@ -202,10 +202,24 @@ class ProcessComparator:
 NO_DEVICE_STATUS = 3  # the comparison child's exit status where it cannot select its device
 
 
+def _debug_fault() -> str | None:
+    """FAULT_ENV: "KIND" faults every judge's first comparison; "KIND@PATH" only the first judge's
+    that makes PATH (once across processes: a pool that retries on a fresh judge meets no second)."""
+    raw = os.environ.get(FAULT_ENV) or None
+    if raw is None or "@" not in raw:
+        return raw
+    kind, _, marker = raw.partition("@")
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return None
+    return kind
+
+
 def make_comparator(device: str,
                     started: ComparisonProcess | None = None) -> LocalComparator | ProcessComparator:
     """`started`: a comparison child started earlier; used where it was started for `device`, else closed."""
-    fault = os.environ.get(FAULT_ENV) or None
+    fault = _debug_fault()
     cuda = device.startswith("cuda")
     if started is not None and (not cuda or started.device != device or started.proc.poll() is not None):
         started.close()

@@ -35,6 +35,7 @@ from drkernel.sandbox.process import (
 )
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.tritonseed import TritonSeed
+from drkernel.settings import DEFAULT_SPARES, JudgeSettings
 from drkernel.types import MAX_SOURCE_BYTES, DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
 
 __all__ = ["Judge", "default_cache_path", "validate_request"]
@@ -51,26 +52,32 @@ def default_cache_path() -> Path:
 class Judge:
     """Judges candidates on one device. Use as a context manager, or call close()."""
 
+    Config = JudgeSettings  # what builds one besides its device: drkernel/settings.py
+
     def __init__(self, device: str | None = None, *, spares: int | None = None,
                  cache_path: str | Path | None = None, memory_limit_mb: int | None = None,
                  candidate_gpu_fraction: float = 0.6, reference_gpu_fraction: float = 0.3,
                  shared_triton_cache: str | None = None, fork_server: bool = True,
-                 isolate_uid: bool | None = None, insecure: bool | None = None,
+                 isolate_uid: bool | None = None, insecure: bool = False,
                  hide: Sequence[str | Path] = (), zygote: Zygote | None = None,
                  comparison: ComparisonProcess | None = None, refill: bool = True,
-                 disk_limit_mb: int | None = None) -> None:
+                 disk_limit_mb: int | None = None, retries: int = 1) -> None:
         """`insecure`: run sandboxes without namespaces, for one's own code only (every result then
         says "isolation": "none"); otherwise the judge refuses to start where it cannot isolate them.
-        None reads DRKERNEL_INSECURE=1. `hide`: more files or folders no sandbox may see (besides
-        DRKERNEL_SANDBOX_HIDE, a list like PATH); the timing cache and the scratch folders always are.
+        `hide`: more files or folders no sandbox may see; the timing cache and the scratch folders
+        always are. (A judge reads no environment variable: `drkernel.settings.judge_settings_from_env`
+        turns DRKERNEL_INSECURE, DRKERNEL_SANDBOX_HIDE and DRKERNEL_SPARES into a JudgeSettings.)
         `zygote`: a fork server started earlier (`drkernel eval` starts one before importing torch);
         the judge owns it from here, and replaces it if it was started for another device.
         `comparison`: the same for the comparison child of a GPU judge (sandbox/comparator.py).
         `refill`: start a new spare each time one is taken (a judge of one evaluation, `drkernel eval`,
         says False: a spare it would kill unused only competes with the evaluation for the device).
         `disk_limit_mb`: the filesystem of its own that each isolated sandbox's folder is (default
-        32 GiB on a GPU, 4 GiB on the CPU: five trials' outputs of a KernelBench-sized problem)."""
+        32 GiB on a GPU, 4 GiB on the CPU: five trials' outputs of a KernelBench-sized problem).
+        `retries`: evaluations of a request whose result is a judge fault, tried again (a pool's
+        judge says 0: the pool retries on a fresh worker, the one retry layer there)."""
         self.disk_limit_mb = disk_limit_mb
+        self.retries = retries
         self._comparison: ComparisonProcess | None = comparison
         self._seed: TritonSeed | None = None
         self.refill = refill
@@ -85,15 +92,26 @@ class Judge:
                 self._comparison.close()
             raise
 
+    @classmethod
+    def from_config(cls, config: JudgeSettings, device: str | None = None, *, zygote: Zygote | None = None,
+                    comparison: ComparisonProcess | None = None) -> Judge:
+        """A judge on `device` built as `config` says (`zygote`, `comparison`: started earlier)."""
+        return cls(device, spares=config.spares, cache_path=config.cache_path,
+                   memory_limit_mb=config.memory_limit_mb,
+                   candidate_gpu_fraction=config.candidate_gpu_fraction,
+                   reference_gpu_fraction=config.reference_gpu_fraction,
+                   shared_triton_cache=config.shared_triton_cache, fork_server=config.fork_server,
+                   isolate_uid=config.isolate_uid, insecure=config.insecure, hide=config.hide,
+                   zygote=zygote, comparison=comparison, refill=config.refill,
+                   disk_limit_mb=config.disk_limit_mb, retries=config.retries)
+
     def _setup(self, device: str | None, spares: int | None, cache_path: str | Path | None,
                memory_limit_mb: int | None, candidate_gpu_fraction: float, reference_gpu_fraction: float,
                shared_triton_cache: str | None, fork_server: bool, isolate_uid: bool | None,
-               insecure: bool | None, hide: Sequence[str | Path], zygote: Zygote | None) -> None:
-        if insecure is None:
-            insecure = os.environ.get("DRKERNEL_INSECURE", "").strip().lower() in ("1", "true", "yes")
+               insecure: bool, hide: Sequence[str | Path], zygote: Zygote | None) -> None:
         self.device = resolve_device(device)
         self.cuda = self.device.startswith("cuda")
-        self.spares = max(1, spares if spares is not None else default_spares(self.cuda))
+        self.spares = max(1, spares if spares is not None else DEFAULT_SPARES["cuda" if self.cuda else "cpu"])
         self.memory_limit_mb = memory_limit_mb or (16384 if self.cuda else 6144)
         self.candidate_gpu_fraction = candidate_gpu_fraction
         self.reference_gpu_fraction = reference_gpu_fraction
@@ -101,8 +119,7 @@ class Judge:
         # for the next one); a shared directory trades that isolation for no recompilation.
         self.shared_triton_cache = shared_triton_cache
         # hidden from every sandbox: the reference-timing cache's folder and the sandboxes' scratch root
-        extra = [*map(str, hide),
-                 *filter(None, os.environ.get("DRKERNEL_SANDBOX_HIDE", "").split(os.pathsep))]
+        extra = [*map(str, hide)]
         # Triton's C helpers, built once and copied into each sandbox's private cache (tritonseed.py)
         seeded = self.cuda and shared_triton_cache is None
         seed_folder, seed_kept = _seed_folder(self.device, cache_path, insecure) if seeded else (None, False)
@@ -224,10 +241,12 @@ class Judge:
         validate_request(request)
         started = time.monotonic()
         result = self._evaluate_once(request)
-        if result.error is not None and result.error.kind == "judge_error":
+        for retry in range(1, self.retries + 1):
+            if result.error is None or result.error.kind != "judge_error":
+                break
             log.warning("judge fault (%s); retrying on fresh device state", result.error.message[:200])
             result = self._evaluate_once(request)
-            result.judge_retries = 1
+            result.judge_retries = retry
         result.wall_s = round(time.monotonic() - started, 4)
         return result
 
@@ -342,24 +361,6 @@ def _seed_folder(device: str, cache_path: str | Path | None, insecure: bool) -> 
         return Path(os.path.abspath(cache_path or default_cache_path())).parent / "triton-seed", True
     root = scratch_root(device) or tempfile.gettempdir()
     return Path(tempfile.mkdtemp(prefix="drkernel-seed-", dir=root)), False
-
-
-def default_spares(cuda: bool) -> int:
-    """Warm sandboxes a judge keeps ready: DRKERNEL_SPARES, else 6 on a GPU and 2 on the CPU.
-
-    On the H200, 6 spares gave 10-13 % more evaluations per minute than 3 in two runs (the pool of 3
-    ran dry while spares warmed; docs/benchmarks.md). Each spare holds a CUDA context.
-    """
-    raw = os.environ.get("DRKERNEL_SPARES")
-    if raw is None or not raw.strip():
-        return 6 if cuda else 2
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 64:
-        raise ConfigError(f"DRKERNEL_SPARES={raw!r}: expected a whole number of warm sandboxes from 1 to 64")
-    return value
 
 
 def _to_hide(cache_path: str | Path | None, device: str, extra: list[str]) -> list[str]:

@@ -57,11 +57,9 @@ def default_executor(settings: Settings) -> Executor:
     """The executor `drkernel serve` builds: local pool or Ray, real judge or the scripted double."""
     from drkernel.executors.build import build_executor
     from drkernel.executors.fake_judge import fake_judge
-    from drkernel.executors.judge_host import SharedGpuJudge, sandbox_judge
 
-    k = settings.gpu_judges
-    factory = fake_judge if settings.judge == "fake" else sandbox_judge if k == 1 else SharedGpuJudge(k)
-    return build_executor(serve_executor_config(settings), factory)
+    # the real judges are built from the executor config's `judge` (settings.judges())
+    return build_executor(serve_executor_config(settings), fake_judge if settings.judge == "fake" else None)
 
 
 def serve_executor_config(settings: Settings) -> ExecutorConfig:
@@ -71,7 +69,7 @@ def serve_executor_config(settings: Settings) -> ExecutorConfig:
 
     if settings.executor == "ray":
         return executor_config("ray", address=settings.ray_address, num_workers=settings.num_workers,
-                               heartbeat_timeout_s=settings.heartbeat_timeout_s,
+                               judge=settings.judges(), heartbeat_timeout_s=settings.heartbeat_timeout_s,
                                heartbeat_s=max(0.5, settings.heartbeat_timeout_s / 3),
                                deadline_grace_s=settings.deadline_grace_s)
     from drkernel.executors.local import detect_devices
@@ -82,7 +80,7 @@ def serve_executor_config(settings: Settings) -> ExecutorConfig:
     return executor_config("local", devices=devices, isolation=settings.isolation,
                            heartbeat_timeout_s=settings.heartbeat_timeout_s,
                            deadline_grace_s=settings.deadline_grace_s,
-                           judges_per_gpu=settings.gpu_judges, scrub_env=SECRET_VARS)
+                           judges_per_gpu=settings.gpu_judges, scrub_env=SECRET_VARS, judge=settings.judges())
 
 
 async def evaluate(request: Request) -> JSONResponse:

@@ -69,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--insecure", action="store_true",
                    help="run candidates without sandbox isolation (trusted code only; every result then "
                         "says \"isolation\": \"none\"); without it each judge refuses to start where it "
-                        "cannot isolate sandboxes (sets DRKERNEL_INSECURE=1 for the judges)")
+                        "cannot isolate sandboxes (as DRKERNEL_INSECURE=1)")
     p.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
     p.set_defaults(func=run)
 
@@ -102,12 +102,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"drkernel serve: {exc}", file=sys.stderr)
             return 2
     scrub_secrets()  # read once; no child process inherits the token
-    if getattr(args, "insecure", False):
-        os.environ["DRKERNEL_INSECURE"] = "1"  # the judges read it, in this process and in workers
-    # no sandbox sees the task store (other tasks' submissions and results)
-    db = os.path.abspath(settings.db_path)
-    hidden = [p for p in os.environ.get("DRKERNEL_SANDBOX_HIDE", "").split(os.pathsep) if p]
-    os.environ["DRKERNEL_SANDBOX_HIDE"] = os.pathsep.join([*hidden, db, db + "-wal", db + "-shm"])
+    if getattr(args, "insecure", False):  # the judges' config travels to them (settings.judges())
+        settings = settings.replace(judge_settings=settings.judge_settings.replace(insecure=True))
     if settings.auth_token:
         print("drkernel serve: bearer-token auth is on (DRKERNEL_AUTH_TOKEN); /health stays open",
               file=sys.stderr, flush=True)
@@ -117,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("drkernel serve: auth is off (set DRKERNEL_AUTH_TOKEN to require a bearer token)",
               file=sys.stderr, flush=True)
+    db = os.path.abspath(settings.db_path)
     print(f"drkernel serve: task store {db}{'' if os.path.exists(db) else ' (new)'}", file=sys.stderr,
           flush=True)
     from drkernel.errors import DrKernelError

@@ -1,4 +1,4 @@
-"""Server settings: the one place that reads environment variables (addresses and secrets).
+"""Server settings: the server's environment variables (addresses and secrets) and the judges' config.
 
 Input: the environment (`DRKERNEL_*`) and CLI overrides; output: a frozen, validated Settings.
 After reading, `scrub_secrets` removes secrets from the environment so that no child inherits them.
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drkernel.errors import ConfigError
+from drkernel.settings import JudgeSettings, judge_settings_from_env, read_environment
 from drkernel.types import MAX_SOURCE_BYTES
 
 __all__ = ["SECRET_VARS", "Settings", "scrub_secrets"]
@@ -56,6 +57,8 @@ class Settings:
     judges_per_gpu: int | None = None
     isolation: str = "process"  # local executor: judge per process | thread
     judge: str = "sandbox"  # "sandbox" (the real judge) | "fake" (scripted, for demos/tests)
+    # how each judge is built (DRKERNEL_INSECURE, DRKERNEL_SANDBOX_HIDE, DRKERNEL_SPARES; --insecure)
+    judge_settings: JudgeSettings = JudgeSettings()
     max_queue: int = 10_000  # queued tasks beyond this get 429
     max_batch: int = 1000  # tasks per batch request (anchor: 100 on /evaluate/batch)
     max_body_bytes: int = MAX_SOURCE_BYTES  # 413 beyond (the judge's own limit on a source)
@@ -110,17 +113,18 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Defaults, then `DRKERNEL_*` variables, then explicit overrides (None means unset)."""
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for var, (name, kind) in _ENV.items():
-            raw = env.get(var)
-            if raw is None or raw == "":
-                continue
-            try:
-                values[name] = kind(raw)
-            except ValueError:
-                raise ConfigError(f"{var}={raw!r}: not a valid {kind.__name__}") from None
+        values = read_environment(_ENV, env)
+        values["judge_settings"] = judge_settings_from_env(env)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+    def judges(self) -> JudgeSettings:
+        """The judges' config, with the task store hidden from every sandbox (other tasks' submissions
+        and results are there)."""
+        if self.db_path == ":memory:":
+            return self.judge_settings
+        db = os.path.abspath(self.db_path)
+        return self.judge_settings.replace(hide=(*self.judge_settings.hide, db, db + "-wal", db + "-shm"))
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)

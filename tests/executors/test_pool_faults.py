@@ -242,7 +242,7 @@ def test_judges_per_gpu_share_a_gpu_through_slots(tmp_path: Path, monkeypatch: p
 def test_the_local_executor_runs_k_judges_per_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
     from drkernel.errors import ConfigError
-    from drkernel.executors.judge_host import SharedGpuJudge
+    from drkernel.executors.judge_host import SandboxJudge
 
     with pytest.raises(ConfigError, match="judges_per_gpu"):
         LocalExecutor.Config(judges_per_gpu=0)
@@ -251,5 +251,5 @@ def test_the_local_executor_runs_k_judges_per_gpu(tmp_path: Path, monkeypatch: p
         assert [s.state.device for s in ex._slots] == ["cuda:0", "cuda:0", "cuda:1", "cuda:1", "cpu"]
     import pickle
 
-    factory = pickle.loads(pickle.dumps(SharedGpuJudge(4)))  # it travels to a judge process
-    assert factory.share == 4
+    factory = pickle.loads(pickle.dumps(SandboxJudge(share=4)))  # it travels to a judge process
+    assert factory.share == 4 and factory.config.spares == 2

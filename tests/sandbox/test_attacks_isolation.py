@@ -21,6 +21,7 @@ import pytest
 from drkernel.errors import ConfigError
 from drkernel.sandbox import isolation
 from drkernel.sandbox.judge import Judge
+from drkernel.settings import judge_settings_from_env
 from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 from tests.sandbox.corpus import ASSETS, FAST, asset, reference_code
 
@@ -169,8 +170,8 @@ def test_the_judge_refuses_to_start_without_isolation(monkeypatch: pytest.Monkey
         Judge(device="cpu", cache_path=None, spares=1)
     with pytest.raises(ConfigError, match="fork server"):
         Judge(device="cpu", cache_path=None, spares=1, fork_server=False)
-    monkeypatch.setenv("DRKERNEL_INSECURE", "1")
-    with Judge(device="cpu", cache_path=None, spares=1) as j:
+    monkeypatch.setenv("DRKERNEL_INSECURE", "1")  # read by the commands, into the judge's config
+    with Judge.from_config(judge_settings_from_env(spares=1), "cpu") as j:
         honest = asset("kernels", "relu_scale")
         r = evaluate(j, honest.code)
     assert r.outcome is EvalOutcome.OK, describe(r)

@@ -132,16 +132,17 @@ def test_launch_preroll_is_a_gpu_option_that_the_interpreter_ignores(judge: Judg
 
 
 def test_spares_default_and_environment_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    from drkernel.sandbox.judge import default_spares
+    from drkernel.settings import DEFAULT_SPARES, judge_settings_from_env
 
-    monkeypatch.delenv("DRKERNEL_SPARES", raising=False)
-    assert (default_spares(cuda=True), default_spares(cuda=False)) == (6, 2)
-    monkeypatch.setenv("DRKERNEL_SPARES", " 4 ")
-    assert default_spares(cuda=True) == default_spares(cuda=False) == 4
+    assert (DEFAULT_SPARES["cuda"], DEFAULT_SPARES["cpu"]) == (6, 2)
+    assert judge_settings_from_env({}).spares is None  # the judge's default for its device
+    assert judge_settings_from_env({"DRKERNEL_SPARES": " 4 "}).spares == 4
     for bad in ("0", "65", "-1", "three", "2.5"):
-        monkeypatch.setenv("DRKERNEL_SPARES", bad)
         with pytest.raises(ConfigError, match="DRKERNEL_SPARES"):
-            default_spares(cuda=True)
+            judge_settings_from_env({"DRKERNEL_SPARES": bad})
+    monkeypatch.setenv("DRKERNEL_SPARES", "5")  # a Judge itself reads no environment variable
+    with Judge(device="cpu", cache_path=None) as j:
+        assert j.spares == DEFAULT_SPARES["cpu"]
 
 
 def test_closed_judge_refuses_work() -> None:

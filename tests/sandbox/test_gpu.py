@@ -305,7 +305,7 @@ def test_a_device_side_assert_in_a_served_judge_still_gives_the_verdict(  # type
     from drkernel.server.launch import ServerProcess
 
     honest = asset("kernels", "relu_scale")
-    env = dict(os.environ, **{FAULT_ENV: "device_assert"})
+    env = dict(os.environ, **{FAULT_ENV: f"device_assert@{tmp_path / 'fault-once'}"})  # one judge's, once
     task = {"task_id": "gpu-fault-1", "reference_code": big_relu_scale(), "kernel_code": honest.code,
             "options": {"num_correct_trials": 3, "num_perf_trials": 20, "timeout_s": 240}}
     with ServerProcess(tmp_path / "f.db", extra=["--workers", "1"], env=env) as server:

@@ -98,7 +98,9 @@ def test_through_drkernel_serve_a_judge_fault_still_gives_the_real_verdict(tmp_p
     import os
     import time
 
-    env = dict(os.environ, **{FAULT_ENV: "compare"})  # each worker's judge faults on its first comparison
+    # the first judge faults on its first comparison; the pool retries on a fresh judge (its one retry
+    # layer: a pool's judges do not retry), which does not
+    env = dict(os.environ, **{FAULT_ENV: f"compare@{tmp_path / 'fault-once'}"})
     task = {"task_id": "fault-1", "reference_code": HONEST.reference, "kernel_code": HONEST.code,
             "options": {"num_correct_trials": 2, "num_perf_trials": 3, "timeout_s": 120}}
     with ServerProcess(tmp_path / "f.db", extra=["--judge", "sandbox", "--workers", "1"], env=env) as server:

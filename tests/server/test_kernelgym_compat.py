@@ -362,9 +362,9 @@ def test_the_real_cpu_judge_through_the_authors_client_flow(serve) -> None:
     """The real judge (Triton's interpreter on the CPU): the verdict kinds the scripted judge
     stands in for are what it gives, and the client sees KernelGYM's statuses and rewards."""
     from drkernel.executors.contract import CONTRACT_REFERENCE
-    from drkernel.executors.judge_host import sandbox_judge
+    from drkernel.executors.judge_host import SandboxJudge
 
-    srv = serve(judge=sandbox_judge, workers=1)
+    srv = serve(judge=SandboxJudge(), workers=1)
     client = KernelGymStyleClient(srv.url, poll_s=0.2, client_timeout_s=300)
     for case, body in _REAL_FORWARD.items():
         code = f"{_REAL_HEADER}\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        {body}\n"

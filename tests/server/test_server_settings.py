@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import pytest
 
 from drkernel.cli import main
 from drkernel.errors import ConfigError
-from drkernel.executors.judge_host import SharedGpuJudge, sandbox_judge
+from drkernel.executors.judge_host import SandboxJudge
 from drkernel.executors.local import LocalExecutor
 from drkernel.server.app import default_executor
 from drkernel.server.settings import Settings
+from drkernel.settings import JudgeSettings
 
 
 def test_judges_per_gpu_comes_from_the_environment_and_is_checked() -> None:
@@ -26,19 +28,52 @@ def test_judges_per_gpu_comes_from_the_environment_and_is_checked() -> None:
         Settings.from_env({"DRKERNEL_JUDGES_PER_GPU": "two"})
 
 
-@pytest.mark.parametrize(("k", "factory"), [(1, sandbox_judge), (3, SharedGpuJudge)])
+@pytest.mark.parametrize("k", [1, 3])
 def test_serve_builds_k_judges_per_gpu_with_divided_caps(monkeypatch: pytest.MonkeyPatch, k: int,
-                                                         factory: Any) -> None:
-    built: list[tuple[LocalExecutor.Config, Any]] = []
-    monkeypatch.setattr(LocalExecutor.Config, "build",
-                        lambda self, f=None: built.append((self, f)) or "executor")
-    assert default_executor(Settings(judges_per_gpu=k, devices=("cuda:0", "cuda:1"))) == "executor"
-    (config, made), = built
+                                                         tmp_path: Any) -> None:
+    monkeypatch.setattr(LocalExecutor, "_init_pool", lambda self, slots: None)  # no judge starts
+    monkeypatch.setattr("drkernel.executors.local.reap_orphan_judges", lambda: None)
+    settings = Settings(judges_per_gpu=k, devices=("cuda:0", "cuda:1"), db_path=str(tmp_path / "t.db"))
+    executor = default_executor(settings)
+    assert isinstance(executor, LocalExecutor)
+    config, made = executor.config, executor._factory
     assert config.judges_per_gpu == k and config.devices == ("cuda:0", "cuda:1")
-    if k == 1:
-        assert made is factory
-    else:  # each of the k judges gets 1/k of a lone judge's GPU memory caps
-        assert isinstance(made, factory) and made.share == k
+    assert isinstance(made, SandboxJudge) and made.share == k
+    assert made.config.retries == 0  # the pool retries a judge fault on a fresh judge: one layer
+    # each of the k judges gets 1/k of a lone judge's GPU memory caps
+    assert made.config.candidate_gpu_fraction == pytest.approx(0.6 / k)
+    assert made.config.reference_gpu_fraction == pytest.approx(0.3 / k)
+    # the task store is hidden from every sandbox, through the config the judges are built from
+    assert str(tmp_path / "t.db") in made.config.hide and str(tmp_path / "t.db-wal") in made.config.hide
+
+
+def test_the_judges_settings_come_from_the_environment_into_the_judges_config() -> None:
+    env = {"DRKERNEL_INSECURE": "1", "DRKERNEL_SANDBOX_HIDE": "/a:/b", "DRKERNEL_SPARES": " 4 "}
+    cfg = Settings.from_env(env).judge_settings
+    assert (cfg.insecure, cfg.hide, cfg.spares) == (True, ("/a", "/b"), 4)
+    assert Settings.from_env({}).judge_settings == JudgeSettings()
+    for bad in ("0", "65", "-1", "three", "2.5"):
+        with pytest.raises(ConfigError, match="DRKERNEL_SPARES"):
+            Settings.from_env({"DRKERNEL_SPARES": bad})
+    assert pickle.loads(pickle.dumps(SandboxJudge(cfg, 2))).config == cfg.shared(2)  # travels pickled
+
+
+def test_serve_passes_insecure_to_its_judges_without_writing_the_environment(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    import os
+
+    seen: list[Settings] = []
+
+    def fake_executor(settings: Settings) -> Any:
+        seen.append(settings)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr("drkernel.server.app.default_executor", fake_executor)
+    monkeypatch.delenv("DRKERNEL_INSECURE", raising=False)
+    monkeypatch.delenv("DRKERNEL_SANDBOX_HIDE", raising=False)
+    assert main(["serve", "--insecure", "--db", str(tmp_path / "x.db")]) == 2
+    assert seen and seen[0].judges().insecure
+    assert "DRKERNEL_INSECURE" not in os.environ and "DRKERNEL_SANDBOX_HIDE" not in os.environ
 
 
 def test_a_bad_judges_per_gpu_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,10 +86,11 @@ def test_serve_builds_its_executor_from_the_one_table() -> None:
     from drkernel.executors.ray import RayExecutor
     from drkernel.server.app import serve_executor_config
 
-    ray = serve_executor_config(Settings(executor="ray", ray_address="auto", num_workers=2,
-                                         heartbeat_timeout_s=3.0, deadline_grace_s=5.0))
+    settings = Settings(executor="ray", ray_address="auto", num_workers=2, heartbeat_timeout_s=3.0,
+                        deadline_grace_s=5.0, db_path=":memory:")
+    ray = serve_executor_config(settings)
     assert ray == RayExecutor.Config(address="auto", num_workers=2, heartbeat_timeout_s=3.0,
-                                     heartbeat_s=1.0, deadline_grace_s=5.0)
+                                     heartbeat_s=1.0, deadline_grace_s=5.0, judge=JudgeSettings())
     local = serve_executor_config(Settings(devices=("cuda:0", "cuda:1", "cuda:2"), num_workers=2,
                                            isolation="thread"))
     assert isinstance(local, LocalExecutor.Config)

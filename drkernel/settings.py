@@ -1,0 +1,122 @@
+"""Settings that many commands share: the judge's typed config, and the one reader of the environment.
+
+Input: a mapping like `os.environ` (`DRKERNEL_*`) and explicit overrides; output: frozen, validated
+configs. `JudgeSettings` is what builds a judge (`Judge.from_config`); executors nest it and send it to
+their judge processes pickled, so no judge reads the environment. `server/settings.py` reads the
+server's own variables through `read_environment`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from drkernel.errors import ConfigError
+
+__all__ = ["DEFAULT_SPARES", "JUDGE_ENV", "JudgeSettings", "judge_settings_from_env", "read_environment"]
+
+DEFAULT_SPARES = {"cuda": 6, "cpu": 2}  # warm sandboxes (6 beat 3 by 10-13 % a minute on the H200)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JudgeSettings:
+    """What a judge is built with, besides its device. None: the judge's own default for the device.
+
+    `insecure`: sandboxes without namespaces, for one's own code only (each result says
+    "isolation": "none"); otherwise a judge refuses to start where it cannot isolate them. `hide`:
+    more paths no sandbox may see (the timing cache and the scratch folders always are). `refill`:
+    start a spare each time one is taken. `retries`: judge faults (its comparison process, a CUDA
+    error there) retried on fresh device state; a pool retries on a fresh worker instead, and builds
+    its judges with 0."""
+
+    spares: int | None = None  # None: DEFAULT_SPARES for the device
+    cache_path: str | None = None  # the reference-timing cache; None: none kept
+    memory_limit_mb: int | None = None  # None: 16 GiB on a GPU, 6 GiB on the CPU
+    candidate_gpu_fraction: float = 0.6
+    reference_gpu_fraction: float = 0.3
+    shared_triton_cache: str | None = None
+    fork_server: bool = True
+    isolate_uid: bool | None = None
+    insecure: bool = False
+    hide: tuple[str, ...] = ()
+    refill: bool = True
+    disk_limit_mb: int | None = None
+    retries: int = 1
+
+    def __post_init__(self) -> None:
+        if self.spares is not None and not 1 <= self.spares <= 64:
+            raise ConfigError(f"judge.spares: {self.spares} not in 1..64")
+        if not 0 <= self.retries <= 3:
+            raise ConfigError(f"judge.retries: {self.retries} not in 0..3")
+        for name in ("candidate_gpu_fraction", "reference_gpu_fraction"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ConfigError(f"judge.{name}: {getattr(self, name)} not in (0, 1]")
+
+    def replace(self, **changes: Any) -> JudgeSettings:
+        return dataclasses.replace(self, **changes)
+
+    def shared(self, judges: int) -> JudgeSettings:
+        """The config of one of `judges` judges sharing a GPU: 1/judges of the memory caps of a judge
+        alone, and fewer warm spares (their compiles overlap, their timing takes turns)."""
+        n = max(1, judges)
+        if n == 1:
+            return self
+        return self.replace(spares=self.spares or max(2, DEFAULT_SPARES["cuda"] // n),
+                            candidate_gpu_fraction=self.candidate_gpu_fraction / n,
+                            reference_gpu_fraction=self.reference_gpu_fraction / n)
+
+
+# env var -> what it sets in a JudgeSettings
+JUDGE_ENV = {
+    "DRKERNEL_INSECURE": "insecure (1, true or yes)",
+    "DRKERNEL_SANDBOX_HIDE": "hide (a list like PATH)",
+    "DRKERNEL_SPARES": "spares (1 to 64)",
+}
+
+
+def judge_settings_from_env(environ: Mapping[str, str] | None = None, **overrides: Any) -> JudgeSettings:
+    """A JudgeSettings from the `DRKERNEL_*` variables of JUDGE_ENV, then `overrides` (None: unset).
+    The commands that build judges for a user (`eval`, `serve`, `drkernel.evaluate`) call this."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    if env.get("DRKERNEL_INSECURE", "").strip().lower() in ("1", "true", "yes"):
+        values["insecure"] = True
+    hide = tuple(p for p in env.get("DRKERNEL_SANDBOX_HIDE", "").split(os.pathsep) if p)
+    if hide:
+        values["hide"] = hide
+    raw = env.get("DRKERNEL_SPARES")
+    if raw is not None and raw.strip():
+        try:
+            spares = int(raw)
+        except ValueError:
+            spares = 0
+        if not 1 <= spares <= 64:
+            raise ConfigError(f"DRKERNEL_SPARES={raw!r}: expected a whole number of warm sandboxes "
+                              "from 1 to 64")
+        values["spares"] = spares
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key == "hide":
+            value = (*values.get("hide", ()), *map(str, value))
+        values[key] = value
+    return JudgeSettings(**values)
+
+
+def read_environment(spec: Mapping[str, tuple[str, type]],
+                     environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """{field: value} from the variables of `spec` (var -> (field, type)) that are set and not empty."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for var, (name, kind) in spec.items():
+        raw = env.get(var)
+        if raw is None or raw == "":
+            continue
+        try:
+            values[name] = kind(raw)
+        except ValueError:
+            raise ConfigError(f"{var}={raw!r}: not a valid {kind.__name__}") from None
+    return values
