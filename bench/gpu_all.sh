@@ -26,6 +26,11 @@
 #   seccomp  bench/seccomp_cost.py: what the sandbox's seccomp filter costs CPU-bound work   (~1 min)
 #   disturb  bench/disturb_probe.py: which other processes' work slows a timed window (sandbox start and
 #            exit, unlocked kernels, cudaMalloc/cudaFree, a busy host; issue 14 precision)  (~1 min)
+#   rhythm   bench/serve_rhythm.py: `drkernel serve` with no flags, ready time, bursts through the
+#            project's Client and the authors'-style client with idle minutes between (issue 33);
+#            RHYTHM_ARGS, e.g. "--rounds 3 --idle-s 100"                                  (~6 min)
+#   retry    bench/pool_retry_probe.py: a judge fault retried in the judge, a frozen judge process
+#            retried by the pool on a fresh one (issue 37)                                   (~1 min)
 #   extra    KernelGYM coverage fields on the GPU, isolation attacks on the GPU host,
 #            and two single `drkernel eval` runs from the shell, timed (issues 13-15)     (~2 min)
 # Logs and tables go to $OUT (or ./gpu-out). Parts may run side by side on different GPUs:
@@ -46,7 +51,7 @@ overhead() {
 }
 tests() {
   timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -m gpu tests/sandbox/test_gpu.py -v -rfE -p no:cacheprovider \
-    -W ignore::pytest.PytestConfigWarning -o timeout=60 > "$OUT/gpu_tests.log" 2>&1
+    -W ignore::pytest.PytestConfigWarning -o timeout=60 ${TESTS_ARGS:-} > "$OUT/gpu_tests.log" 2>&1
 }
 verdict=""
 for part in "$@"; do
@@ -74,6 +79,11 @@ for part in "$@"; do
   speed)
     timeout "${SPEED_TIMEOUT:-420}" python3 bench/judge_speed.py --json "$OUT/judge_speed.json" ${SPEED_ARGS:-} \
       > "$OUT/speed.log" 2>&1 ;;
+  rhythm)
+    timeout "${RHYTHM_TIMEOUT:-560}" python3 bench/serve_rhythm.py --json "$OUT/serve_rhythm.json" ${RHYTHM_ARGS:-} \
+      > "$OUT/serve_rhythm.log" 2>&1 ;;
+  retry)
+    timeout "${RETRY_TIMEOUT:-150}" python3 bench/pool_retry_probe.py > "$OUT/retry.log" 2>&1 ;;
   probe)
     timeout "${PROBE_TIMEOUT:-150}" python3 bench/timing_probe.py --procs 3 --shapes 1024x1024 \
       --methods ${PROBE_METHODS:-graph,graphspin25,graphrefill25,graphprof25} --json "$OUT/probe.json" > "$OUT/probe.log" 2>&1 ;;
@@ -99,7 +109,7 @@ for part in "$@"; do
       { TIMEFORMAT="eval $k wall %R s"; time timeout 120 python3 -m drkernel.cli eval \
         drkernel/examples/relu_scale/reference.py drkernel/examples/relu_scale/kernel.py; } >> "$OUT/extra.log" 2>&1
     done ;;
-  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect | peak | profwarm | latency | disturb)" >&2
+  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect | peak | profwarm | latency | disturb | rhythm | retry)" >&2
      exit 2 ;;
   esac
 done

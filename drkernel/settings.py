@@ -29,8 +29,8 @@ class JudgeSettings:
     "isolation": "none"); otherwise a judge refuses to start where it cannot isolate them. `hide`:
     more paths no sandbox may see (the timing cache and the scratch folders always are). `refill`:
     start a spare each time one is taken. `retries`: judge faults (its comparison process, a CUDA
-    error there) retried on fresh device state; a pool retries on a fresh worker instead, and builds
-    its judges with 0."""
+    error there) retried on fresh device state, in the judge; a pool then retries only a worker that
+    died or froze, never a judge fault again."""
 
     spares: int | None = None  # None: DEFAULT_SPARES for the device
     cache_path: str | None = None  # the reference-timing cache; None: none kept

@@ -104,9 +104,10 @@ class SandboxJudge:
 
 
 def pool_judge(config: JudgeSettings, judges_per_gpu: int = 1) -> SandboxJudge:
-    """The factory of a pool's judges: `config` with no retries of its own (the pool retries a judge
-    fault on a fresh worker: one retry layer), shared `judges_per_gpu` ways on a GPU."""
-    return SandboxJudge(config.replace(retries=0), judges_per_gpu)
+    """The factory of a pool's judges: `config` shared `judges_per_gpu` ways on a GPU. A judge fault
+    is retried inside the judge (`config.retries`, on fresh device state: no new process to start);
+    the pool replaces that worker afterwards and retries only workers that died or froze."""
+    return SandboxJudge(config, judges_per_gpu)
 
 
 def judge_call(judge: JudgeLike, request: EvalRequest) -> EvalResult:

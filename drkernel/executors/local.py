@@ -64,13 +64,13 @@ class LocalExecutor(SlotPool):
         heartbeat_timeout_s: float = 15.0  # a judge process silent this long is frozen
         liveness_s: float = 5.0  # idle judges are checked this often, and replaced if dead (0: never)
         lifeline_buffer_bytes: int = 0  # a judge process's heartbeat socket buffer (0: the system's)
-        judge_retries: int = 1  # extra tries after a frozen judge or a judge_error result
+        judge_retries: int = 1  # extra tries after a frozen judge (a judge_error: judge.retries)
         revive_s: float = 30.0  # a worker that failed 3 starts is tried again this often
         gpu_lock_timeout_s: float = 30.0  # longest wait for another judge to free our GPU
         # judges sharing each GPU: their compiles and correctness overlap, their timing takes turns
         judges_per_gpu: int = 1
         scrub_env: tuple[str, ...] = ()  # env vars removed in judge processes (secrets)
-        judge: JudgeSettings = JudgeSettings()  # how each judge is built (retries: judge_retries)
+        judge: JudgeSettings = JudgeSettings()  # how each judge is built
 
         def __post_init__(self) -> None:
             if self.isolation not in ("process", "thread"):

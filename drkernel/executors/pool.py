@@ -4,9 +4,12 @@ Input: EvalRequests from any number of caller threads; output: EvalResults in re
 One evaluation per slot at a time. Retries live here, and only here:
 - a worker that dies under a task is restarted in the background and the task retried on the next
   free slot (up to `max_attempts` tries), after which the task gets an INFRA_ERROR result;
-- a judge that stops answering (the watchdog: no heartbeat, or silent past its deadline) or that
-  reports a fault of its own (INFRA_ERROR with error kind "judge_error") is at fault, never the
-  candidate: the worker is replaced and the task retried once (`judge_retries`) on a fresh one.
+- a judge that stops answering (the watchdog: no heartbeat, or silent past its deadline) is at fault,
+  never the candidate: the worker is replaced and the task retried once (`judge_retries`) on a fresh
+  one;
+- a fault the judge reports of its own (INFRA_ERROR with error kind "judge_error") was already retried
+  inside that judge, on fresh device state (`JudgeSettings.retries`): the worker is replaced, and the
+  result returned, not run a third time. One retry layer for each kind of fault.
 A candidate's timeout is only ever decided by a live judge. Idle workers are checked too, every
 `liveness_s` (`_check`: a dead judge process or Ray actor, one that stopped beating): a broken one is
 replaced before a task meets it, so minutes without work (an RL trainer's generation phase) cost no
@@ -328,15 +331,11 @@ class SlotPool:
                 message = result.error.message if result.error else ""
                 logger.warning("%s reported a judge fault on task %s (attempt %d): %s",
                                slot.state.worker_id, request.task_id, attempt, message)
-                self._restart(slot, f"judge_error: {message}")
-                judge_faults += 1
-                why = f"judge_error on {where.worker_id}: {message}"
-                if judge_faults > self.judge_retries:
-                    result.task_id = result.task_id or request.task_id
-                    result.judge_retries = judge_faults - 1
-                    return self._placed(result, where)
-                continue
-            result.judge_retries = max(result.judge_retries, judge_faults)  # the one retry layer: here
+                self._restart(slot, f"judge_error: {message}")  # its retry is spent: no third run
+                result.task_id = result.task_id or request.task_id
+                result.judge_retries += judge_faults
+                return self._placed(result, where)
+            result.judge_retries += judge_faults  # the judge's own retries, and the pool's
             slot.state.tasks_done += 1
             slot.set("idle")
             self._idle.put(slot)

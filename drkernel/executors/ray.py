@@ -174,12 +174,12 @@ class RayExecutor(SlotPool):
         heartbeat_s: float = 5.0  # while a task runs, its actor is pinged this often ...
         heartbeat_timeout_s: float = 15.0  # ... and is frozen when a ping takes longer than this
         liveness_s: float = 5.0  # idle actors are pinged this often, and replaced if dead (0: never)
-        judge_retries: int = 1  # extra tries after a frozen actor or a judge_error result
+        judge_retries: int = 1  # extra tries after a frozen actor (a judge_error: judge.retries)
         revive_s: float = 30.0  # a worker that failed 3 starts is tried again this often
         gpu_lock_timeout_s: float = 30.0
         connect_timeout_s: float = 10.0  # probe of a cluster address before ray.init
         namespace: str = "drkernel"
-        judge: JudgeSettings = JudgeSettings()  # how each actor's judge is built (retries: judge_retries)
+        judge: JudgeSettings = JudgeSettings()  # how each actor's judge is built
 
         def __post_init__(self) -> None:
             if self.num_workers is not None and self.num_workers < 1:

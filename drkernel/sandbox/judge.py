@@ -74,8 +74,8 @@ class Judge:
         says False: a spare it would kill unused only competes with the evaluation for the device).
         `disk_limit_mb`: the filesystem of its own that each isolated sandbox's folder is (default
         32 GiB on a GPU, 4 GiB on the CPU: five trials' outputs of a KernelBench-sized problem).
-        `retries`: evaluations of a request whose result is a judge fault, tried again (a pool's
-        judge says 0: the pool retries on a fresh worker, the one retry layer there)."""
+        `retries`: evaluations of a request whose result is a judge fault, tried again on fresh
+        device state (the one layer for judge faults: a pool does not run them again)."""
         self.disk_limit_mb = disk_limit_mb
         self.retries = retries
         self._comparison: ComparisonProcess | None = comparison

@@ -98,8 +98,8 @@ def test_through_drkernel_serve_a_judge_fault_still_gives_the_real_verdict(tmp_p
     import os
     import time
 
-    # the first judge faults on its first comparison; the pool retries on a fresh judge (its one retry
-    # layer: a pool's judges do not retry), which does not
+    # the first judge faults on its first comparison and retries it on fresh device state (the one
+    # retry layer for a judge fault); the pool does not run it a third time
     env = dict(os.environ, **{FAULT_ENV: f"compare@{tmp_path / 'fault-once'}"})
     task = {"task_id": "fault-1", "reference_code": HONEST.reference, "kernel_code": HONEST.code,
             "options": {"num_correct_trials": 2, "num_perf_trials": 3, "timeout_s": 120}}

@@ -39,7 +39,7 @@ def test_serve_builds_k_judges_per_gpu_with_divided_caps(monkeypatch: pytest.Mon
     config, made = executor.config, executor._factory
     assert config.judges_per_gpu == k and config.devices == ("cuda:0", "cuda:1")
     assert isinstance(made, SandboxJudge) and made.share == k
-    assert made.config.retries == 0  # the pool retries a judge fault on a fresh judge: one layer
+    assert made.config.retries == 1  # a judge fault is retried in the judge; the pool does not again
     # each of the k judges gets 1/k of a lone judge's GPU memory caps
     assert made.config.candidate_gpu_fraction == pytest.approx(0.6 / k)
     assert made.config.reference_gpu_fraction == pytest.approx(0.3 / k)
