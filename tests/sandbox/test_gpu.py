@@ -412,7 +412,9 @@ def test_a_candidate_that_does_not_do_the_spans_calls_in_it_is_caught_on_gpu(jud
 
 def test_the_sealed_span_bounds_an_honest_kernel_below_its_reported_time_on_gpu(judge: Judge) -> None:
     """The span's bound, per call, against the honest kernel's reported time at three sizes: the ratio
-    the judge flags under (stages/sealed.FACTOR) must leave room."""
+    the judge flags under (stages/sealed.FACTOR) must leave room. At 16 x 4096 (1.6 us a call) the
+    bound may be 0: the span's allowance and its hops' noise cover that span whole (docs/errors.md,
+    the sealed span; run BC: a null round trip of 1.4 ms left -0.14 ms); it must still flag nothing."""
     from drkernel.sandbox.stages.sealed import FACTOR
 
     code = asset("kernels", "relu_scale").code
@@ -421,9 +423,11 @@ def test_the_sealed_span_bounds_an_honest_kernel_below_its_reported_time_on_gpu(
         r = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=code, options=GPU))
         assert r.outcome is EvalOutcome.OK, describe(r)
         t = r.kernel_timing
-        assert t is not None and t.sealed_ms_per_call, describe(r)
-        print(f"sealed {rows}x{cols}: reported {r.kernel_ms:.5f} ms, bound {t.sealed_ms_per_call:.5f} ms, "
-              f"ratio {r.kernel_ms / t.sealed_ms_per_call:.3f} over {t.sealed_calls} calls")
+        assert t is not None and t.sealed_calls, describe(r)
+        assert t.sealed_ms_per_call or rows == 16, describe(r)  # a bound wherever the work shows
+        if t.sealed_ms_per_call:
+            print(f"sealed {rows}x{cols}: reported {r.kernel_ms:.5f} ms, bound {t.sealed_ms_per_call:.5f} "
+                  f"ms, ratio {r.kernel_ms / t.sealed_ms_per_call:.3f} over {t.sealed_calls} calls")
         assert r.kernel_ms >= FACTOR["cuda"] * t.sealed_ms_per_call, describe(r)
 
 
