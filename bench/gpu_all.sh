@@ -11,25 +11,25 @@
 #   baselines `drkernel suite baselines builtin:gpu --backend both` (issue 6)          (~2 min)
 #   speed    bench/judge_speed.py: speedup spread vs graph replay, throughput (issue 14) (~5 min)
 #            SPEED_ARGS narrows it, e.g. SPEED_ARGS="--shapes 1024x1024 --judges 4 --throughput 24"
-#   probe    bench/timing_probe.py at 1024²: which part of the judge's window makes small kernels
+#   probe    bench/probes/timing_probe.py at 1024²: which part of the judge's window makes small kernels
 #            slow (25-call windows, the flush, the refill; issue 14)                      (~1 min)
-#   bisect   bench/timing_bisect.py: the judge's own timing ops in plain processes at 1024², beside
+#   bisect   bench/probes/timing_bisect.py: the judge's own timing ops in plain processes at 1024², beside
 #            graph replay: is the small-kernel bias in the timing code or around it (issue 14) (~1 min)
 #            with SPEED_ARGS="--shapes 1024x1024 --throughput 0 --pause 6", `speed` tells whether the
 #            spares that start beside a timed candidate cause it
-#   peak     bench/peak_probe.py: each way of measuring the bandwidth ceiling beside the honest
+#   peak     bench/probes/peak_probe.py: each way of measuring the bandwidth ceiling beside the honest
 #            read-only 107 solution that a copy-only ceiling flagged as faster_than_light   (~1 min)
-#   profwarm bench/profiler_warm.py: the candidate sandbox's first profiler session, each way of
+#   profwarm bench/probes/profiler_warm.py: the candidate sandbox's first profiler session, each way of
 #            warming it: wall and CPU seconds, what it replaces, whether a later session still
 #            sees the kernels (issue 14: 5.6 s of a single eval in run Y)                 (~1 min)
 #   latency  bench/eval_latency.py: where a single `drkernel eval`'s seconds go (issue 14 target 3) (~1 min)
-#   seccomp  bench/seccomp_cost.py: what the sandbox's seccomp filter costs CPU-bound work   (~1 min)
-#   disturb  bench/disturb_probe.py: which other processes' work slows a timed window (sandbox start and
+#   seccomp  bench/probes/seccomp_cost.py: what the sandbox's seccomp filter costs CPU-bound work   (~1 min)
+#   disturb  bench/probes/disturb_probe.py: which other processes' work slows a timed window (sandbox start and
 #            exit, unlocked kernels, cudaMalloc/cudaFree, a busy host; issue 14 precision)  (~1 min)
 #   rhythm   bench/serve_rhythm.py: `drkernel serve` with no flags, ready time, bursts through the
 #            project's Client and the authors'-style client with idle minutes between (issue 33);
 #            RHYTHM_ARGS, e.g. "--rounds 3 --idle-s 100"                                  (~6 min)
-#   retry    bench/pool_retry_probe.py: a judge fault retried in the judge, a frozen judge process
+#   retry    bench/probes/pool_retry_probe.py: a judge fault retried in the judge, a frozen judge process
 #            retried by the pool on a fresh one (issue 37)                                   (~1 min)
 #   extra    KernelGYM coverage fields on the GPU, isolation attacks on the GPU host,
 #            and two single `drkernel eval` runs from the shell, timed (issues 13-15)     (~2 min)
@@ -83,23 +83,23 @@ for part in "$@"; do
     timeout "${RHYTHM_TIMEOUT:-560}" python3 bench/serve_rhythm.py --json "$OUT/serve_rhythm.json" ${RHYTHM_ARGS:-} \
       > "$OUT/serve_rhythm.log" 2>&1 ;;
   retry)
-    timeout "${RETRY_TIMEOUT:-150}" python3 bench/pool_retry_probe.py > "$OUT/retry.log" 2>&1 ;;
+    timeout "${RETRY_TIMEOUT:-150}" python3 bench/probes/pool_retry_probe.py > "$OUT/retry.log" 2>&1 ;;
   probe)
-    timeout "${PROBE_TIMEOUT:-150}" python3 bench/timing_probe.py --procs 3 --shapes 1024x1024 \
+    timeout "${PROBE_TIMEOUT:-150}" python3 bench/probes/timing_probe.py --procs 3 --shapes 1024x1024 \
       --methods ${PROBE_METHODS:-graph,graphspin25,graphrefill25,graphprof25} --json "$OUT/probe.json" > "$OUT/probe.log" 2>&1 ;;
   bisect)
-    timeout "${BISECT_TIMEOUT:-150}" python3 bench/timing_bisect.py --procs 3 ${BISECT_ARGS:-} --json "$OUT/bisect.json" > "$OUT/bisect.log" 2>&1 ;;
+    timeout "${BISECT_TIMEOUT:-150}" python3 bench/probes/timing_bisect.py --procs 3 ${BISECT_ARGS:-} --json "$OUT/bisect.json" > "$OUT/bisect.log" 2>&1 ;;
   peak)
-    timeout 150 python3 bench/peak_probe.py > "$OUT/peak.log" 2>&1 ;;
+    timeout 150 python3 bench/probes/peak_probe.py > "$OUT/peak.log" 2>&1 ;;
   latency)
     timeout "${LATENCY_TIMEOUT:-150}" python3 bench/eval_latency.py --device cuda --json "$OUT/latency.json" \
       > "$OUT/latency.log" 2>&1 ;;
   profwarm)
-    timeout 200 python3 bench/profiler_warm.py --procs 2 --json "$OUT/profwarm.json" > "$OUT/profwarm.log" 2>&1 ;;
+    timeout 200 python3 bench/probes/profiler_warm.py --procs 2 --json "$OUT/profwarm.json" > "$OUT/profwarm.log" 2>&1 ;;
   seccomp)
-    timeout 120 python3 bench/seccomp_cost.py --procs 3 > "$OUT/seccomp.log" 2>&1 ;;
+    timeout 120 python3 bench/probes/seccomp_cost.py --procs 3 > "$OUT/seccomp.log" 2>&1 ;;
   disturb)
-    timeout 120 python3 bench/disturb_probe.py --json "$OUT/disturb.json" > "$OUT/disturb.log" 2>&1 ;;
+    timeout 120 python3 bench/probes/disturb_probe.py --json "$OUT/disturb.json" > "$OUT/disturb.log" 2>&1 ;;
   extra)
     timeout 200 python3 -m pytest -m gpu tests/server/test_kernelgym_gpu.py -v -s -p no:cacheprovider -W ignore::pytest.PytestConfigWarning \
       -o timeout=150 > "$OUT/extra.log" 2>&1

@@ -3,7 +3,7 @@
 precision: 10 fresh evaluations (the reference re-timed each time: a salted comment) of one honest kernel,
   relu(x + bias), BLOCK 4096, against torch.relu(x + bias), at three sizes; max/min of the speedup and
   the median, beside the device-time ratio that CUDA-graph replay gives in a separate process
-  (bench/timing_probe.py's graph method).
+  (bench/probes/timing_probe.py's graph method).
 throughput: N distinct kernels (each a fresh Triton compile) through warm judges sharing one GPU: threads of
   this process, or (--processes) the local executor's judge processes, as the service runs them.
 Run on the GPU machine:  python bench/judge_speed.py [--evals 10] [--json FILE]
@@ -70,7 +70,7 @@ class ModelNew(nn.Module):
 
 
 def graph_ratio(rows: int, cols: int) -> float | None:
-    """The device-time ratio by CUDA-graph replay in a separate process (bench/timing_probe.py)."""
+    """The device-time ratio by CUDA-graph replay in a separate process (bench/probes/timing_probe.py)."""
     probe = Path(__file__).with_name("timing_probe.py")
     out = Path(tempfile.mkdtemp()) / "g.json"
     cp = subprocess.run([sys.executable, str(probe), "--procs", "3", "--shapes", f"{rows}x{cols}",

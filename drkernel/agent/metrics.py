@@ -20,7 +20,7 @@ __all__ = ["BORDERLINE", "FAST_P", "best_speedup", "borderline", "fast_p", "summ
 FAST_P = (1.0, 1.2, 1.5, 2.0)  # docs/paper_spec.md §11
 # A correct kernel whose speedup is within this fraction of p may land on either side of p when
 # evaluated again: on the H200 the same kernels moved by 6-13 % between evaluations (102_GELU
-# 1.014x then 0.921x; docs/benchmarks.md, the agent demo). Reported, never used in Fast@p.
+# 1.014x then 0.921x; docs/benchmark_log.md, the agent demo). Reported, never used in Fast@p.
 BORDERLINE = 0.10
 
 

@@ -39,7 +39,7 @@ _ENV: dict[str, tuple[str, type]] = {
 
 # 4 judge processes on one H200 judged 116.8 fresh 2048^2 kernels a minute in process (run AT;
 # 104.1 in AQ), against 38.4 through `drkernel serve` with one judge and 89.2 in process with six,
-# where the device lock's holds contended (AO): docs/benchmarks.md
+# where the device lock's holds contended (AO): docs/benchmark_log.md
 DEFAULT_JUDGES_PER_GPU = 4
 
 

@@ -1,6 +1,6 @@
 """The device's bandwidth ceiling (sandbox/peak.py) is the best of several ways of moving memory, each
 at its fastest call: a copy alone once flagged an honest read-only reduction as faster than light
-(107_Max_reduction_over_last_dim at 1.12x a copy's rate, docs/benchmarks.md run U). The timer here is
+(107_Max_reduction_over_last_dim at 1.12x a copy's rate, docs/benchmark_log.md run U). The timer here is
 a stand-in: what is checked is which measurement becomes the ceiling, not the device's rates."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_the_cache_key_names_the_new_method() -> None:
 
 
 def test_the_event_timer_times_each_call_between_its_own_events_after_an_untimed_one() -> None:
-    """One timer for the judge's peak op and bench/peak_probe.py: the order of what it queues."""
+    """One timer for the judge's peak op and bench/probes/peak_probe.py: the order of what it queues."""
     log: list[str] = []
     pairs = iter(range(100))
 

@@ -1,7 +1,7 @@
 """The candidate sandbox's profiler session (worker.profiler_session) and the fork server's preload
 (sandbox/zygote.py): torch.profiler.profile's first start imports torch._inductor and torch._dynamo
 (about 900 modules), which every candidate sandbox paid in its profiler warm-up (5.6 s of a single
-`drkernel eval` on the H200, docs/benchmarks.md run Y), and which a preload of dynamo moved onto the
+`drkernel eval` on the H200, docs/benchmark_log.md run Y), and which a preload of dynamo moved onto the
 fork server's start (run AA). The sandbox's session imports none of it and replaces none of the
 functions the tamper watch guards; the preload must not initialise CUDA or start a thread, or the
 forked children would not be clean."""

@@ -1,6 +1,6 @@
 """Not an attack: an honest kernel that, like Triton's CUDA driver on its first launch, makes a scratch
 folder with tempfile at import. The sandbox must hand it its own TMPDIR, not a path the fork server
-cached before it forked (run Z of docs/benchmarks.md: every GPU verdict was a FileNotFoundError)."""
+cached before it forked (run Z of docs/benchmark_log.md: every GPU verdict was a FileNotFoundError)."""
 
 import json
 import os

@@ -1,7 +1,7 @@
 """Is the judge's small-kernel bias in its timing code or around it? (issue 14)
 
 The judge times relu(x + bias) at 1024² at 0.80-0.83 of the device-time ratio that CUDA-graph replay
-gives (runs Q, T), while every part of its window, rebuilt in bench/timing_probe.py, costs at most
+gives (runs Q, T), while every part of its window, rebuilt in bench/probes/timing_probe.py, costs at most
 2.5 %. This bench runs the judge's own timing code, the sandbox worker's bench_prepare and bench_run
 ops (drkernel.sandbox.worker.Sandbox), in fresh plain processes: no fork server, no namespaces, no
 seccomp, no spare sandboxes starting beside it, no comparison process. One process times the
@@ -9,7 +9,7 @@ reference, another the candidate, as in the judge, with the judge's window (the 
 calls, 15 windows). If the ratio here matches graph replay, the bias comes from around the timing code
 (the pool, isolation, neighbours on the GPU); if it matches the judge, from the timing code itself.
 
-Run on the GPU machine:  python bench/timing_bisect.py [--procs 3] [--shape 1024x1024] [--json FILE]
+Run on the GPU machine:  python bench/probes/timing_bisect.py [--procs 3] [--shape 1024x1024] [--json FILE]
 (`--device cpu` runs it through Triton's interpreter: a smoke test of the bench, no timing claim).
 """
 
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from judge_speed import KERNEL, REF  # noqa: E402  (the same problem and kernel as the judge's bench)
 
 CHILD = r"""
@@ -74,7 +74,7 @@ def one(role: str, device: str, ref: Path, cand: Path, calls: dict[str, int], wi
     env = dict(os.environ)
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                       env.get("PYTHONPATH")]))
     cp = subprocess.run([sys.executable, "-c", CHILD, role, device, str(ref), str(cand), json.dumps(calls),
                          str(windows), str(seed), variants],

@@ -9,7 +9,7 @@ with a launcher per kernel signature, that launcher. This times each part in fre
   launcher  a cache seeded with `cuda_utils` and the kernel's launcher (the floor: the kernel's own
             compile);
 and in each, a second kernel of the same signature and one of another signature.
-Run on the GPU machine:  python bench/triton_cold.py [--reps 3] [--json FILE]
+Run on the GPU machine:  python bench/probes/triton_cold.py [--reps 3] [--json FILE]
 """
 
 from __future__ import annotations

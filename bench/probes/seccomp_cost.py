@@ -8,7 +8,7 @@ would slow the sandbox's compile and correctness stages. Each mode runs in fresh
   spec_allow  the filter through seccomp(2) with SPEC_ALLOW: what drkernel.sandbox.isolation does
 and prints the process's speculation status beside the time of a pure-Python loop, of compiling a
 large source, and of 40 fork+exec of /bin/true. Linux x86_64 only.
-Run:  python bench/seccomp_cost.py [--procs 3]
+Run:  python bench/probes/seccomp_cost.py [--procs 3]
 """
 
 from __future__ import annotations

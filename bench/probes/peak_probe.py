@@ -1,7 +1,7 @@
 """The device's bandwidth, each way peak.py measures it, beside the honest read-only solution that a
 copy-only peak flagged (107_Max_reduction_over_last_dim, 2 GiB of fp32). Prints a table.
 
-Usage (on the GPU): python3 bench/peak_probe.py [--reps 10]
+Usage (on the GPU): python3 bench/probes/peak_probe.py [--reps 10]
 The ceiling the judge uses must not be below any honest kernel's rate: the last column says by how much
 each way's rate exceeds the copy's, and the verdict line compares the judge's ceiling with 107's rate.
 Every rate here is the fastest of --reps calls, as peak.measure takes it; each way also with a ~1 ms
@@ -20,7 +20,7 @@ import torch
 
 from drkernel.sandbox import peak
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def times_ms(fn: Any, reps: int, spin_cycles: int = 0) -> list[float]:

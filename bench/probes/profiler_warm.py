@@ -17,7 +17,7 @@ Ways (--ways):
   cuda        CUDA activity only
   cpu         CPU activity only (no CUPTI)
   none        no warm-up: the later session is then the first
-Run on the GPU machine:  python3 bench/profiler_warm.py [--procs 2] [--ways cpu_cuda,cuda,cpu,none]
+Run on the GPU machine:  python3 bench/probes/profiler_warm.py [--procs 2] [--ways cpu_cuda,cuda,cpu,none]
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     rows = []
     for way in args.ways.split(","):

@@ -15,7 +15,7 @@ with quiet gaps between:
   cpu        a busy Python loop on every CPU (compiles, gcc, imports: the host, not the device)
 Each window is put in the phase it ended in. Prints, per phase, the per-call time's quartiles against
 quiet's, and the share of windows more than 10 % above quiet's median.
-Run on the GPU machine:  python3 bench/disturb_probe.py [--phase-s 3] [--json FILE]
+Run on the GPU machine:  python3 bench/probes/disturb_probe.py [--phase-s 3] [--json FILE]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ fresh process measures the speedup (reference time / kernel time) by several met
             the judge's candidate sandboxes did at start-up; name it last (the session stays done)
   NAME25    any method above with windows of 25 calls (the judge's window for a 1024^2 problem)
 Each process measures every method named, one after another (one torch import per process).
-Run: python3 bench/timing_probe.py [--procs 6] ; prints max/min of the speedup across processes.
+Run: python3 bench/probes/timing_probe.py [--procs 6] ; prints max/min of the speedup across processes.
 """
 
 from __future__ import annotations

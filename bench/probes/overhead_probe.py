@@ -12,7 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from drkernel.sandbox.judge import Judge  # noqa: E402
 from drkernel.types import EvalOptions, EvalRequest  # noqa: E402
@@ -24,7 +24,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    root = Path(__file__).resolve().parents[1] / "tests" / "assets"
+    root = Path(__file__).resolve().parents[2] / "tests" / "assets"
     ref = (root / "references" / f"{args.kernel}.py").read_text()
     ker = (root / "kernels" / f"{args.kernel}.py").read_text()
     opts = EvalOptions(num_correct_trials=3, num_perf_trials=20, seed=None)

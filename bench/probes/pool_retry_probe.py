@@ -8,7 +8,7 @@ A LocalExecutor with real judges evaluates honest 2048^2 kernels three times:
 3. a plain evaluation on the replaced worker; expect `ok`, judge_retries 0.
 Prints each result (outcome, error, retries, stages) and the workers' states.
 
-    python bench/pool_retry_probe.py [--kind device_assert|compare] [--size 2048]
+    python bench/probes/pool_retry_probe.py [--kind device_assert|compare] [--size 2048]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.rhythm import KERNEL, REFERENCE  # noqa: E402
 from drkernel.sandbox.comparator import FAULT_ENV  # noqa: E402
