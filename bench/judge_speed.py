@@ -312,7 +312,7 @@ def throughput_processes(n: int, judges: int) -> dict:
         if d.outcome.value != "ok":
             print(f"throughput: NOT OK: {d.outcome.value} {d.hack_details} {d.error}", flush=True)
     rows = [(d.outcome.value, {**dict(d.stage_s or {}), "wall": d.wall_s or 0.0}) for d in results]
-    return _throughput_row(n, judges, wall, [rows], load) | {"processes": True}
+    return _throughput_row(n, judges, wall, [rows], load, [_sealed(d) for d in results]) | {"processes": True}
 
 
 def throughput(n: int, judges: int) -> dict:
@@ -333,6 +333,8 @@ def throughput(n: int, judges: int) -> dict:
         print(f"{judges} judge(s) warm in {time.monotonic() - t_warm:.1f} s", flush=True)
         work = [[k for k in range(n) if k % judges == i] for i in range(judges)]
 
+        sealed: list[dict[str, float]] = []
+
         def run(i: int) -> list[tuple[str, dict[str, float]]]:
             outcomes = []
             for k in work[i]:
@@ -341,6 +343,7 @@ def throughput(n: int, judges: int) -> dict:
                 if d.outcome.value != "ok":
                     print(f"throughput: NOT OK: {d.outcome.value} {d.hack_details} {d.error}", flush=True)
                 outcomes.append((d.outcome.value, {**dict(d.stage_s or {}), "wall": d.wall_s or 0.0}))
+                sealed.append(_sealed(d))
             return outcomes
 
         busy = Busy()
@@ -352,11 +355,19 @@ def throughput(n: int, judges: int) -> dict:
     finally:
         for j in pool:
             j.close()
-    return _throughput_row(n, judges, wall, parts, load)
+    return _throughput_row(n, judges, wall, parts, load, sealed)
+
+
+def _sealed(result: object) -> dict[str, float]:
+    """The sealed span's parts of one evaluation (ms) and its calls: where its locked time goes."""
+    t = getattr(result, "kernel_timing", None)
+    if t is None or not getattr(t, "sealed_parts", None):
+        return {}
+    return {**{k: float(v) for k, v in t.sealed_parts.items()}, "calls": float(t.sealed_calls or 0)}
 
 
 def _throughput_row(n: int, judges: int, wall: float, parts: list[list[tuple[str, dict[str, float]]]],
-                    load: dict) -> dict:
+                    load: dict, sealed: list[dict[str, float]] | None = None) -> dict:
     outcomes = [o for part in parts for o, _ in part]
     stages: dict[str, list[float]] = {}
     for _, st in (x for part in parts for x in part):
@@ -365,7 +376,9 @@ def _throughput_row(n: int, judges: int, wall: float, parts: list[list[tuple[str
     return {"evaluations": n, "judges": judges, "wall_s": wall, "per_minute": 60 * n / wall,
             "ok": sum(o == "ok" for o in outcomes), "outcomes": sorted(set(outcomes)),
             "stage_s_median": {k: round(statistics.median(v), 4) for k, v in stages.items()},
-            "stage_s_sum": {k: round(sum(v), 3) for k, v in stages.items()}, **load}
+            "stage_s_sum": {k: round(sum(v), 3) for k, v in stages.items()},
+            "sealed_ms_median": {k: round(statistics.median(x[k] for x in sealed or [] if k in x), 4)
+                                 for k in sorted({k for x in sealed or [] for k in x})}, **load}
 
 
 class Busy:
@@ -454,6 +467,9 @@ def main() -> None:
               + ", ".join(f"{k} {v:.2f}"
                           for k, v in sorted(t["stage_s_median"].items(), key=lambda kv: -kv[1])
                           if v >= 0.01))
+        if t.get("sealed_ms_median"):
+            print("  the sealed span (median ms, and calls a span): "
+                  + ", ".join(f"{k} {v:g}" for k, v in t["sealed_ms_median"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
 
