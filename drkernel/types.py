@@ -25,6 +25,7 @@ __all__ = [
     "EvalStatus",
     "KernelTime",
     "MAX_SOURCE_BYTES",
+    "PaperTiming",
     "Problem",
     "REWARD_PRESET_NAMES",
     "SpeedOfLight",
@@ -119,6 +120,9 @@ class EvalOptions:
     static_policy: bool = True  # AST gate on imports, introspection, monkeypatching
     # bound the candidate's reported time from the judge's side (sandbox/stages/sealed.py)
     sealed_span: bool = True
+    # also time both the authors' way (`--protocol paper`): num_warmup calls, then 10 calls each timed
+    # alone on one set of inputs; EvalResult.paper_timing (sandbox/stages/paper.py). Never the verdict's.
+    paper_timing: bool = False
     seed: int | None = None  # None: fresh random trial seeds per evaluation
     memory_limit_mb: int = 8192  # host memory (RSS) per sandbox
     gpu_memory_fraction: float = 0.9
@@ -303,6 +307,27 @@ class SpeedOfLight:
 
 
 @dataclass(slots=True)
+class PaperTiming:
+    """The authors' timing of one evaluation (EvalOptions.paper_timing): warm-up calls, then `calls`
+    calls each timed alone, on one set of inputs; each side's mean rounded to 3 significant digits,
+    and `speedup` = reference_ms / kernel_ms of those rounded means, exactly. The reference's is
+    measured with no candidate process alive (cached per problem) unless `reference_measured_alone`
+    is False. The verdict's own times stay kernel_ms / reference_ms."""
+
+    kernel_ms: float
+    reference_ms: float
+    speedup: float | None
+    warmup: int
+    calls: int
+    kernel_times_ms: list[float] = field(default_factory=list)
+    reference_times_ms: list[float] = field(default_factory=list)
+    reference_measured_alone: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(slots=True)
 class KernelTime:
     name: str
     device_us: float
@@ -321,6 +346,7 @@ class TrialReport:
     max_rel_diff: float | None = None
     rel_l2: float | None = None
     issue: str | None = None
+    mean_abs_diff: float | None = None  # over every element of every output (the authors' avg_difference)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -361,6 +387,7 @@ class EvalResult:
     task_id: str | None = None
     judge_retries: int = 0  # evaluations redone after a fault of the judge's own (fresh device state)
     speed_of_light: SpeedOfLight | None = None  # GPU: achieved bandwidth (and FLOP rate) against the peak
+    paper_timing: PaperTiming | None = None  # the authors' timing, where EvalOptions.paper_timing asked
 
     @property
     def status(self) -> EvalStatus:
@@ -404,6 +431,7 @@ class EvalResult:
             "task_id": self.task_id,
             "judge_retries": self.judge_retries,
             "speed_of_light": self.speed_of_light.to_dict() if self.speed_of_light else None,
+            "paper_timing": self.paper_timing.to_dict() if self.paper_timing else None,
         }
 
     @classmethod
@@ -443,6 +471,8 @@ class EvalResult:
             judge_retries=int(d.get("judge_retries") or 0),
             speed_of_light=SpeedOfLight(**_known(SpeedOfLight, d["speed_of_light"]))
             if isinstance(d.get("speed_of_light"), dict) else None,
+            paper_timing=PaperTiming(**_known(PaperTiming, d["paper_timing"]))
+            if isinstance(d.get("paper_timing"), dict) else None,
         )
 
     @classmethod

@@ -7,7 +7,8 @@ judge's fault: it raises JudgeFault, never a verdict on the candidate, and the c
 
 Job: {"ref": [path, n], "out": [path, n], "structure": [ref_structure, out_structure], "atol", "rtol",
       "relative", "fingerprint": bool, "expect": null | [[dtype, shape], ...] (the reference's outputs)}
-Reply: {"passed", "issue", "max_abs_diff", "max_rel_diff", "rel_l2", "fingerprint": [floats] | null}
+Reply: {"passed", "issue", "max_abs_diff", "max_rel_diff", "rel_l2", "mean_abs_diff",
+"fingerprint": [floats] | null}
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def compare_job(job: dict[str, Any], device: str) -> dict[str, Any]:
     c = compare_outputs(ref_structure, ref_t, out_structure, out_t, job.get("atol"), job.get("rtol"),
                         bool(job.get("relative", True)))
     return {"passed": c.passed, "issue": c.issue, "max_abs_diff": c.max_abs_diff,
-            "max_rel_diff": c.max_rel_diff, "rel_l2": c.rel_l2, "fingerprint": prints}
+            "max_rel_diff": c.max_rel_diff, "rel_l2": c.rel_l2, "mean_abs_diff": c.mean_abs_diff,
+            "fingerprint": prints}
 
 
 def _header_issue(entries: list[Entry], expect: list[list[Any]]) -> str | None:
@@ -108,7 +110,7 @@ def _header_issue(entries: list[Entry], expect: list[list[Any]]) -> str | None:
 
 def _failed(issue: str) -> dict[str, Any]:
     return {"passed": False, "issue": issue, "max_abs_diff": None, "max_rel_diff": None, "rel_l2": None,
-            "fingerprint": None}
+            "mean_abs_diff": None, "fingerprint": None}
 
 
 def _inject(kind: str | None, device: str) -> None:

@@ -60,6 +60,7 @@ class Comparison:
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None
     rel_l2: float | None = None
+    mean_abs_diff: float | None = None  # over every element compared (NaN and Inf positions as 0)
 
 
 def load_tensors(
@@ -107,9 +108,10 @@ def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance) -> Com
         return Comparison(False, issue)
     if not ref.is_floating_point() and not ref.is_complex():
         ok = torch.equal(ref, out)
-        return Comparison(ok, None if ok else "integer/bool outputs differ")
+        mean = float((ref.to(torch.float64) - out.to(torch.float64)).abs().mean()) if ref.numel() else 0.0
+        return Comparison(ok, None if ok else "integer/bool outputs differ", mean_abs_diff=mean)
     if ref.numel() == 0:
-        return Comparison(True)
+        return Comparison(True, mean_abs_diff=0.0)
     # fp32 arithmetic is exact enough for tolerances >= 1e-6; fp64 outputs keep fp64
     work = torch.float64 if ref.dtype == torch.float64 else torch.float32
     r, o = ref.reshape(-1).to(work), out.reshape(-1).to(work)
@@ -129,7 +131,7 @@ def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance) -> Com
     norm = float(torch.linalg.vector_norm(r, dtype=torch.float64))
     err = float(torch.linalg.vector_norm(diff, dtype=torch.float64))
     rel_l2 = err / norm if norm > 0 else (0.0 if max_abs == 0 else math.inf)
-    cmp = Comparison(True, None, max_abs, max_rel, rel_l2)
+    cmp = Comparison(True, None, max_abs, max_rel, rel_l2, float(diff.mean()))
     r_min, r_max = torch.aminmax(r)
     o_min, o_max = torch.aminmax(o)
     spread = float(r_max - r_min)
@@ -157,7 +159,8 @@ def compare_outputs(
     """Compare every leaf; the worst leaf decides. Structures must match exactly."""
     if not _same_structure(ref_structure, out_structure) or len(ref) != len(out):
         return Comparison(False, "output structure differs from the reference (tuple/list/tensor layout)")
-    worst = Comparison(True, None, 0.0, 0.0, 0.0)
+    worst = Comparison(True, None, 0.0, 0.0, 0.0, 0.0)
+    abs_sum, count = 0.0, 0
     for r, o in zip(ref, out, strict=True):
         c = _compare_tensor(r, o, default_tolerance(r.dtype, atol, rtol, relative))
         if not c.passed:
@@ -166,4 +169,7 @@ def compare_outputs(
             v = getattr(c, name)
             if v is not None and v > (getattr(worst, name) or 0.0):
                 setattr(worst, name, v)
+        abs_sum += (c.mean_abs_diff or 0.0) * r.numel()
+        count += r.numel()
+    worst.mean_abs_diff = abs_sum / count if count else 0.0
     return worst

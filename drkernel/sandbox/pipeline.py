@@ -1,4 +1,5 @@
-"""One evaluation: static gate -> load -> correctness -> launch modes -> timing -> profile -> variants.
+"""One evaluation: static gate -> load -> correctness -> launch modes -> timing -> (the authors' timing)
+-> profile -> variants.
 
 Drives a candidate sandbox and the reference sandbox through their ops (sandbox/channel.py), step by
 step (sandbox/stages/), and turns every finding into the EvalResult. Failures of the candidate are
@@ -20,7 +21,7 @@ from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
 from drkernel.sandbox.devicelock import candidate_alive, counting_waits
 from drkernel.sandbox.process import SandboxProcess
 from drkernel.sandbox.refcache import ReferenceTimingCache
-from drkernel.sandbox.stages import correctness, profiling, sealed, timing, variants
+from drkernel.sandbox.stages import correctness, paper, profiling, sealed, timing, variants
 from drkernel.types import DeviceInfo, EvalOutcome, EvalRequest, EvalResult
 
 __all__ = ["Evaluation", "ReferenceFailure"]
@@ -59,6 +60,8 @@ class Evaluation:
             ("stop_if_failed", verdict.stop_if_failed),
             ("timing", lambda: timing.kernel_timing(ctx, self.cache)),
             ("sealed_span", lambda: sealed.sealed_span(ctx)),
+            ("paper_timing", lambda: paper.paper_timing(ctx, self.cache,
+                                                        timing.reference_key(ctx, self.cache))),
             ("profile", lambda: profiling.profile(ctx)),
             ("stop_if_failed", verdict.stop_if_failed),
             ("shape_variants", lambda: variants.shape_variants(ctx, self.comparator)),

@@ -25,8 +25,9 @@ from typing import Any, ClassVar, TypeVar, Union
 
 __all__ = ["MAX_MESSAGE_BYTES", "BenchPrepare", "BenchPrepareReply", "BenchRun", "BenchRunReply", "Checksums",
            "ChecksumsReply", "ErrorReply", "Hello", "Load", "LoadReply", "Modes", "ModesReply", "OutputItem",
-           "Peak", "PeakReply", "Profile", "ProfileReply", "ProtocolError", "REPLIES", "REQUESTS", "Reply",
-           "Request", "Run", "RunReply", "WireError", "parse_reply", "read_message", "write_message"]
+           "PaperTime", "PaperTimeReply", "Peak", "PeakReply", "Profile", "ProfileReply", "ProtocolError",
+           "REPLIES", "REQUESTS", "Reply", "Request", "Run", "RunReply", "WireError", "parse_reply",
+           "read_message", "write_message"]
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 _HEADER = struct.Struct("<Q")
@@ -241,6 +242,18 @@ class Peak(Request):
 # The sealed span (stages/sealed.py): the reference makes memory both sandboxes map, fills each call's
 # inputs into it and takes the outputs back; the candidate only computes on it in between.
 @dataclasses.dataclass(frozen=True, slots=True)
+class PaperTime(Request):
+    """The authors' timing (`--protocol paper`): `warmup` untimed calls, then `calls` calls each timed
+    alone (CUDA events around the call, then a sync; the host clock on the CPU), all on the one set of
+    inputs that `seed` gives. Never the verdict's time: stages/paper.py."""
+
+    OP: ClassVar[str] = "paper_time"
+    seed: int
+    warmup: int
+    calls: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class SealedEntry(Wire):
     """One tensor of the shared region (sharedmem.Entry on the wire)."""
 
@@ -453,6 +466,15 @@ class PeakReply(Reply):
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PaperTimeReply(Reply):
+    times_ms: list[float]  # one per timed call
+
+    def __post_init__(self) -> None:
+        if not self.times_ms or not all(math.isfinite(t) and t >= 0.0 for t in self.times_ms):
+            raise ProtocolError("PaperTimeReply: no times, or one that is negative or not finite")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SealedPrepareReply(Reply):
     """`entries` None where the inputs cannot be laid out (`why`); `copy_ms`: copying every call's
     outputs into the region, timed by the reference."""
@@ -498,10 +520,10 @@ REPLIES: dict[str, type[Reply]] = {"load": LoadReply, "run": RunReply, "modes": 
                                    "checksums": ChecksumsReply, "profile": ProfileReply, "peak": PeakReply,
                                    "sealed_prepare": SealedPrepareReply, "sealed_map": SealedMapReply,
                                    "sealed_fill": SealedFillReply, "sealed_run": SealedRunReply,
-                                   "sealed_take": SealedTakeReply}
+                                   "sealed_take": SealedTakeReply, "paper_time": PaperTimeReply}
 REQUESTS: dict[str, type[Request]] = {c.OP: c for c in (Load, Run, Modes, BenchPrepare, BenchRun, Checksums,
                                                         Profile, Peak, SealedPrepare, SealedMap, SealedFill,
-                                                        SealedRun, SealedTake)}
+                                                        SealedRun, SealedTake, PaperTime)}
 
 
 def parse_reply(request: Request, data: dict[str, Any]) -> Reply | ErrorReply:

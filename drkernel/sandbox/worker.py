@@ -530,6 +530,33 @@ class Sandbox:
         bandwidth, fp32, bf16, _ = peak.measure(self.device, timer)
         return P.PeakReply(bandwidth_gbs=bandwidth, tflops_fp32=fp32, tflops_bf16=bf16)
 
+    def paper_time(self, msg: P.PaperTime) -> P.PaperTimeReply | P.ErrorReply:
+        """The authors' timing: `warmup` calls, then each of `calls` calls timed alone on the same
+        inputs (events around the call and a sync after it; on the CPU the host clock)."""
+        times: list[float] = []
+        try:
+            with torch.no_grad():
+                inputs = self._fresh_inputs(msg.seed)
+                for _ in range(max(0, msg.warmup)):
+                    self._forward(inputs)
+                self._sync()
+                for _ in range(max(1, msg.calls)):
+                    start, end = self._clock()
+                    if self.cuda:
+                        self._record(start)
+                        self._forward(inputs)
+                        self._record(end)
+                        self._sync()
+                        times.append(float(self._elapsed(start, end)))
+                    else:
+                        t0 = _perf()
+                        self._forward(inputs)
+                        times.append((_perf() - t0) * 1e3)
+            self.recorder.take()
+        except BaseException as exc:  # noqa: BLE001
+            return _error(_classify_forward_error(exc), exc)
+        return P.PaperTimeReply(times_ms=times)
+
     def checksums(self, msg: P.Checksums) -> P.ChecksumsReply | P.ErrorReply:
         """The reference's side of the check: the same checksums, computed eagerly, untimed."""
         sums = []
@@ -669,6 +696,7 @@ def _limits(memory_limit_mb: int, cuda: bool) -> None:
 OPS: dict[str, Any] = {"load": Sandbox.load, "run": Sandbox.run, "modes": Sandbox.modes,
                        "bench_prepare": Sandbox.bench_prepare, "bench_run": Sandbox.bench_run,
                        "checksums": Sandbox.checksums, "peak": Sandbox.peak, "profile": Sandbox.profile,
+                       "paper_time": Sandbox.paper_time,
                        **sealedwork.OPS}
 
 

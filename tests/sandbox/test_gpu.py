@@ -431,6 +431,28 @@ def test_the_sealed_span_bounds_an_honest_kernel_below_its_reported_time_on_gpu(
         assert r.kernel_ms >= FACTOR["cuda"] * t.sealed_ms_per_call, describe(r)
 
 
+def test_the_paper_timing_of_honest_kernels_is_never_called_forged_on_gpu(judge: Judge) -> None:
+    """`--protocol paper`'s timing (stages/paper.py) on the GPU: 10 calls each timed alone on one set
+    of inputs (the cache may hold them) against the sealed span's bound on fresh inputs. An honest
+    kernel must stay above PAPER_FACTOR x the bound at every size; the ratios printed are what
+    PAPER_FACTOR rests on. The saved speedup is the quotient of the saved means."""
+    from drkernel.sandbox.stages.paper import PAPER_FACTOR
+
+    code = asset("kernels", "relu_scale").code
+    for rows, cols in ((16, 4096), (1024, 1024), (4096, 4096)):
+        r = judge.evaluate(EvalRequest(reference_code=big_relu_scale(rows, cols), kernel_code=code,
+                                       options=GPU.replace(paper_timing=True)))
+        assert r.outcome is EvalOutcome.OK, describe(r)
+        p, t = r.paper_timing, r.kernel_timing
+        assert p is not None and t is not None and p.speedup == p.reference_ms / p.kernel_ms, describe(r)
+        mean = sum(p.kernel_times_ms) / len(p.kernel_times_ms)
+        bound = t.sealed_ms_per_call or 0.0
+        print(f"paper {rows}x{cols}: kernel {p.kernel_ms} ms (the judge's {r.kernel_ms:.5f}), reference "
+              f"{p.reference_ms} ms, speedup {p.speedup:.3f} (the judge's {r.speedup:.3f}); mean over "
+              f"bound {mean / bound if bound else float('nan'):.3f}")
+        assert not bound or mean >= PAPER_FACTOR * bound, describe(r)
+
+
 def test_the_fork_servers_preload_leaves_cuda_uninitialised_on_the_gpu_build() -> None:
     """On the CUDA build of torch too, zygote.preload must start no thread and no CUDA context, or no
     forked sandbox could use the GPU; and the sandbox's profiler session imports nothing it guards."""

@@ -135,7 +135,8 @@ def compare_item(ctx: Context, comparator: Comparator, ref_item: OutputItem, ite
             proc.remove_file(ref_item.file)
     if prints is not None and c.get("fingerprint") is not None:
         prints.append(torch.tensor(c["fingerprint"], dtype=torch.float64))
-    return TrialReport(seed, bool(c["passed"]), c["max_abs_diff"], c["max_rel_diff"], c["rel_l2"], c["issue"])
+    return TrialReport(seed, bool(c["passed"]), c["max_abs_diff"], c["max_rel_diff"], c["rel_l2"], c["issue"],
+                       mean_abs_diff=c.get("mean_abs_diff"))
 
 
 def _compare_alone(ctx: Context, comparator: Comparator, job: dict[str, Any],

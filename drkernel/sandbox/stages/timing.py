@@ -36,9 +36,10 @@ from drkernel.sandbox.protocol import (
 )
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.stages.correctness import reference_hash
+from drkernel.sandbox.stages.paper import paper_key, reference_paper_times
 from drkernel.types import SpeedOfLight, TimingStats
 
-__all__ = ["checksum_issue", "disturbed", "kernel_timing", "per_call_ms", "reference_first",
+__all__ = ["checksum_issue", "disturbed", "kernel_timing", "per_call_ms", "reference_first", "reference_key",
            "reference_timing", "timing_stats", "verify_checksums"]
 
 # in the cache key: a change of method re-times every reference (v6: timed with no candidate alive)
@@ -122,7 +123,7 @@ def _reference_identity(ctx: Context) -> tuple[str, str]:
     return (info.device_name, info.torch) if info is not None else ("", "")
 
 
-def _reference_key(ctx: Context, cache: ReferenceTimingCache) -> str:
+def reference_key(ctx: Context, cache: ReferenceTimingCache) -> str:
     device_name, torch_version = _reference_identity(ctx)
     opts = ctx.opts
     total = opts.num_perf_trials or (100 if ctx.cuda else 3)
@@ -135,18 +136,27 @@ def reference_first(ctx: Context, cache: ReferenceTimingCache) -> None:
     device (or the device no measured peaks), load the reference alone and time it while no candidate
     process is alive on the host (`no_candidates`: this judge's candidate has not loaded yet, other
     judges' finish first and new ones wait). Work of a candidate's processes (its CPUs, its GPU work)
-    cannot then reach a time that every later candidate of the problem is measured against."""
-    key = _reference_key(ctx, cache)
-    if cache.get(key) is not None and (not ctx.cuda or _cached_peaks(cache.get_json(_peak_key(ctx, cache)))):
+    cannot then reach a time that every later candidate of the problem is measured against. With
+    `paper_timing`, the reference's times the authors' way too (stages/paper.py)."""
+    key = reference_key(ctx, cache)
+    pkey = paper_key(key) if ctx.opts.paper_timing else None
+    if cache.get(key) is not None and (pkey is None or cache.get_json(pkey) is not None) and (
+            not ctx.cuda or _cached_peaks(cache.get_json(_peak_key(ctx, cache)))):
         return
     from drkernel.sandbox.stages.correctness import load_requests
 
     with no_candidates():
+        loaded = False
         if cache.get(key) is None:  # another judge may have timed it while this one waited
             ctx.channel.ref(load_requests(ctx, "")[0], LoadReply)
+            loaded = True
             stats = _time_reference(ctx)
             stats.measured_alone = True
             cache.put(key, stats)
+        if pkey is not None and cache.get_json(pkey) is None:
+            if not loaded:
+                ctx.channel.ref(load_requests(ctx, "")[0], LoadReply)
+            cache.put_json(pkey, reference_paper_times(ctx))
         if ctx.cuda:
             _peaks(ctx, cache)
 
@@ -156,7 +166,7 @@ def reference_timing(ctx: Context, cache: ReferenceTimingCache) -> TimingStats:
     cache (`reference_first` put them there with no candidate alive). Where they are missing (another
     process cleared the cache meanwhile), the reference is timed now, beside this judge's live
     candidate, for this evaluation only: never cached, and marked `measured_alone: false`."""
-    stats = cache.get(_reference_key(ctx, cache))
+    stats = cache.get(reference_key(ctx, cache))
     if stats is None:
         stats = _time_reference(ctx)
         stats.measured_alone = False
