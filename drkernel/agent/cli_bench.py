@@ -74,7 +74,7 @@ def _run_meta(problems: list[Problem], config: LoopConfig, samples: int) -> dict
         "samples": samples,
         "turns": config.env.max_turns,
         "context": {"mode": ctx.mode, "w": ctx.w, "token_budget": ctx.token_budget, "rank_by": ctx.rank_by,
-                    "overflow": ctx.overflow},
+                    "overflow": ctx.overflow, "max_model_len": ctx.max_model_len},
         "protocol": "paper" if config.env.feedback.style == "paper" else "ours",
         "reward_preset": config.env.eval_options.reward_preset,
         "reference_backend": config.env.eval_options.reference_backend,
@@ -106,8 +106,9 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
         old = json.loads(cfg_path.read_text())
         for key, value in _RESUME_DEFAULTS.items():
             old.setdefault(key, value)
-        if isinstance(old.get("context"), dict):  # written before rank_by and overflow were recorded
-            old["context"] = {"rank_by": "reward", "overflow": "shrink", **old["context"]}
+        if isinstance(old.get("context"), dict):  # written before rank_by, overflow, max_model_len were
+            old["context"] = {"rank_by": "reward", "overflow": "shrink", "max_model_len": None,  # recorded
+                              **old["context"]}
         diff = [k for k in _RESUME_KEYS if old.get(k) != meta.get(k)]
         if diff:
             raise ConfigError(f"--resume: this run differs from the one in {out} in {', '.join(diff)}")

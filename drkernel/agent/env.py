@@ -120,7 +120,12 @@ class KernelEnv:
             and turn.correct
             and (turn.result.speedup or 0.0) >= self.config.stop_at_speedup
         )
-        truncated = not correct_fast and len(traj.turns) >= self.config.max_turns
+        # an over-long prompt ends the episode, as the authors' engine does (docs/paper_spec.md §2.7): the
+        # next prompt would hold this one and more
+        overlong = completion.finish_reason == "prompt_overlong"
+        if overlong:
+            traj.metadata["stopped"] = "prompt_overlong"
+        truncated = not correct_fast and (overlong or len(traj.turns) >= self.config.max_turns)
         self._done = correct_fast or truncated
         traj.terminated, traj.truncated = correct_fast, truncated
         if self._done:
@@ -140,9 +145,15 @@ class KernelEnv:
 
     @property
     def prompt_overlong(self) -> bool:
-        """The next prompt is over the token budget and must not be sent (context.overflow="overlong"):
-        the turn is played as an empty "prompt_overlong" completion with reward 0."""
+        """The next prompt must not be sent (context.overflow="overlong"; tts.ContextManager.overlong):
+        the turn is played as an empty "prompt_overlong" completion with reward 0, and the episode ends."""
         return not self._done and self._context.overlong(self._obs_tokens)
+
+    @property
+    def answer_room(self) -> int | None:
+        """Tokens of the model's context left for the next answer (context.max_model_len less the
+        prompt's tokens), or None when the context is not bounded."""
+        return self._context.room(self._obs_tokens)
 
     # -- internals ---------------------------------------------------------------------------
     def _build_obs(self) -> None:
