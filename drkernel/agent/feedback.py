@@ -335,9 +335,11 @@ def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
         meta["max_difference"] = [f"{t['max_abs_diff']:.6f}" for t in failed if t["max_abs_diff"] is not None]
     meta.update(_profiler_fields(r))
     own_n = meta.get("num_custom_kernels", 0)
+    # the authors' status: "completed" once the kernel loaded (a crash or a wrong output included)
+    status = "timeout" if r.outcome is EvalOutcome.TIMEOUT else ("completed" if r.compiled else "failed")
     out: dict[str, Any] = {
         "task_id": r.task_id,
-        "status": r.status.value,
+        "status": status,
         "compiled": r.compiled and not hacked,
         "correctness": correct,
         "decoy_kernel": hacked,

@@ -77,3 +77,15 @@ def test_failed_trials_give_max_difference_and_no_rel_l2():
     assert meta["max_difference"] == ["0.250000"]  # the authors' 6 decimals
     # rel_l2 is ours (not a criterion under the paper's tolerance); the judge has no mean |diff|
     assert "rel_l2" not in meta and "avg_difference" not in meta
+
+
+def test_status_is_the_authors_completed_once_the_kernel_loaded():
+    from drkernel.types import ErrorInfo
+
+    crash = EvalResult(outcome=EvalOutcome.RUNTIME_ERROR, compiled=True,
+                       error=ErrorInfo("forward_error", "boom"))
+    broken = EvalResult(outcome=EvalOutcome.COMPILE_ERROR, error=ErrorInfo("syntax_error", "bad"))
+    slow = EvalResult(outcome=EvalOutcome.TIMEOUT, compiled=True)
+    assert [paper(r)["status"] for r in (crash, broken, slow)] == ["completed", "failed", "timeout"]
+    assert paper(crash)["metadata"]["runtime_error"] == "boom"
+    assert paper(broken)["metadata"]["compilation_error"] == "bad"
