@@ -23,6 +23,7 @@ from drkernel.agent.cli_options import (
 )
 from drkernel.agent.loop import LoopConfig, run_episodes
 from drkernel.agent.metrics import summarize
+from drkernel.agent.paper_protocol import paper_differences
 from drkernel.agent.policy import Policy
 from drkernel.agent.report import INTERPRETER_CAVEAT, render_table, write_reports
 from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
@@ -69,7 +70,7 @@ def register(subparsers: Any) -> None:
 
 def _run_meta(problems: list[Problem], config: LoopConfig, samples: int) -> dict[str, Any]:
     ctx = config.env.context
-    return {
+    meta: dict[str, Any] = {
         "model": config.model,
         "samples": samples,
         "turns": config.env.max_turns,
@@ -87,7 +88,11 @@ def _run_meta(problems: list[Problem], config: LoopConfig, samples: int) -> dict
             "max_tokens": config.sampling.max_tokens,
         },
         "eval_options": config.env.eval_options.to_dict(),
+        "prompt_template": config.env.prompts.template_file,
     }
+    if config.env.feedback.style == "paper":  # where this run still differs from the authors' evaluation
+        meta["paper_differences"] = paper_differences(config, problems)
+    return meta
 
 
 def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Trajectory]:

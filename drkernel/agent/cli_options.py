@@ -21,7 +21,7 @@ from drkernel.agent.env import EnvConfig
 from drkernel.agent.feedback import FeedbackConfig
 from drkernel.agent.loop import LoopConfig
 from drkernel.agent.policy import Policy, SamplingParams
-from drkernel.agent.prompts import PromptConfig
+from drkernel.agent.prompts import PromptConfig, load_prompt_template
 from drkernel.agent.tts import ContextConfig
 from drkernel.errors import ConfigError
 from drkernel.executors.build import build_executor
@@ -88,6 +88,12 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
                    help="the model's context in tokens, prompt + answer: each answer gets at most what "
                         "the prompt leaves of it (default: unbounded; with --protocol paper "
                         "--prompt-budget + --max-tokens, the authors' 20,480 + 8,192)")
+    g.add_argument("--prompt-template", metavar="PATH",
+                   help="the later-turn prompt: a text file holding the template, or a prompt config in the "
+                        "authors' layout (.yaml: its per_turn_prompts entry named tool_response); "
+                        "{feedback} marks where the judge's feedback goes, {entry_point} the class name, "
+                        "{{ and }} are literal braces (default: drkernel's own words; with --protocol paper, "
+                        "after the authors')")
     g.add_argument("--feedback-chars", type=int, default=3000)
     g.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     g = p.add_argument_group("judge")
@@ -171,6 +177,9 @@ def build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfi
 def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfig:
     turns, context = tts_defaults(args, default_turns)
     paper = _protocol(args) == "paper"
+    template = getattr(args, "prompt_template", None)
+    if template:
+        load_prompt_template(template)  # a bad file is one line now, before any model or judge starts
     make = EvalOptions.paper if args.paper_tolerance or paper else EvalOptions
     options = make(
         reference_backend=args.reference_backend,
@@ -183,7 +192,8 @@ def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConf
         max_turns=turns,
         eval_options=options,
         feedback=FeedbackConfig(max_chars=args.feedback_chars, style="paper" if paper else "text"),
-        prompts=PromptConfig(protocol=_protocol(args)),
+        prompts=PromptConfig(protocol=_protocol(args), template_file=template,
+                             first_turn_from_data=paper),
         context=context,
         held_out=getattr(args, "held_out", False),
         speedup_from="mean" if paper else "median",

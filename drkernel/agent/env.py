@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from drkernel.agent.extraction import extract_code, preflight_result
 from drkernel.agent.feedback import FeedbackConfig, render_feedback
 from drkernel.agent.policy import Completion
-from drkernel.agent.prompts import PromptConfig, first_turn_prompt, later_turn_prompt
+from drkernel.agent.prompts import PromptConfig, data_prompt, first_turn_prompt, later_turn_prompt
 from drkernel.agent.trajectories import Trajectory, Turn, plain_prompt, prompt_edits
 from drkernel.agent.tts import ContextConfig, ContextManager
 from drkernel.errors import ConfigError, ExecutorError
@@ -94,9 +94,13 @@ class KernelEnv:
     # -- Gymnasium-style API -------------------------------------------------------------------
     def reset(self) -> tuple[Messages, dict[str, Any]]:
         prompt: Messages = []
-        if self._templates.system_prompt:
-            prompt.append({"role": "system", "content": self._templates.system_prompt})
-        prompt.append({"role": "user", "content": first_turn_prompt(self.problem, self._templates)})
+        own = data_prompt(self.problem) if self._templates.first_turn_from_data else None
+        if own:  # the problem's own first messages (the authors' parquet prompt), as they are
+            prompt.extend(own)
+        else:
+            if self._templates.system_prompt:
+                prompt.append({"role": "system", "content": self._templates.system_prompt})
+            prompt.append({"role": "user", "content": first_turn_prompt(self.problem, self._templates)})
         self.trajectory = Trajectory(
             problem=self.problem.name,
             sample=self.sample,
