@@ -42,9 +42,9 @@ EPISODES = "episodes.jsonl"
 ERRORS = "errors.jsonl"
 # run settings that must match for a resumed run to be one benchmark
 _RESUME_KEYS = ("model", "samples", "turns", "context", "reference_backend", "held_out", "problems",
-                "protocol", "reward_preset")
+                "protocol", "reward_preset", "prompt_template")
 # what a config.json written before a key existed meant
-_RESUME_DEFAULTS = {"held_out": False, "protocol": "ours", "reward_preset": "paper"}
+_RESUME_DEFAULTS = {"held_out": False, "protocol": "ours", "reward_preset": "paper", "prompt_template": None}
 
 
 def register(subparsers: Any) -> None:

@@ -53,7 +53,7 @@ def first_messages(srv, name_in_prompt):
                 and name_in_prompt in r["messages"][0]["content"])
 
 
-def test_paper_asks_the_datas_own_prompt_then_the_users_template(chat_server, suite, tmp_path):
+def test_paper_asks_the_datas_own_prompt_then_the_users_template(chat_server, suite, tmp_path, capsys):
     template = tmp_path / "multi_turn.yaml"
     template.write_text(YAML)
     srv = chat_server(answer)
@@ -75,6 +75,10 @@ def test_paper_asks_the_datas_own_prompt_then_the_users_template(chat_server, su
     firsts = [r["messages"] for r in srv.requests if len(r["messages"]) == 1]
     plain = next(m for m in firsts if m != OWN_PROMPT)
     assert "DATA PROMPT" not in plain[0]["content"] and "@triton.jit" in plain[0]["content"]
+    capsys.readouterr()
+    # a resumed run may not change the words it asks in
+    assert bench(suite, tmp_path / "o", srv.base_url, "--protocol", "paper", "--resume") == 2
+    assert "prompt_template" in capsys.readouterr().err
 
 
 def test_without_a_template_paper_uses_our_words_and_says_so(chat_server, suite, tmp_path):
