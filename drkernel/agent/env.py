@@ -61,7 +61,7 @@ class StepResult(NamedTuple):
     obs: Messages  # the next prompt (empty once the episode is over)
     reward: float
     terminated: bool  # a goal state was reached (stop_at_speedup)
-    truncated: bool  # the turn budget ran out
+    truncated: bool  # the turn budget ran out, or the prompt did not fit the model's context
     info: dict[str, Any]
 
 
