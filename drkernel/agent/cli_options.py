@@ -84,7 +84,7 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
                    help="how top_w/best_window rank turns: the turn reward, or the speedup of correct turns")
     g.add_argument("--prompt-budget", type=int, default=None,
                    help=f"max prompt tokens (default: none; {TTS_BUDGET} with --tts or --protocol paper)")
-    g.add_argument("--max-model-len", type=int, default=None,
+    g.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",
                    help="the model's context in tokens, prompt + answer: each answer gets at most what "
                         "the prompt leaves of it (default: unbounded; with --protocol paper "
                         "--prompt-budget + --max-tokens, the authors' 20,480 + 8,192)")
