@@ -309,4 +309,8 @@ def run(args: argparse.Namespace) -> int:
         executor.close()
         close_policy(policy)
     print_summary(summary, args.out)
+    differences = paper_differences(config, problems)
+    if differences:
+        print(f"note: --protocol paper: this run differs from the authors' evaluation in {len(differences)} "
+              f"ways, listed under paper_differences in {Path(args.out) / 'config.json'}", file=sys.stderr)
     return 0

@@ -81,16 +81,18 @@ def test_paper_asks_the_datas_own_prompt_then_the_users_template(chat_server, su
     assert "prompt_template" in capsys.readouterr().err
 
 
-def test_without_a_template_paper_uses_our_words_and_says_so(chat_server, suite, tmp_path):
+def test_without_a_template_paper_uses_our_words_and_says_so(chat_server, suite, tmp_path, capsys):
     srv = chat_server(answer)
     assert bench(suite, tmp_path / "o", srv.base_url, "--protocol", "paper") == 0
     diffs = json.loads((tmp_path / "o" / "config.json").read_text())["paper_differences"]
     assert any(d.startswith("later-turn prompt: drkernel's words") for d in diffs)
+    assert f"differs from the authors' evaluation in {len(diffs)} ways" in capsys.readouterr().err
     # ours never takes the data's prompt, and lists no differences
     srv2 = chat_server(answer)
     assert bench(suite, tmp_path / "ours", srv2.base_url) == 0
     assert not any(r["messages"][0]["content"].startswith("DATA PROMPT") for r in srv2.requests)
     assert "paper_differences" not in json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert "authors' evaluation" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text, says", [
