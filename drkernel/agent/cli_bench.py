@@ -23,6 +23,7 @@ from drkernel.agent.cli_options import (
 )
 from drkernel.agent.loop import LoopConfig, run_episodes
 from drkernel.agent.metrics import summarize
+from drkernel.agent.paper_protocol import paper_differences
 from drkernel.agent.policy import Policy
 from drkernel.agent.report import INTERPRETER_CAVEAT, render_table, write_reports
 from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
@@ -41,9 +42,9 @@ EPISODES = "episodes.jsonl"
 ERRORS = "errors.jsonl"
 # run settings that must match for a resumed run to be one benchmark
 _RESUME_KEYS = ("model", "samples", "turns", "context", "reference_backend", "held_out", "problems",
-                "protocol", "reward_preset")
+                "protocol", "reward_preset", "prompt_template")
 # what a config.json written before a key existed meant
-_RESUME_DEFAULTS = {"held_out": False, "protocol": "ours", "reward_preset": "paper"}
+_RESUME_DEFAULTS = {"held_out": False, "protocol": "ours", "reward_preset": "paper", "prompt_template": None}
 
 
 def register(subparsers: Any) -> None:
@@ -69,12 +70,12 @@ def register(subparsers: Any) -> None:
 
 def _run_meta(problems: list[Problem], config: LoopConfig, samples: int) -> dict[str, Any]:
     ctx = config.env.context
-    return {
+    meta: dict[str, Any] = {
         "model": config.model,
         "samples": samples,
         "turns": config.env.max_turns,
         "context": {"mode": ctx.mode, "w": ctx.w, "token_budget": ctx.token_budget, "rank_by": ctx.rank_by,
-                    "overflow": ctx.overflow},
+                    "overflow": ctx.overflow, "max_model_len": ctx.max_model_len},
         "protocol": "paper" if config.env.feedback.style == "paper" else "ours",
         "reward_preset": config.env.eval_options.reward_preset,
         "reference_backend": config.env.eval_options.reference_backend,
@@ -87,7 +88,11 @@ def _run_meta(problems: list[Problem], config: LoopConfig, samples: int) -> dict
             "max_tokens": config.sampling.max_tokens,
         },
         "eval_options": config.env.eval_options.to_dict(),
+        "prompt_template": config.env.prompts.template_file,
     }
+    if config.env.feedback.style == "paper":  # where this run still differs from the authors' evaluation
+        meta["paper_differences"] = paper_differences(config, problems)
+    return meta
 
 
 def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Trajectory]:
@@ -106,8 +111,9 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
         old = json.loads(cfg_path.read_text())
         for key, value in _RESUME_DEFAULTS.items():
             old.setdefault(key, value)
-        if isinstance(old.get("context"), dict):  # written before rank_by and overflow were recorded
-            old["context"] = {"rank_by": "reward", "overflow": "shrink", **old["context"]}
+        if isinstance(old.get("context"), dict):  # written before rank_by, overflow, max_model_len were
+            old["context"] = {"rank_by": "reward", "overflow": "shrink", "max_model_len": None,  # recorded
+                              **old["context"]}
         diff = [k for k in _RESUME_KEYS if old.get(k) != meta.get(k)]
         if diff:
             raise ConfigError(f"--resume: this run differs from the one in {out} in {', '.join(diff)}")
@@ -303,4 +309,8 @@ def run(args: argparse.Namespace) -> int:
         executor.close()
         close_policy(policy)
     print_summary(summary, args.out)
+    differences = paper_differences(config, problems)
+    if differences:
+        print(f"note: --protocol paper: this run differs from the authors' evaluation in {len(differences)} "
+              f"ways, listed under paper_differences in {Path(args.out) / 'config.json'}", file=sys.stderr)
     return 0

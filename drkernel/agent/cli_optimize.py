@@ -23,6 +23,7 @@ from drkernel.agent.cli_options import (
 )
 from drkernel.agent.env import KernelEnv
 from drkernel.agent.loop import LoopConfig, run_episode
+from drkernel.agent.paper_protocol import paper_differences
 from drkernel.agent.policy import Policy, token_counter
 from drkernel.agent.trajectories import Trajectory, save_trajectories
 from drkernel.errors import ConfigError
@@ -127,7 +128,7 @@ def optimize(
         best_path.write_text(best.code)
     elif best_path.exists():
         best_path.unlink()  # a stale kernel from an earlier run must not pass for this one's
-    report = {
+    report: dict[str, Any] = {
         "problem": problem.name,
         "model": config.model,
         "turns": lines,
@@ -138,6 +139,8 @@ def optimize(
     }
     if report["interpreter"]:
         report["caveat"] = OPTIMIZE_CAVEAT
+    if config.env.feedback.style == "paper":  # where this run still differs from the authors' evaluation
+        report["paper_differences"] = paper_differences(config, [problem])
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "report.md").write_text(_report_md(traj, lines))
     return traj

@@ -21,7 +21,7 @@ from drkernel.agent.env import EnvConfig
 from drkernel.agent.feedback import FeedbackConfig
 from drkernel.agent.loop import LoopConfig
 from drkernel.agent.policy import Policy, SamplingParams
-from drkernel.agent.prompts import PromptConfig
+from drkernel.agent.prompts import PromptConfig, load_prompt_template
 from drkernel.agent.tts import ContextConfig
 from drkernel.errors import ConfigError
 from drkernel.executors.build import build_executor
@@ -38,6 +38,7 @@ __all__ = [
     "build_policy",
     "close_policy",
     "executor_config_from_flags",
+    "max_model_len",
     "prompt_budget",
     "reward_preset",
     "start_policy_and_executor",
@@ -67,8 +68,10 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g.add_argument("--protocol", choices=("ours", "paper"), default="ours",
                    help="ours (default): compact feedback, median timing, over-budget prompts shrunk; "
                         "paper: the paper's Table 1 setting (the authors' JSON feedback, eval reward "
-                        "0.5*C + 0.5*min(s,3), atol=rtol=1e-2, mean of 10 timed calls, an over-budget "
-                        "prompt is an empty 'prompt overlong' turn; docs/agent.md)")
+                        "0.5*C + 0.5*min(s,3), atol=rtol=1e-2, mean timing, answers cut to the room "
+                        "left in --max-model-len, and a prompt that leaves none ends the episode with "
+                        "an empty 'prompt overlong' turn; its config.json lists what still differs "
+                        "from the authors' evaluation under paper_differences; docs/agent.md)")
     g.add_argument("--tts", action="store_true",
                    help=f"sequential test-time scaling: {TTS_TURNS} turns, each prompt keeps the top 4 "
                         f"earlier turns ranked by --rank-by (reward: the --reward-preset reward; with "
@@ -81,6 +84,16 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
                    help="how top_w/best_window rank turns: the turn reward, or the speedup of correct turns")
     g.add_argument("--prompt-budget", type=int, default=None,
                    help=f"max prompt tokens (default: none; {TTS_BUDGET} with --tts or --protocol paper)")
+    g.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",
+                   help="the model's context in tokens, prompt + answer: each answer gets at most what "
+                        "the prompt leaves of it (default: unbounded; with --protocol paper "
+                        "--prompt-budget + --max-tokens, the authors' 20,480 + 8,192)")
+    g.add_argument("--prompt-template", metavar="PATH",
+                   help="the later-turn prompt: a text file holding the template, or a prompt config in the "
+                        "authors' layout (.yaml: its per_turn_prompts entry named tool_response); "
+                        "{feedback} marks where the judge's feedback goes, {entry_point} the class name, "
+                        "{{ and }} are literal braces (default: drkernel's own words; with --protocol paper, "
+                        "after the authors')")
     g.add_argument("--feedback-chars", type=int, default=3000)
     g.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     g = p.add_argument_group("judge")
@@ -112,7 +125,8 @@ def tts_defaults(args: argparse.Namespace, default_turns: int) -> tuple[int, Con
     return turns, ContextConfig(mode=mode, w=args.window, token_budget=prompt_budget(args),
                                 rank_by=getattr(args, "rank_by", "reward"),
                                 overflow="overlong" if paper else "shrink",
-                                ties="earliest" if paper else "latest")
+                                ties="earliest" if paper else "latest",
+                                max_model_len=max_model_len(args))
 
 
 def _protocol(args: argparse.Namespace) -> str:
@@ -126,6 +140,18 @@ def prompt_budget(args: argparse.Namespace) -> int | None:
     return TTS_BUDGET if args.tts or _protocol(args) == "paper" else None
 
 
+def max_model_len(args: argparse.Namespace) -> int | None:
+    """--max-model-len, else with --protocol paper the prompt budget + --max-tokens: the authors' eval
+    engine's max_model_len, 20,480 + 8,192 (docs/paper_spec.md §2.7, §11)."""
+    given = getattr(args, "max_model_len", None)
+    if given is not None:
+        return int(given)
+    budget = prompt_budget(args)
+    if _protocol(args) != "paper" or budget is None:
+        return None
+    return budget + int(args.max_tokens)
+
+
 def reward_preset(args: argparse.Namespace) -> str:
     """--reward-preset, else "eval" with --protocol paper and "paper" with ours."""
     return getattr(args, "reward_preset", None) or ("eval" if _protocol(args) == "paper" else "paper")
@@ -133,7 +159,8 @@ def reward_preset(args: argparse.Namespace) -> str:
 
 # a config's key -> the flag a user of bench/optimize sets it with: errors name the flag
 _FLAGS = {"loop.concurrency": "--concurrency", "context.w": "--window", "context.mode": "--context",
-          "context.token_budget": "--prompt-budget", "context.rank_by": "--rank-by"}
+          "context.token_budget": "--prompt-budget", "context.rank_by": "--rank-by",
+          "context.max_model_len": "--max-model-len", "sampling.max_tokens": "--max-tokens"}
 
 
 def build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfig:
@@ -150,6 +177,9 @@ def build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfi
 def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfig:
     turns, context = tts_defaults(args, default_turns)
     paper = _protocol(args) == "paper"
+    template = getattr(args, "prompt_template", None)
+    if template:
+        load_prompt_template(template)  # a bad file is one line now, before any model or judge starts
     make = EvalOptions.paper if args.paper_tolerance or paper else EvalOptions
     options = make(
         reference_backend=args.reference_backend,
@@ -162,7 +192,8 @@ def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConf
         max_turns=turns,
         eval_options=options,
         feedback=FeedbackConfig(max_chars=args.feedback_chars, style="paper" if paper else "text"),
-        prompts=PromptConfig(protocol=_protocol(args)),
+        prompts=PromptConfig(protocol=_protocol(args), template_file=template,
+                             first_turn_from_data=paper),
         context=context,
         held_out=getattr(args, "held_out", False),
         speedup_from="mean" if paper else "median",

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from drkernel.agent.extraction import extract_code, preflight_result
 from drkernel.agent.feedback import FeedbackConfig, render_feedback
 from drkernel.agent.policy import Completion
-from drkernel.agent.prompts import PromptConfig, first_turn_prompt, later_turn_prompt
+from drkernel.agent.prompts import PromptConfig, data_prompt, first_turn_prompt, later_turn_prompt
 from drkernel.agent.trajectories import Trajectory, Turn, plain_prompt, prompt_edits
 from drkernel.agent.tts import ContextConfig, ContextManager
 from drkernel.errors import ConfigError, ExecutorError
@@ -61,7 +61,7 @@ class StepResult(NamedTuple):
     obs: Messages  # the next prompt (empty once the episode is over)
     reward: float
     terminated: bool  # a goal state was reached (stop_at_speedup)
-    truncated: bool  # the turn budget ran out
+    truncated: bool  # the turn budget ran out, or the prompt did not fit the model's context
     info: dict[str, Any]
 
 
@@ -94,9 +94,13 @@ class KernelEnv:
     # -- Gymnasium-style API -------------------------------------------------------------------
     def reset(self) -> tuple[Messages, dict[str, Any]]:
         prompt: Messages = []
-        if self._templates.system_prompt:
-            prompt.append({"role": "system", "content": self._templates.system_prompt})
-        prompt.append({"role": "user", "content": first_turn_prompt(self.problem, self._templates)})
+        own = data_prompt(self.problem) if self._templates.first_turn_from_data else None
+        if own:  # the problem's own first messages (the authors' parquet prompt), as they are
+            prompt.extend(own)
+        else:
+            if self._templates.system_prompt:
+                prompt.append({"role": "system", "content": self._templates.system_prompt})
+            prompt.append({"role": "user", "content": first_turn_prompt(self.problem, self._templates)})
         self.trajectory = Trajectory(
             problem=self.problem.name,
             sample=self.sample,
@@ -120,7 +124,12 @@ class KernelEnv:
             and turn.correct
             and (turn.result.speedup or 0.0) >= self.config.stop_at_speedup
         )
-        truncated = not correct_fast and len(traj.turns) >= self.config.max_turns
+        # an over-long prompt ends the episode, as the authors' engine does (docs/paper_spec.md §2.7): the
+        # next prompt would hold this one and more
+        overlong = completion.finish_reason == "prompt_overlong"
+        if overlong:
+            traj.metadata["stopped"] = "prompt_overlong"
+        truncated = not correct_fast and (overlong or len(traj.turns) >= self.config.max_turns)
         self._done = correct_fast or truncated
         traj.terminated, traj.truncated = correct_fast, truncated
         if self._done:
@@ -140,9 +149,15 @@ class KernelEnv:
 
     @property
     def prompt_overlong(self) -> bool:
-        """The next prompt is over the token budget and must not be sent (context.overflow="overlong"):
-        the turn is played as an empty "prompt_overlong" completion with reward 0."""
+        """The next prompt must not be sent (context.overflow="overlong"; tts.ContextManager.overlong):
+        the turn is played as an empty "prompt_overlong" completion with reward 0, and the episode ends."""
         return not self._done and self._context.overlong(self._obs_tokens)
+
+    @property
+    def answer_room(self) -> int | None:
+        """Tokens of the model's context left for the next answer (context.max_model_len less the
+        prompt's tokens), or None when the context is not bounded."""
+        return self._context.room(self._obs_tokens)
 
     # -- internals ---------------------------------------------------------------------------
     def _build_obs(self) -> None:

@@ -20,10 +20,10 @@ from typing import Any
 
 from drkernel.advice import GENERIC_HACK_ADVICE, HACK_ADVICE, hack_advice
 from drkernel.errors import ConfigError
-from drkernel.types import EvalOutcome, EvalResult
+from drkernel.types import EvalOutcome, EvalResult, TimingStats
 
-__all__ = ["GENERIC_HACK_ADVICE", "HACK_ADVICE", "FeedbackConfig", "policy_view", "render_feedback",
-           "render_paper"]
+__all__ = ["GENERIC_HACK_ADVICE", "HACK_ADVICE", "PAPER_HACK_ERROR", "FeedbackConfig", "policy_view",
+           "render_feedback", "render_paper", "timed_calls"]
 
 # error kinds whose message describes our machinery, not the candidate: a fixed text instead
 _JUDGE_ERRORS = {
@@ -242,18 +242,75 @@ def _sig3(x: float | None) -> float:
     return float(f"{x:.3g}") if x is not None else -1.0
 
 
+# the `error` of the authors' merged result for any detected hack: their client's reward summary
+# overrides the server's result with it (docs/paper_spec.md §2.6); every hack of ours is their decoy
+PAPER_HACK_ERROR = "Reward hacking: Decoy kernel detected"
+
+
+def timed_calls(stats: TimingStats | None) -> int | None:
+    """The timed calls behind a runtime: windows x calls per window (TimingStats.n counts windows)."""
+    if stats is None:
+        return None
+    if stats.window_calls is not None and stats.windows is not None:
+        return int(stats.window_calls) * int(stats.windows)
+    return stats.n
+
+
+def _names_match(a: str, b: str) -> bool:
+    """A launched kernel and a profiled one are the same kernel when either lowercased name holds the
+    other (the rule of docs/paper_spec.md §3.4)."""
+    a, b = a.lower(), b.lower()
+    return a in b or b in a
+
+
+def _profiler_fields(r: EvalResult) -> dict[str, Any]:
+    """The Triton launch hook's findings and the profile's coverage, in the authors' metadata keys:
+    which kernels were launched, which of them the profile saw, and the share of kernels that are ours."""
+    launched = sorted(set(r.launched_kernels))
+    out: dict[str, Any] = {"triton_profiler_used": bool(launched), "triton_profiler_matches": launched}
+    if not r.kernels:
+        return out
+    ranked = sorted(r.kernels, key=lambda k: k.device_us, reverse=True)
+    own = [k for k in ranked if k.own]
+    own_us = sum(k.device_us for k in own)
+    total_us = sum(k.device_us for k in ranked)
+    out["profiling"] = {
+        "kernels": [{"name": k.name, "cuda_time_us": round(k.device_us, 3), "count": k.calls}
+                    for k in ranked],
+        "kernel_count": len(ranked),
+        "total_cuda_time_us": round(total_us, 3),
+    }
+    share = len(own) / len(ranked)
+    out["num_custom_kernels"] = len(own)
+    out["num_total_kernels"] = len(ranked)
+    out["triton_kernel_coverage"] = (
+        f"Run {len(own)} custom kernels / Total {len(ranked)} kernels, Coverage: {share:.2%}")
+    out["triton_kernel_in_profiling"] = [k.name for k in own]
+    out["triton_kernel_not_in_profiling"] = [
+        n for n in launched if not any(_names_match(n, k.name) for k in own)]
+    out["total_kernel_run_time_in_profiling_us"] = round(total_us, 3)
+    out["custom_kernel_cuda_time_in_profiling_us"] = round(own_us, 3)
+    pct = own_us / total_us if total_us else 0.0
+    out["custom_kernel_cuda_time_coverage"] = (
+        f"Custom kernel CUDA time: {own_us:.2f}us / Total time: {total_us:.2f}us, Coverage: {pct:.2%}"
+    )
+    return out
+
+
 def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
-    """The authors' feedback format (docs/paper_spec.md §2.6, kernelgym-anchor §3.1): the result as one JSON
-    object with their field names, indent 2, non-ASCII kept, never cut. Built from policy_view(), so
-    hack evidence, seeds and held-out results stay out as in the other styles. Runtimes are means
-    over the timed trials, in ms to 3 significant digits, -1 when not measured."""
+    """The authors' feedback format (docs/paper_spec.md §2.6): their merged result (the judge's result
+    with their client's reward summary over it) as one JSON object with their field names, indent 2,
+    non-ASCII kept, never cut. Built from policy_view(), so hack evidence, seeds and held-out results
+    stay out as in the other styles. Runtimes are means over the timed calls, in ms to 3 significant
+    digits, -1 when not measured. A hacked kernel reads as their decoy: `compiled` and `correctness`
+    false, `decoy_kernel` true, `error` PAPER_HACK_ERROR (our hack classes stay in `error_message`).
+    Where this differs from theirs: docs/agent.md, "What --protocol paper still does differently"."""
     cfg = cfg or FeedbackConfig()
     v = policy_view(r)
     hacked = bool(r.hacks)
     correct = bool(r.correct) and not hacked
     trials = v["trials"]
-    own = [k for k in r.kernels if k.own]
-    own_us = sum(k.device_us for k in own)
+    own_us = sum(k.device_us for k in r.kernels if k.own)
     total_us = sum(k.device_us for k in r.kernels)
     error_message = error_code = None
     if hacked:
@@ -265,7 +322,7 @@ def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
         "hardware": r.device.name if r.device else None,
         "device": r.device.kind if r.device else None,
         "correctness_trials": f"({sum(t['passed'] for t in trials)} / {len(trials)})" if trials else None,
-        "num_perf_trials": r.kernel_timing.n if r.kernel_timing else None,
+        "num_perf_trials": timed_calls(r.kernel_timing),
     }
     if v["error"] and not hacked:
         which = "compilation_error" if r.outcome is EvalOutcome.COMPILE_ERROR else "runtime_error"
@@ -274,27 +331,16 @@ def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
     failed = [t for t in trials if not t["passed"]]
     if failed:
         meta["correctness_issue"] = failed[0]["issue"] or "Output mismatch"
-        meta["max_difference"] = [f"{t['max_abs_diff']:.6g}" for t in failed if t["max_abs_diff"] is not None]
-        meta["rel_l2"] = [f"{t['rel_l2']:.6g}" for t in failed if t["rel_l2"] is not None]
-    if r.kernels:
-        ranked = sorted(r.kernels, key=lambda k: k.device_us, reverse=True)
-        meta["profiling"] = {
-            "kernels": [{"name": k.name, "cuda_time_us": round(k.device_us, 3), "count": k.calls}
-                        for k in ranked],
-            "kernel_count": len(ranked),
-            "total_cuda_time_us": round(total_us, 3),
-        }
-        meta["num_custom_kernels"] = len(own)
-        meta["num_total_kernels"] = len(r.kernels)
-        meta["triton_kernel_coverage"] = f"{len(own)} of {len(r.kernels)} kernels are custom Triton kernels"
-        pct = 100 * own_us / total_us if total_us else 0.0
-        meta["custom_kernel_cuda_time_coverage"] = (
-            f"Custom kernel CUDA time: {own_us:.2f}us / Total time: {total_us:.2f}us, Coverage: {pct:.2f}%"
-        )
-    out = {
+        # the judge reports no mean absolute difference: no `avg_difference` (a paper difference)
+        meta["max_difference"] = [f"{t['max_abs_diff']:.6f}" for t in failed if t["max_abs_diff"] is not None]
+    meta.update(_profiler_fields(r))
+    own_n = meta.get("num_custom_kernels", 0)
+    # the authors' status: "completed" once the kernel loaded (a crash or a wrong output included)
+    status = "timeout" if r.outcome is EvalOutcome.TIMEOUT else ("completed" if r.compiled else "failed")
+    out: dict[str, Any] = {
         "task_id": r.task_id,
-        "status": r.status.value,
-        "compiled": r.compiled,
+        "status": status,
+        "compiled": r.compiled and not hacked,
         "correctness": correct,
         "decoy_kernel": hacked,
         "reference_runtime": _sig3(r.reference_timing.mean_ms if r.reference_timing else r.reference_ms),
@@ -307,11 +353,13 @@ def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
         "reward": r.reward if correct else 0.0,
         "score": r.reward if correct else 0.0,
         "success": correct,
-        "num_custom_kernel": len(own),
+        "num_custom_kernel": own_n,
         "num_total_kernels": len(r.kernels),
         "custom_kernel_cuda_time_in_profiling_us": round(own_us, 3),
         "total_kernel_run_time_in_profiling_us": round(total_us, 3),
     }
+    if hacked:
+        out["error"] = PAPER_HACK_ERROR
     if not cfg.show_reward:
         for key in ("reward", "score"):
             out.pop(key)

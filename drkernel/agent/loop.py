@@ -7,6 +7,7 @@ relies on that). Infrastructure failures end one episode with `error` set, never
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -44,11 +45,18 @@ class LoopConfig:
             raise ConfigError("loop.policy_retries: must be >= 0")
 
 
-def _generate(policy: Policy, messages: list[dict[str, str]], config: LoopConfig) -> Completion:
+def _generate(
+    policy: Policy, messages: list[dict[str, str]], config: LoopConfig, room: int | None = None
+) -> Completion:
+    """One answer; `room`: the tokens the model's context has left for it (max_tokens is cut to that,
+    as the authors' engine does: min(max_model_len - prompt, max_tokens), docs/paper_spec.md §2.7)."""
+    sampling = config.sampling
+    if room is not None and room < sampling.max_tokens:
+        sampling = dataclasses.replace(sampling, max_tokens=room)
     for attempt in range(config.policy_retries + 1):
         try:
             t0 = time.perf_counter()
-            completion = policy.generate(messages, 1, config.sampling)[0]
+            completion = policy.generate(messages, 1, sampling)[0]
             completion.extra["generate_s"] = time.perf_counter() - t0
             return completion
         except PolicyError as exc:
@@ -81,10 +89,10 @@ def run_episode(
                 traj.truncated = True
                 traj.metadata["stopped"] = "episode_timeout"
                 break
-            if env.prompt_overlong:  # nothing is sent (docs/paper_spec.md §2.7): an empty turn, reward 0
-                completion = Completion(text="", finish_reason="prompt_overlong")
+            if env.prompt_overlong:  # nothing is sent (docs/paper_spec.md §2.7): an empty turn, reward 0,
+                completion = Completion(text="", finish_reason="prompt_overlong")  # and the episode ends
             else:
-                completion = _generate(policy, obs, cfg)
+                completion = _generate(policy, obs, cfg, env.answer_room)
             obs = env.step(completion).obs
     except DrKernelError as exc:
         if stop is not None and stop.is_set():  # the run was interrupted: its executor is closing

@@ -100,7 +100,8 @@ Script = Sequence[str] | Callable[[Messages, int], str]
 class ScriptedPolicy:
     """Replays answers: a list (cycled, in call order) or a function of (messages, call index).
 
-    Thread-safe; `calls` records every conversation it was asked about.
+    Thread-safe; `calls` records every conversation it was asked about, `samplings` the sampling
+    parameters of each.
     """
 
     def __init__(self, script: Script, *, fail_first: int = 0) -> None:
@@ -111,6 +112,7 @@ class ScriptedPolicy:
         self._fail_first = fail_first  # raise PolicyError on the first k calls (retry tests)
         self._lock = threading.Lock()
         self.calls: list[Messages] = []
+        self.samplings: list[SamplingParams | None] = []
 
     def generate(
         self, messages: Messages, n: int = 1, sampling: SamplingParams | None = None
@@ -121,6 +123,7 @@ class ScriptedPolicy:
                 index = self._count
                 self._count += 1
                 self.calls.append([dict(m) for m in messages])
+                self.samplings.append(sampling)
                 if index < self._fail_first:
                     raise PolicyError(f"scripted failure on call {index}")
             index -= self._fail_first

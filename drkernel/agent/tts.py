@@ -32,8 +32,14 @@ class ContextConfig:
     rank_by: str = "reward"  # "reward" | "speedup"
     keep_last: bool = False  # also always show the latest turn (not in the paper)
     # a prompt over token_budget: "shrink" it (ours: answers cut to code, weakest turns dropped), or
-    # send nothing and record an empty "prompt overlong" turn (the authors, docs/paper_spec.md §2.7)
+    # send nothing, record an empty "prompt overlong" turn and end the episode (the authors,
+    # docs/paper_spec.md §2.7)
     overflow: str = "shrink"
+    # the model's context, prompt + answer (the authors' max_model_len: their eval's 20,480 + 8,192).
+    # Set, a turn's answer gets at most max_model_len - prompt tokens, and with overflow="overlong" a
+    # prompt is not sent only when it leaves less than 2 tokens of it (their engine's rule: prompt >=
+    # max_model_len - 1), whatever token_budget says. None: overlong means over token_budget.
+    max_model_len: int | None = None
     # equal scores: the more recent turns ("latest", ours) or the earlier ("earliest": the authors'
     # best_window, which keeps the first window of the highest sum, docs/paper_spec.md §10)
     ties: str = "latest"
@@ -51,6 +57,8 @@ class ContextConfig:
             raise ConfigError("context.overflow: must be 'shrink' or 'overlong'")
         if self.ties not in ("latest", "earliest"):
             raise ConfigError("context.ties: must be 'latest' or 'earliest'")
+        if self.max_model_len is not None and self.max_model_len < 64:
+            raise ConfigError("context.max_model_len: must be >= 64 tokens")
 
     @classmethod
     def paper_stts(cls, token_budget: int | None = 20480) -> ContextConfig:
@@ -113,9 +121,24 @@ class ContextManager:
         self.count_tokens = count_tokens or count_tokens_estimate
 
     def overlong(self, size: int) -> bool:
-        """Whether a prompt of `size` tokens is not sent (overflow="overlong" and over the budget)."""
-        budget = self.config.token_budget
-        return self.config.overflow == "overlong" and budget is not None and size > budget
+        """Whether a prompt of `size` tokens is not sent (overflow="overlong"): it leaves less than 2
+        tokens of max_model_len for the answer, or without max_model_len, it is over the budget.
+
+        >>> cm = ContextManager(ContextConfig(overflow="overlong", token_budget=20480, max_model_len=28672))
+        >>> cm.overlong(28670), cm.overlong(28671), cm.room(28000)
+        (False, True, 672)
+        """
+        cfg = self.config
+        if cfg.overflow != "overlong":
+            return False
+        if cfg.max_model_len is not None:
+            return size >= cfg.max_model_len - 1
+        return cfg.token_budget is not None and size > cfg.token_budget
+
+    def room(self, size: int) -> int | None:
+        """Tokens of the model's context left for the answer to a prompt of `size` tokens (None:
+        unbounded, no max_model_len)."""
+        return None if self.config.max_model_len is None else max(self.config.max_model_len - size, 1)
 
     def measure(self, messages: list[dict[str, str]]) -> int:
         return sum(self.count_tokens(m["content"]) + _PER_MESSAGE_TOKENS for m in messages)

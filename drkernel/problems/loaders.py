@@ -26,6 +26,7 @@ __all__ = [
     "load_rl_parquet",
     "load_suite",
     "problem_from_record",
+    "prompt_messages",
 ]
 
 log = logging.getLogger(__name__)
@@ -103,11 +104,37 @@ def load_kernelbench(path: str | Path, levels: Iterable[int] = (1, 2, 3)) -> lis
     return problems
 
 
+_ROLES = ("system", "user", "assistant")
+
+
+def prompt_messages(value: Any, origin: str) -> list[dict[str, str]]:
+    """A row's own first-turn prompt as chat messages: the authors' parquet `prompt` (a list of
+    {role, content} messages; pandas gives an array) or a plain string (one user message). It must end
+    on a user message. Anything else is a ProblemError naming the row."""
+    if isinstance(value, str):
+        value = [{"role": "user", "content": value}]
+    elif not isinstance(value, (dict, bytes)) and hasattr(value, "__iter__"):
+        value = list(value)
+    if not isinstance(value, list) or not value:
+        raise ProblemError(f"{origin}: 'prompt' must be a string or a list of chat messages")
+    out = []
+    for m in value:
+        if not (isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str)):
+            raise ProblemError(f"{origin}: 'prompt' holds something other than a chat message "
+                               "({'role': 'user' | 'system' | 'assistant', 'content': text})")
+        out.append({"role": str(m["role"]), "content": str(m["content"])})
+    if out[-1]["role"] != "user":
+        raise ProblemError(f"{origin}: 'prompt' must end on a user message")
+    return out
+
+
 def problem_from_record(record: dict[str, Any], origin: str) -> Problem:
     """A Problem from one JSONL object or RL parquet row.
 
     Accepts the authors' RL row (reward_model.ground_truth, extra_info.{entry_point, uuid, level},
-    prompt) and a plain object ({"name", "reference_code" | "code", "level", "shape_variants"})."""
+    prompt) and a plain object ({"name", "reference_code" | "code", "level", "shape_variants", and
+    optionally "prompt"}). A `prompt` is kept, as chat messages, in metadata["prompt"]: the first turn
+    of `--protocol paper`."""
     reward_model = record.get("reward_model") or {}
     extra = record.get("extra_info") or {}
     code = record.get("reference_code") or record.get("code") or reward_model.get("ground_truth")
@@ -120,7 +147,10 @@ def problem_from_record(record: dict[str, Any], origin: str) -> Problem:
     entry_point = str(record.get("entry_point") or extra.get("entry_point") or "Model")
     validate_reference_source(code, origin, entry_point)
     level = record.get("level", extra.get("level"))
-    metadata: dict[str, Any] = {k: record[k] for k in ("prompt", "data_source") if k in record}
+    metadata: dict[str, Any] = {k: record[k] for k in ("data_source",) if k in record}
+    own = record.get("prompt")
+    if own is not None and not (isinstance(own, float) and own != own):  # pandas: NaN for a missing one
+        metadata["prompt"] = prompt_messages(own, origin)
     metadata.update({f"extra_{k}": v for k, v in extra.items() if k in ("ops", "module_name", "uuid")})
     return Problem(
         name=str(name),

@@ -123,12 +123,14 @@ def test_config_validation():
         EnvConfig(max_turns=0)
 
 
-def test_prompt_overlong_turn_is_empty_with_reward_zero():
+def test_prompt_overlong_turn_is_empty_with_reward_zero_and_ends_the_episode():
     env = KernelEnv(PROBLEM, FakeExecutor(), EnvConfig(max_turns=2))
     env.reset()
     step = env.step(Completion(text="", finish_reason="prompt_overlong"))
     assert step.reward == 0.0 and step.info["result"].error.kind == "prompt_overlong"
-    assert "context" in step.obs[-1]["content"]
+    assert "context" in env.trajectory.turns[0].feedback
+    # the authors' engine ends the episode there (docs/paper_spec.md §2.7): the next prompt only grows
+    assert env.done and step.truncated and not step.terminated and step.obs == []
 
 
 class _HeldOutHack:

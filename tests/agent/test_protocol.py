@@ -1,13 +1,15 @@
 """`--protocol paper` (the paper's Table 1 setting) next to ours, and the run options around it."""
 
+import argparse
 import json
 
 import pytest
 
+from drkernel.agent.cli_options import add_run_options
 from drkernel.agent.env import EnvConfig, KernelEnv
 from drkernel.agent.loop import LoopConfig, run_episode
-from drkernel.agent.policy import ScriptedPolicy
-from drkernel.agent.tts import ContextConfig
+from drkernel.agent.policy import SamplingParams, ScriptedPolicy
+from drkernel.agent.tts import ContextConfig, ContextManager
 from drkernel.cli import main
 from drkernel.executors.fake import FakeExecutor, scripted_result
 from drkernel.types import EvalOptions, EvalOutcome, Problem, TimingStats
@@ -93,23 +95,69 @@ def test_paper_speedup_is_the_mean_ratio_and_the_reward_follows():
     assert turn.result.reference_timing.median_ms == 2.0  # the judge's figures stay
 
 
-def test_an_overflowing_prompt_is_an_empty_prompt_overlong_turn():
+def test_an_overflowing_prompt_is_an_empty_prompt_overlong_turn_that_ends_the_episode():
     long = "x" * 12000  # ~3,000 estimated tokens per answer
     policy = ScriptedPolicy(lambda msgs, i: f"{long}\n```python\n"
                                             "class ModelNew: pass  # fake: speedup=1.3\n```")
     cfg = EnvConfig(max_turns=4, context=ContextConfig(token_budget=3000, overflow="overlong"))
     env = KernelEnv(PROBLEM, FakeExecutor(), cfg)
     traj = run_episode(env, policy, LoopConfig(env=cfg))
-    assert len(policy.calls) == 1 and len(traj.turns) == 4  # turns 2-4 were never sent
-    for t in traj.turns[1:]:
-        assert (t.response, t.finish_reason, t.reward, t.result.error.kind) == ("", "prompt_overlong", 0.0,
-                                                                                "prompt_overlong")
-        assert t.prompt_tokens > 3000 and t.result.outcome is EvalOutcome.COMPILE_ERROR
+    assert len(policy.calls) == 1 and len(traj.turns) == 2  # turn 2 was never sent, and the episode ended
+    t = traj.turns[1]
+    assert (t.response, t.finish_reason, t.reward, t.result.error.kind) == ("", "prompt_overlong", 0.0,
+                                                                            "prompt_overlong")
+    assert t.prompt_tokens > 3000 and t.result.outcome is EvalOutcome.COMPILE_ERROR
+    assert traj.truncated and not traj.terminated and traj.metadata["stopped"] == "prompt_overlong"
     # ours shrinks the same prompts instead, and every turn is sent
     policy2 = ScriptedPolicy(lambda msgs, i: f"{long}\n```python\nclass ModelNew: pass\n```")
     cfg2 = EnvConfig(max_turns=4, context=ContextConfig(token_budget=3000))
     traj2 = run_episode(KernelEnv(PROBLEM, FakeExecutor(), cfg2), policy2, LoopConfig(env=cfg2))
     assert len(policy2.calls) == 4 and all(t.prompt_tokens <= 3000 for t in traj2.turns)
+
+
+def test_paper_context_answers_in_the_room_left_and_gives_up_at_max_model_len_minus_one():
+    """The authors' engine: max_tokens = min(max_model_len - prompt, max_tokens); a prompt of
+    max_model_len - 1 tokens or more is not sent. Prompt tokens here are characters (count_tokens=len)
+    plus 8 per message."""
+    answer_chars = 3000
+    policy = ScriptedPolicy(lambda msgs, i: "y" * answer_chars + "\n```python\nclass ModelNew: pass\n```")
+    first = KernelEnv(PROBLEM, FakeExecutor(), EnvConfig(), count_tokens=len).reset()[1]["prompt_tokens"]
+    # turn 1's prompt is far below the context; turn 2's is over the old 'budget' but leaves room
+    sampling = SamplingParams(max_tokens=4000)
+    cfg = EnvConfig(max_turns=3, context=ContextConfig(token_budget=first + 10, overflow="overlong",
+                                                       max_model_len=first + 7000))
+    traj = run_episode(KernelEnv(PROBLEM, FakeExecutor(), cfg, count_tokens=len), policy,
+                       LoopConfig(env=cfg, sampling=sampling))
+    sent = [s.max_tokens for s in policy.samplings]
+    second = traj.turns[1].prompt_tokens
+    assert second > first + 10  # over token_budget, sent all the same: only max_model_len counts
+    assert sent[0] == 4000 and sent[1] == first + 7000 - second < 4000
+    assert len(traj.turns) == 3 and traj.turns[2].finish_reason == "prompt_overlong"
+    assert traj.turns[2].prompt_tokens >= first + 7000 - 1 and len(policy.calls) == 2
+    # the rule's edge, exactly
+    cm = ContextManager(ContextConfig(overflow="overlong", token_budget=20480, max_model_len=28672))
+    assert (cm.overlong(28670), cm.overlong(28671)) == (False, True)
+    assert (cm.room(20480), cm.room(28000)) == (8192, 672)
+
+
+def test_paper_flags_set_max_model_len_to_the_authors_context(tmp_path):
+    from drkernel.agent.cli_options import build_loop_config
+    from drkernel.agent.cli_options import max_model_len as flag_len
+
+    parser = argparse.ArgumentParser()
+    add_run_options(parser, default_turns=3)
+    paper = parser.parse_args(["--model", "m", "--protocol", "paper"])
+    assert flag_len(paper) == 20480 + 8192 == build_loop_config(paper, 3).env.context.max_model_len
+    assert flag_len(parser.parse_args(["--model", "m"])) is None
+    given = parser.parse_args(["--model", "m", "--protocol", "paper", "--max-model-len", "32768"])
+    assert build_loop_config(given, 3).env.context.max_model_len == 32768
+
+
+def test_a_tiny_max_model_len_is_one_line_naming_the_flag(suite, tmp_path, capsys):
+    code = main(["bench", str(suite), "--model", "m", "--max-model-len", "10", "--executor", "fake",
+                 "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--max-model-len: must be >= 64" in err and "Traceback" not in err
 
 
 def test_help_shows_protocol_tts_ranking_and_reward_presets(capsys):
