@@ -187,6 +187,7 @@ def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConf
         num_perf_trials=args.perf_trials or (PAPER_PERF_TRIALS if paper else None),
         timeout_s=args.eval_timeout,
         reward_preset=reward_preset(args),
+        paper_timing=paper,  # the authors' timing beside the judge's own (sandbox/stages/paper.py)
     )
     env = EnvConfig(
         max_turns=turns,

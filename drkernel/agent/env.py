@@ -225,10 +225,17 @@ class KernelEnv:
 
 
 def _mean_speedup(result: EvalResult) -> EvalResult:
-    """The result with speedup = reference mean / kernel mean over the timed calls (the judge's
-    median-based figures stay in reference_timing/kernel_timing); _with_reward then rewards it."""
+    """The result with the authors' speedup: their timing's where the judge took it (`paper_timing`,
+    the quotient of the two rounded means), else reference mean / kernel mean over the judge's timed
+    calls (its median-based figures stay in reference_timing/kernel_timing); _with_reward then
+    rewards it."""
+    if not result.correct or result.hacks:
+        return result
+    paper = result.paper_timing
+    if paper is not None and paper.speedup is not None:
+        return dataclasses.replace(result, speedup=paper.speedup)
     ref, ker = result.reference_timing, result.kernel_timing
-    if not result.correct or result.hacks or ref is None or ker is None or ker.mean_ms <= 0:
+    if ref is None or ker is None or ker.mean_ms <= 0:
         return result
     return dataclasses.replace(result, speedup=ref.mean_ms / ker.mean_ms)
 

@@ -301,9 +301,11 @@ def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
     """The authors' feedback format (docs/paper_spec.md §2.6): their merged result (the judge's result
     with their client's reward summary over it) as one JSON object with their field names, indent 2,
     non-ASCII kept, never cut. Built from policy_view(), so hack evidence, seeds and held-out results
-    stay out as in the other styles. Runtimes are means over the timed calls, in ms to 3 significant
-    digits, -1 when not measured. A hacked kernel reads as their decoy: `compiled` and `correctness`
-    false, `decoy_kernel` true, `error` PAPER_HACK_ERROR (our hack classes stay in `error_message`).
+    stay out as in the other styles. Runtimes are the authors' timing where the judge took it
+    (`paper_timing`: 10 calls each timed alone, means to 3 significant digits), else means over the
+    judge's timed calls; -1 when not measured. A hacked kernel reads as their decoy: `compiled` and
+    `correctness` false, `decoy_kernel` true, `error` PAPER_HACK_ERROR (our hack classes stay in
+    `error_message`).
     Where this differs from theirs: docs/agent.md, "What --protocol paper still does differently"."""
     cfg = cfg or FeedbackConfig()
     v = policy_view(r)
@@ -322,7 +324,7 @@ def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
         "hardware": r.device.name if r.device else None,
         "device": r.device.kind if r.device else None,
         "correctness_trials": f"({sum(t['passed'] for t in trials)} / {len(trials)})" if trials else None,
-        "num_perf_trials": timed_calls(r.kernel_timing),
+        "num_perf_trials": r.paper_timing.calls if r.paper_timing else timed_calls(r.kernel_timing),
     }
     if v["error"] and not hacked:
         which = "compilation_error" if r.outcome is EvalOutcome.COMPILE_ERROR else "runtime_error"
@@ -331,8 +333,10 @@ def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
     failed = [t for t in trials if not t["passed"]]
     if failed:
         meta["correctness_issue"] = failed[0]["issue"] or "Output mismatch"
-        # the judge reports no mean absolute difference: no `avg_difference` (a paper difference)
         meta["max_difference"] = [f"{t['max_abs_diff']:.6f}" for t in failed if t["max_abs_diff"] is not None]
+        avg = [f"{t['mean_abs_diff']:.6f}" for t in failed if t.get("mean_abs_diff") is not None]
+        if avg:  # a result from a judge before mean_abs_diff has none
+            meta["avg_difference"] = avg
     meta.update(_profiler_fields(r))
     own_n = meta.get("num_custom_kernels", 0)
     # the authors' status: "completed" once the kernel loaded (a crash or a wrong output included)
@@ -343,8 +347,10 @@ def render_paper(r: EvalResult, cfg: FeedbackConfig | None = None) -> str:
         "compiled": r.compiled and not hacked,
         "correctness": correct,
         "decoy_kernel": hacked,
-        "reference_runtime": _sig3(r.reference_timing.mean_ms if r.reference_timing else r.reference_ms),
-        "kernel_runtime": (_sig3(r.kernel_timing.mean_ms if r.kernel_timing else r.kernel_ms)
+        "reference_runtime": (r.paper_timing.reference_ms if r.paper_timing else
+                              _sig3(r.reference_timing.mean_ms if r.reference_timing else r.reference_ms)),
+        "kernel_runtime": ((r.paper_timing.kernel_ms if r.paper_timing else
+                            _sig3(r.kernel_timing.mean_ms if r.kernel_timing else r.kernel_ms))
                            if correct else -1.0),
         "speedup": (r.speedup or 0.0) if correct else 0.0,
         "error_message": error_message,
