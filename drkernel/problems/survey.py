@@ -337,7 +337,8 @@ def _evaluate(judge: _Judge, problem: Problem, source: str, opts: EvalOptions, t
 
 def _null_record(result: EvalResult) -> dict[str, Any]:
     record: dict[str, Any] = {"outcome": result.outcome.value, "correct": result.correct,
-                              "hacks": list(result.hacks)}
+                              "hacks": list(result.hacks), "wall_s": result.wall_s,
+                              "stage_s": {k: v for k, v in result.stage_s.items() if v >= 1.0}}
     if result.error is not None:
         record["detail"] = f"{result.error.kind}: {result.error.message[:200]}"
     issues = [t.issue for t in result.trials if t.issue]
