@@ -237,8 +237,13 @@ def _survey_one(problem: Problem, cfg: SurveyConfig, judge: _Judge, worker: Prob
             problem, row["size_ratio"] = shrink_sizes(problem, cfg.max_input_numel)
         except DrKernelError as exc:
             return _failed(row, "error", str(exc))
-    facts = worker.probe(problem, cfg.device, cfg.audit, min(cfg.probe_timeout_s, clock.left()))
+    timeout_s = min(cfg.probe_timeout_s, clock.left())
+    facts = worker.probe(problem, cfg.device, cfg.audit, timeout_s)
     row["reference"] = facts
+    if facts.get("reason") == "timeout" and timeout_s < cfg.probe_timeout_s:  # the budget's doing
+        row.update(status="incomplete", complete=False)
+        row["skipped_steps"].append("probe (budget)")
+        return row
     if not facts.get("ok"):
         return _failed(row, facts.get("reason") or "error", facts.get("error") or "")
     if not facts["deterministic"]:
@@ -303,8 +308,12 @@ def _judge_steps(problem: Problem, cfg: SurveyConfig, judge: _Judge, clock: _Clo
         if clock.left() < cfg.min_step_s:
             row["skipped_steps"].append(f"null:{name}")
             continue
-        result = _evaluate(judge, problem, source, _options(cfg, clock), f"survey:{problem.name}:{name}")
+        opts = _options(cfg, clock)
+        result = _evaluate(judge, problem, source, opts, f"survey:{problem.name}:{name}")
         ran_eager = True
+        if _cut_short(result, opts, cfg):
+            row["skipped_steps"].append(f"null:{name} (budget)")
+            continue
         row["nulls"][name] = _null_record(result)
         row["judge_warnings"] = sorted(set(row["judge_warnings"]) | set(result.warnings))
         _reference_failure(row, "eager", result)
@@ -318,8 +327,12 @@ def _judge_steps(problem: Problem, cfg: SurveyConfig, judge: _Judge, clock: _Clo
         if clock.left() < cfg.min_step_s:
             row["skipped_steps"].append(f"timing:{backend}")
             continue
-        result = _evaluate(judge, problem, constant_candidate((1,), 0.0), _options(cfg, clock, backend),
+        opts = _options(cfg, clock, backend)
+        result = _evaluate(judge, problem, constant_candidate((1,), 0.0), opts,
                            f"survey:{problem.name}:timing:{backend}")
+        if _cut_short(result, opts, cfg):
+            row["skipped_steps"].append(f"timing:{backend} (budget)")
+            continue
         _reference_failure(row, backend, result)
     _record_device(judge, data)
     for backend in cfg.backends:
@@ -327,6 +340,11 @@ def _judge_steps(problem: Problem, cfg: SurveyConfig, judge: _Judge, clock: _Clo
         row["timing"][f"{backend}_ms"] = _per_call_ms(stats)
         if stats is not None:
             row["timing"][backend] = {k: v for k, v in stats.to_dict().items() if v is not None}
+
+
+def _cut_short(result: EvalResult, opts: EvalOptions, cfg: SurveyConfig) -> bool:
+    """A timeout under a time limit that the budget, not the survey's setting, made short."""
+    return result.outcome is EvalOutcome.TIMEOUT and opts.timeout_s < cfg.eval_timeout_s
 
 
 def _evaluate(judge: _Judge, problem: Problem, source: str, opts: EvalOptions, task_id: str) -> EvalResult:

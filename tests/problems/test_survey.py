@@ -272,3 +272,23 @@ def test_bad_paths_and_files_are_one_line_usage_errors(tmp_path: Path,
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+class _TimeoutJudge(_StubJudge):
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        self.seen.append(request.task_id or "")
+        return EvalResult(outcome=EvalOutcome.TIMEOUT)
+
+
+def test_a_timeout_the_budget_made_short_is_not_a_verdict(tmp_path: Path) -> None:
+    """With 100 s left, an evaluation runs under 100 s, not the survey's 240: its timeout says nothing
+    of the problem, so the step is left for the next call and the row stays incomplete."""
+    from drkernel.problems.loaders import load_suite
+
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if p.name == "L1/1_Square"]
+    judge = _TimeoutJudge()
+    run_survey(square, SurveyConfig(budget_s=100, eval_timeout_s=240, nulls=("zeros",), backends=("eager",)),
+               tmp_path / "s.json", make_judge=lambda: judge)
+    row = load_survey(tmp_path / "s.json")["rows"][0]
+    assert row["skipped_steps"] == ["null:zeros (budget)"] and row["status"] == "incomplete"
+    assert row["nulls"] == {} and len(judge.seen) == 1
