@@ -299,30 +299,10 @@ def _judge_steps(problem: Problem, cfg: SurveyConfig, judge: _Judge, clock: _Clo
                  row: dict[str, Any], facts: dict[str, Any]) -> None:
     """The nulls through the judge (the first one also has the judge time the reference), then the
     compile timing with a candidate that fails at once, then the times read from the judge's cache."""
-    varies = (facts["variation"] or 0.0) >= cfg.audit.min_variation
-    ran_eager = False
-    for name, source in _null_sources(problem, cfg, facts).items():
-        if source is None:
-            row["nulls"][name] = {"outcome": "n/a", "correct": False, "detail": "no such candidate here"}
-            continue
-        if clock.left() < cfg.min_step_s:
-            row["skipped_steps"].append(f"null:{name}")
-            continue
-        opts = _options(cfg, clock)
-        result = _evaluate(judge, problem, source, opts, f"survey:{problem.name}:{name}")
-        ran_eager = True
-        if _cut_short(result, opts, cfg):
-            row["skipped_steps"].append(f"null:{name} (budget)")
-            continue
-        row["nulls"][name] = _null_record(result)
-        row["judge_warnings"] = sorted(set(row["judge_warnings"]) | set(result.warnings))
-        _reference_failure(row, "eager", result)
-        if result.correct:
-            row["findings"].append(f"{name}_passes" + ("_varying_reference" if varies else "_weak_reference"))
-        elif result.status.is_error():  # it did not run to a verdict: no evidence either way
-            row["findings"].append(f"{name}_did_not_run")
+    last: dict[str, EvalResult] = {}  # backend -> the last evaluation that timed its reference
+    _run_nulls(problem, cfg, judge, clock, row, facts, last)
     for backend in cfg.backends:
-        if backend == "eager" and ran_eager:
+        if backend in last:
             continue
         if clock.left() < cfg.min_step_s:
             row["skipped_steps"].append(f"timing:{backend}")
@@ -333,13 +313,45 @@ def _judge_steps(problem: Problem, cfg: SurveyConfig, judge: _Judge, clock: _Clo
         if _cut_short(result, opts, cfg):
             row["skipped_steps"].append(f"timing:{backend} (budget)")
             continue
-        _reference_failure(row, backend, result)
+        last[backend] = result
     _record_device(judge, data)
     for backend in cfg.backends:
         stats = _judge_reference_stats(judge, problem.reference_code, _options(cfg, clock, backend))
         row["timing"][f"{backend}_ms"] = _per_call_ms(stats)
         if stats is not None:
             row["timing"][backend] = {k: v for k, v in stats.to_dict().items() if v is not None}
+        elif backend in last:  # the judge did not time it: say what its evaluation ended in
+            result = last[backend]
+            detail = f"{result.error.kind}: {result.error.message[:300]}" if result.error else ""
+            row["timing"][f"{backend}_error"] = f"{result.outcome.value}" + (f" ({detail})" if detail else "")
+            if f"judge_reference_{backend}" not in row["findings"]:
+                row["findings"].append(f"judge_reference_{backend}")
+
+
+def _run_nulls(problem: Problem, cfg: SurveyConfig, judge: _Judge, clock: _Clock, row: dict[str, Any],
+               facts: dict[str, Any], last: dict[str, EvalResult]) -> None:
+    """Each null candidate through the judge; one that passes is a finding, of the judge where the
+    reference varies, of the problem where it does not."""
+    varies = (facts["variation"] or 0.0) >= cfg.audit.min_variation
+    for name, source in _null_sources(problem, cfg, facts).items():
+        if source is None:
+            row["nulls"][name] = {"outcome": "n/a", "correct": False, "detail": "no such candidate here"}
+            continue
+        if clock.left() < cfg.min_step_s:
+            row["skipped_steps"].append(f"null:{name}")
+            continue
+        opts = _options(cfg, clock)
+        result = _evaluate(judge, problem, source, opts, f"survey:{problem.name}:{name}")
+        if _cut_short(result, opts, cfg):
+            row["skipped_steps"].append(f"null:{name} (budget)")
+            continue
+        last["eager"] = result
+        row["nulls"][name] = _null_record(result)
+        row["judge_warnings"] = sorted(set(row["judge_warnings"]) | set(result.warnings))
+        if result.correct:
+            row["findings"].append(f"{name}_passes" + ("_varying_reference" if varies else "_weak_reference"))
+        elif result.status.is_error():  # it did not run to a verdict: no evidence either way
+            row["findings"].append(f"{name}_did_not_run")
 
 
 def _cut_short(result: EvalResult, opts: EvalOptions, cfg: SurveyConfig) -> bool:
@@ -363,15 +375,6 @@ def _null_record(result: EvalResult) -> dict[str, Any]:
     if issues:
         record["detail"] = issues[0][:200]
     return record
-
-
-def _reference_failure(row: dict[str, Any], backend: str, result: EvalResult) -> None:
-    """A reference the judge could not load, run or time: the reason goes in the row."""
-    if result.outcome is EvalOutcome.INFRA_ERROR and result.error is not None:
-        message = f"{result.error.kind}: {result.error.message[:300]}"
-        row["timing"].setdefault(f"{backend}_error", message)
-        if backend == "eager" and f"judge_reference_{backend}" not in row["findings"]:
-            row["findings"].append(f"judge_reference_{backend}")
 
 
 def _record_device(judge: _Judge, data: dict[str, Any]) -> None:

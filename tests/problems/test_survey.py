@@ -193,7 +193,10 @@ def test_budget_stop_leaves_a_valid_file_and_resume_finishes(tmp_path: Path) -> 
     assert report.done == ["L1/1_Square", "L1/3_Flat", "L2/1_Gemm_ReLU"] and report.skipped == 0
     rows = load_survey(out)["rows"]
     assert [r["complete"] for r in rows] == [True] * 3 and rows[0]["attempts"] == 2
-    assert len(judge.seen) == 5 + 5 + 4  # every null that applies
+    assert len(judge.seen) == 5 + 5 + 4  # every null that applies; the first timed the reference
+    # a judge that timed nothing (this stub) is named in the row, not silently left out
+    assert rows[0]["timing"]["eager_ms"] is None and rows[0]["timing"]["eager_error"] == "incorrect"
+    assert "judge_reference_eager" in rows[0]["findings"]
     gemm = rows[2]
     assert gemm["reference"]["param_bytes"] == (32 * 16 + 16) * 4
     assert gemm["reference"]["flops"] == 2 * 8 * 32 * 16  # counted by torch's FlopCounterMode
@@ -290,5 +293,5 @@ def test_a_timeout_the_budget_made_short_is_not_a_verdict(tmp_path: Path) -> Non
     run_survey(square, SurveyConfig(budget_s=100, eval_timeout_s=240, nulls=("zeros",), backends=("eager",)),
                tmp_path / "s.json", make_judge=lambda: judge)
     row = load_survey(tmp_path / "s.json")["rows"][0]
-    assert row["skipped_steps"] == ["null:zeros (budget)"] and row["status"] == "incomplete"
-    assert row["nulls"] == {} and len(judge.seen) == 1
+    assert row["skipped_steps"] == ["null:zeros (budget)", "timing:eager (budget)"]
+    assert row["status"] == "incomplete" and row["nulls"] == {} and len(judge.seen) == 2
