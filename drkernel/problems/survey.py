@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from drkernel.errors import ConfigError, DrKernelError
+from drkernel.errors import ConfigError
 from drkernel.problems.audit import AuditConfig
 from drkernel.problems.nulls import constant_candidate, identity_candidate, shrink_sizes, wrapper_candidate
 from drkernel.problems.survey_probe import ProbeWorker
@@ -233,10 +233,10 @@ def _survey_one(problem: Problem, cfg: SurveyConfig, judge: _Judge, worker: Prob
         "reference": None, "timing": {}, "floor": None, "nulls": {}, "judge_warnings": [], "findings": [],
     }
     if cfg.size == "reduced":
-        try:
+        try:  # in this process: the reference's get_inputs on the meta device
             problem, row["size_ratio"] = shrink_sizes(problem, cfg.max_input_numel)
-        except DrKernelError as exc:
-            return _failed(row, "error", str(exc))
+        except Exception as exc:  # noqa: BLE001 - user benchmark code: a reason in the row, as in the audit
+            return _failed(row, "error", f"resizing: {type(exc).__name__}: {exc}")
     timeout_s = min(cfg.probe_timeout_s, clock.left())
     facts = worker.probe(problem, cfg.device, cfg.audit, timeout_s)
     row["reference"] = facts
@@ -249,7 +249,7 @@ def _survey_one(problem: Problem, cfg: SurveyConfig, judge: _Judge, worker: Prob
     if not facts["deterministic"]:
         row["findings"].append("nondeterministic")
     _judge_steps(problem, cfg, judge, clock, data, row, facts)
-    peaks = {**{k: v for k, v in (data.get("peaks") or {}).items() if v}}
+    peaks = {k: v for k, v in (data.get("peaks") or {}).items() if v}
     peaks.setdefault("bandwidth_gbs", cfg.peak_gbs)
     peaks.setdefault("tflops_fp32", cfg.peak_tflops)
     peaks.setdefault("tflops_bf16", cfg.peak_tflops)

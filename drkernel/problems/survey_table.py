@@ -91,8 +91,12 @@ def render_table(surveys: Sequence[dict[str, Any]], markdown: bool = False) -> s
     rows = merge_rows(surveys)
     first = surveys[0] if surveys else {}
     device = (first.get("device") or {}).get("name") or "?"
+    peaks = first.get("peaks") or {}
+    measured = ", ".join(f"{peaks[key]:.0f} {unit}" for key, unit in (
+        ("bandwidth_gbs", "GB/s"), ("tflops_fp32", "TFLOP/s fp32"), ("tflops_bf16", "TFLOP/s bf16"))
+        if peaks.get(key))
     head = (f"Survey of {first.get('suite') or '?'} at size {first.get('size') or '?'} on {device}; "
-            f"peaks {first.get('peaks') or 'not measured'}; {len(rows)} problems.")
+            f"measured peaks: {measured if peaks else 'none'}; {len(rows)} problems.")
     summary = [_summary_cells(s) for s in summarize_levels(rows)]
     problems = [_cells(r) for r in rows]
     table = _markdown if markdown else _plain
@@ -100,8 +104,8 @@ def render_table(surveys: Sequence[dict[str, Any]], markdown: bool = False) -> s
 
 
 def _markdown(columns: Sequence[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    lines = ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in [list(columns), *rows]]
+    lines.insert(1, "|" + "---|" * len(columns))
     return "\n".join(lines)
 
 

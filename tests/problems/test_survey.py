@@ -295,3 +295,20 @@ def test_a_timeout_the_budget_made_short_is_not_a_verdict(tmp_path: Path) -> Non
     row = load_survey(tmp_path / "s.json")["rows"][0]
     assert row["skipped_steps"] == ["null:zeros (budget)", "timing:eager (budget)"]
     assert row["status"] == "incomplete" and row["nulls"] == {} and len(judge.seen) == 2
+
+
+def test_reduced_size_shrinks_the_reference_and_says_by_how_much(tmp_path: Path) -> None:
+    from drkernel.problems.loaders import load_suite
+
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if p.name == "L1/1_Square"]
+    judge = _StubJudge()
+    cfg = SurveyConfig(size="reduced", max_input_numel=256, nulls=("zeros",), backends=("eager",))
+    run_survey(square, cfg, tmp_path / "s.json", make_judge=lambda: judge)
+    data = load_survey(tmp_path / "s.json")
+    row = data["rows"][0]
+    # cols 64 -> 32 -> 16 (constants under 32 stay): a quarter of the elements
+    assert row["size"] == "reduced" and row["size_ratio"] == pytest.approx(0.25)
+    assert row["reference"]["outputs"] == [{"shape": [16, 16], "dtype": "float32"}]
+    assert data["config"]["max_input_numel"] == 256
+    with pytest.raises(ConfigError, match="at size 'reduced', not 'full'"):
+        run_survey(square, SurveyConfig(), tmp_path / "s.json", resume=True, make_judge=lambda: judge)
