@@ -239,6 +239,13 @@ def _survey_one(problem: Problem, cfg: SurveyConfig, judge: _Judge, worker: Prob
             return _failed(row, "error", f"resizing: {type(exc).__name__}: {exc}")
     timeout_s = min(cfg.probe_timeout_s, clock.left())
     facts = worker.probe(problem, cfg.device, cfg.audit, timeout_s)
+    facts["probe_device"] = cfg.device
+    if facts.get("reason") == "oom" and cfg.device != "cpu" and clock.left() >= cfg.min_step_s:
+        # the probe holds three seeds' inputs and outputs and compares in float64: more than one
+        # call needs. Its facts do not depend on the device, so the host's memory may hold them.
+        timeout_s = min(cfg.probe_timeout_s, clock.left())
+        facts = {**worker.probe(problem, "cpu", cfg.audit, timeout_s), "probe_device": "cpu",
+                 "gpu_probe_error": facts.get("error")}
     row["reference"] = facts
     if facts.get("reason") == "timeout" and timeout_s < cfg.probe_timeout_s:  # the budget's doing
         row.update(status="incomplete", complete=False)

@@ -312,3 +312,37 @@ def test_reduced_size_shrinks_the_reference_and_says_by_how_much(tmp_path: Path)
     assert data["config"]["max_input_numel"] == 256
     with pytest.raises(ConfigError, match="at size 'reduced', not 'full'"):
         run_survey(square, SurveyConfig(), tmp_path / "s.json", resume=True, make_judge=lambda: judge)
+
+
+class _GpuTooSmallWorker:
+    """A probe worker on a GPU that runs out of memory; on the CPU it probes in this process."""
+
+    def __init__(self) -> None:
+        self.devices: list[str] = []
+
+    def probe(self, problem: Problem, device: str, cfg: AuditConfig, timeout_s: float) -> dict[str, Any]:
+        from drkernel.problems.survey_probe import probe_reference
+
+        self.devices.append(device)
+        if device != "cpu":
+            return {"ok": False, "reason": "oom", "error": "OutOfMemoryError: CUDA out of memory"}
+        return probe_reference(problem, device, cfg)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_probe_out_of_gpu_memory_runs_again_on_the_cpu(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from drkernel.problems import survey
+    from drkernel.problems.loaders import load_suite
+
+    worker = _GpuTooSmallWorker()
+    monkeypatch.setattr(survey, "ProbeWorker", lambda: worker)
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if p.name == "L1/1_Square"]
+    run_survey(square, SurveyConfig(device="cuda:0", nulls=("zeros",), backends=("eager",)),
+               tmp_path / "s.json", make_judge=_StubJudge)
+    row = load_survey(tmp_path / "s.json")["rows"][0]
+    assert worker.devices == ["cuda:0", "cpu"] and row["status"] == "ok"
+    assert row["reference"]["probe_device"] == "cpu" and row["reference"]["ok"]
+    assert "out of memory" in row["reference"]["gpu_probe_error"]
