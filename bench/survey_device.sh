@@ -12,14 +12,18 @@
 # then copy $OUT/kernelbench_h200.json back over .survey/kernelbench_h200.json, and call again until
 # the last line says "0 left". Rows already in the file are skipped (--resume); the file is rewritten
 # after every problem, so a call cut off loses at most the problem it was on.
-# Knobs (environment): LEVELS (1-3), SHARD (e.g. 1/2, with SURVEY naming a file per shard), BUDGET
-# (seconds of survey work a call starts, default 480 of the call's 600), EXTRA (more flags, e.g.
-# "--no-compile" or "--nulls zeros,constant,replay"), OUT (where the file and the log go back).
+# Knobs (environment): LEVELS (1-3); DEVICE (cuda; cpu to try the script here); BUDGET (seconds of
+# survey work a call starts, default 480 of the call's 600); EXTRA (more flags, e.g. "--no-compile",
+# "--null-trials 3" or "--nulls zeros,constant,replay"); OUT (where the files and the logs go back);
+# PARALLEL=N (on a machine of N GPUs: shard I of N on GPU I-1, each into
+# .survey/kernelbench_h200.shardIofN.json; `drkernel suite table` merges them; carry and copy back
+# every shard's file). The exit code is the survey's (2: a usage error, in the log).
 set -u
 OUT=${OUT:-gpu-out}
 KB=${KB:-.kb}
-SURVEY=${SURVEY:-.survey/kernelbench_h200.json}
-mkdir -p "$OUT" "$(dirname "$SURVEY")"
+STEM=${STEM:-.survey/kernelbench_h200}
+PARALLEL=${PARALLEL:-1}
+mkdir -p "$OUT" "$(dirname "$STEM")"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if [ ! -d "$KB/KernelBench/level1" ] && [ ! -d "$KB/level1" ]; then
@@ -27,14 +31,35 @@ if [ ! -d "$KB/KernelBench/level1" ] && [ ! -d "$KB/level1" ]; then
   exit 2
 fi
 nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
-shard=()
-[ -n "${SHARD:-}" ] && shard=(--shard "$SHARD")
-# shellcheck disable=SC2086  # EXTRA is a list of flags
-timeout 590 python3 -m drkernel.cli suite survey "kernelbench:$KB" --levels "${LEVELS:-1-3}" --device cuda \
-  --out "$SURVEY" --resume --budget-s "${BUDGET:-480}" --probe-timeout-s 120 --eval-timeout-s 120 \
-  "${shard[@]}" ${EXTRA:-} > "$OUT/survey.log" 2>&1
-rc=$?
-cp "$SURVEY" "$OUT/" 2>/dev/null
-python3 -m drkernel.cli suite table "$SURVEY" --markdown --out "$OUT/survey_table.md" >> "$OUT/survey.log" 2>&1
-tail -n 5 "$OUT/survey.log"
+piece() {  # piece FILE LOG [--shard I/N]
+  local file=$1 log=$2
+  shift 2
+  # shellcheck disable=SC2086  # EXTRA is a list of flags
+  timeout 590 python3 -m drkernel.cli suite survey "kernelbench:$KB" --levels "${LEVELS:-1-3}" --device "${DEVICE:-cuda}" \
+    --out "$file" --resume --budget-s "${BUDGET:-480}" --probe-timeout-s 120 --eval-timeout-s 120 \
+    "$@" ${EXTRA:-} > "$log" 2>&1
+}
+files=()
+rc=0
+if [ "$PARALLEL" -le 1 ]; then
+  files=("$STEM.json")
+  piece "$STEM.json" "$OUT/survey.log" || rc=$?
+else
+  pids=()
+  for i in $(seq 1 "$PARALLEL"); do
+    files+=("$STEM.shard${i}of$PARALLEL.json")
+    CUDA_VISIBLE_DEVICES=$((i - 1)) piece "$STEM.shard${i}of$PARALLEL.json" "$OUT/survey.shard$i.log" \
+      --shard "$i/$PARALLEL" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do
+    wait "$pid" || rc=$?
+  done
+fi
+present=()
+for f in "${files[@]}"; do
+  [ -f "$f" ] && cp "$f" "$OUT/" && present+=("$f")
+done
+[ ${#present[@]} -gt 0 ] && python3 -m drkernel.cli suite table "${present[@]}" --markdown --out "$OUT/survey_table.md"
+tail -n 2 "$OUT"/survey*.log
 exit $rc

@@ -122,6 +122,8 @@ def _register_survey(verbs: argparse._SubParsersAction) -> None:  # type: ignore
     sv.add_argument("--max-input-numel", type=int, default=1 << 20)
     sv.add_argument("--nulls", default=",".join(NULLS),
                     help=f"null candidates to send (default {','.join(NULLS)})")
+    sv.add_argument("--null-trials", type=int, default=5,
+                    help="correctness trials of each null candidate (default 5, the judge's; 2 to 20)")
     sv.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference timing")
     sv.add_argument("--probe-timeout-s", type=float, default=300.0)
     sv.add_argument("--eval-timeout-s", type=float, default=240.0)
@@ -167,7 +169,7 @@ def run_survey_command(args: argparse.Namespace) -> int:
                        backends=("eager",) if args.no_compile else ("eager", "compile"),
                        budget_s=args.budget_s, probe_timeout_s=args.probe_timeout_s,
                        eval_timeout_s=args.eval_timeout_s, peak_gbs=args.peak_gbs,
-                       peak_tflops=args.peak_tflops)
+                       peak_tflops=args.peak_tflops, null_trials=args.null_trials)
     suite, problems = _survey_suite(args.suite, args.levels)
     if args.only:
         problems = [p for p in problems if any(o in p.name for o in args.only)]

@@ -55,6 +55,8 @@ class SurveyConfig:
     probe_timeout_s: float = 300.0
     eval_timeout_s: float = 240.0
     min_step_s: float = 5.0  # a step with less budget left than this is not started
+    # correctness trials of each null (the judge's default 5; not part of the reference timing's key)
+    null_trials: int = 5
     peak_gbs: float | None = None  # used where the judge measured no peak (the CPU)
     peak_tflops: float | None = None
     audit: AuditConfig = field(default_factory=AuditConfig)
@@ -68,6 +70,8 @@ class SurveyConfig:
         bad = [b for b in self.backends if b not in ("eager", "compile")]
         if bad or "eager" not in self.backends:
             raise ConfigError("survey.backends: eager, optionally with compile")
+        if not 2 <= self.null_trials <= 20:  # a replay is caught from its second call on
+            raise ConfigError(f"survey.null_trials: {self.null_trials} not in 2..20")
         if self.budget_s is not None and self.budget_s <= 0:
             raise ConfigError(f"survey.budget_s: {self.budget_s} is not > 0")
 
@@ -161,7 +165,8 @@ def _open(path: Path, suite: str, cfg: SurveyConfig, resume: bool) -> dict[str, 
 
 def _config_record(cfg: SurveyConfig) -> dict[str, Any]:
     audit = cfg.audit
-    return {"nulls": list(cfg.nulls), "backends": list(cfg.backends), "seeds": list(audit.seeds),
+    return {"nulls": list(cfg.nulls), "null_trials": cfg.null_trials, "backends": list(cfg.backends),
+            "seeds": list(audit.seeds),
             "init_seed": audit.init_seed, "min_variation": audit.min_variation,
             "max_input_numel": cfg.max_input_numel if cfg.size == "reduced" else None}
 
@@ -280,7 +285,7 @@ def _failed(row: dict[str, Any], reason: str, error: str) -> dict[str, Any]:
 
 def _options(cfg: SurveyConfig, clock: _Clock, backend: str = "eager") -> EvalOptions:
     # the judge's defaults (what its reference-timing cache is keyed by), without profiling
-    return EvalOptions(profile=False, reference_backend=backend,
+    return EvalOptions(profile=False, reference_backend=backend, num_correct_trials=cfg.null_trials,
                        timeout_s=max(1.0, min(cfg.eval_timeout_s, clock.left())))
 
 

@@ -242,6 +242,7 @@ def test_failure_reasons_floor_and_wrapper() -> None:
     (["--size", "huge"], "--size"),
     (["--nulls", "zeros,bogus"], "unknown bogus"),
     (["--budget-s", "0"], "budget"),
+    (["--null-trials", "1"], "null_trials"),
     (["--device", "tpu"], "--device"),
     (["--only", "nothing-matches"], "no problem left"),
 ])
