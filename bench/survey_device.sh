@@ -3,8 +3,8 @@
 # 10-minute device call. The device has no network: KernelBench travels as a packed tree.
 #
 # Once, on the development machine (network; nothing of KernelBench is committed, .kb/ is ignored):
-#   git clone https://github.com/ScalingIntelligence/KernelBench /tmp/KernelBench
-#   mkdir -p .kb && git -C /tmp/KernelBench archive 423217d9 KernelBench/level1 KernelBench/level2 \
+#   git clone https://github.com/ScalingIntelligence/KernelBench ../kb-src
+#   mkdir -p .kb && git -C ../kb-src archive 423217d9 KernelBench/level1 KernelBench/level2 \
 #       KernelBench/level3 | tar -x -C .kb        # the commit of docs/audit_kernelbench.md
 #   mkdir -p .survey                              # the file of record lives here between calls (ignored)
 # Each device call (the `run` tool, carry [".kb", ".survey"]), from the repository root:
