@@ -112,7 +112,9 @@ def probe_outputs(problem: Problem, cfg: AuditConfig, audit: ProblemAudit,
     at full size on a GPU)."""
     ref = load_reference(problem)
     model = ref.build(cfg.init_seed, device)
-    inputs = [ref.inputs(s, device) for s in cfg.seeds]
+    # made on the device, as the judge makes them there: a full-size torch.randn on the host takes seconds
+    with torch.device(device):
+        inputs = [ref.inputs(s, device) for s in cfg.seeds]
     outs = [_forward(model, x) for x in inputs]
     if not outs[0]:
         raise DrKernelError("the reference returned no tensor")
