@@ -347,3 +347,33 @@ def test_a_probe_out_of_gpu_memory_runs_again_on_the_cpu(tmp_path: Path,
     assert worker.devices == ["cuda:0", "cpu"] and row["status"] == "ok"
     assert row["reference"]["probe_device"] == "cpu" and row["reference"]["ok"]
     assert "out of memory" in row["reference"]["gpu_probe_error"]
+
+
+class _RecordingJudge(_StubJudge):
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[EvalRequest] = []
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        self.requests.append(request)
+        return super().evaluate(request)
+
+
+def test_the_compile_timing_is_one_more_evaluation_with_the_compile_backend(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(torch.compile takes minutes on this CPU: what the survey asks of the judge is checked here.)"""
+    from drkernel.problems import survey
+    from drkernel.problems.loaders import load_suite
+
+    monkeypatch.setattr(survey, "ProbeWorker", _GpuTooSmallWorker)  # probes in this process on the CPU
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if p.name == "L1/1_Square"]
+    judge = _RecordingJudge()
+    run_survey(square, SurveyConfig(nulls=("zeros", "replay"), null_trials=3), tmp_path / "s.json",
+               make_judge=lambda: judge)
+    backends = [(r.task_id, r.options.reference_backend, r.options.num_correct_trials)
+                for r in judge.requests]
+    assert backends == [("survey:L1/1_Square:zeros", "eager", 3), ("survey:L1/1_Square:replay", "eager", 3),
+                        ("survey:L1/1_Square:timing:compile", "compile", 3)]
+    assert all(not r.options.profile for r in judge.requests)
+    row = load_survey(tmp_path / "s.json")["rows"][0]
+    assert row["timing"]["compile_error"] == "incorrect" and "judge_reference_compile" in row["findings"]
