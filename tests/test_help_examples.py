@@ -7,7 +7,8 @@ import pytest
 from drkernel.cli import COMMANDS, main
 from drkernel.helpfmt import EXAMPLES
 
-SUBCOMMANDS = ["train rl", "train sft", "train recipes", "suite list", "suite show", "suite baselines"]
+SUBCOMMANDS = ["train rl", "train sft", "train recipes", "suite list", "suite show", "suite baselines",
+               "suite survey", "suite table"]
 
 
 def test_every_command_has_examples() -> None:

@@ -20,7 +20,8 @@ from drkernel.problems.nulls import constant_candidate, identity_candidate, shri
 from drkernel.problems.reference import flatten_tensors, load_reference
 from drkernel.types import EvalOptions, EvalRequest, EvalResult, Problem
 
-__all__ = ["POLICIES", "AuditConfig", "ProblemAudit", "audit_problem", "audit_suite", "passes"]
+__all__ = ["POLICIES", "AuditConfig", "ProblemAudit", "audit_problem", "audit_suite", "passes",
+           "probe_outputs"]
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +105,16 @@ def _forward(model: torch.nn.Module, inputs: list[Any]) -> list[torch.Tensor]:
         return [t.detach().float() for t in flatten_tensors(model(*inputs))]
 
 
-def _probe(problem: Problem, cfg: AuditConfig,
-           audit: ProblemAudit) -> tuple[list[list[torch.Tensor]], list[Any]]:
-    """In-process: outputs for each input seed, flags for tiny, seed-insensitive and null answers."""
+def probe_outputs(problem: Problem, cfg: AuditConfig, audit: ProblemAudit,
+                  device: str = "cpu") -> tuple[torch.nn.Module, list[list[Any]], list[list[torch.Tensor]]]:
+    """In-process, on `device`: the model, each input seed's inputs and outputs (as float32), and in
+    `audit` the flags for tiny, seed-insensitive and null answers (`drkernel suite survey` runs this
+    at full size on a GPU)."""
     ref = load_reference(problem)
-    model = ref.build(cfg.init_seed)
-    inputs = [ref.inputs(s) for s in cfg.seeds]
+    model = ref.build(cfg.init_seed, device)
+    # made on the device, as the judge makes them there: a full-size torch.randn on the host takes seconds
+    with torch.device(device):
+        inputs = [ref.inputs(s, device) for s in cfg.seeds]
     outs = [_forward(model, x) for x in inputs]
     if not outs[0]:
         raise DrKernelError("the reference returned no tensor")
@@ -137,7 +142,7 @@ def _probe(problem: Problem, cfg: AuditConfig,
             audit.nulls[f"{name}@{policy}"] = "n/a" if got[0] is None else ("PASSES" if ok else "fails")
             if ok and got[0] is not None:
                 audit.flags.append(f"{name}_passes@{policy}")
-    return outs, inputs[0]
+    return model, inputs, outs
 
 
 def _identity(inputs: list[Any], out: list[torch.Tensor]) -> list[torch.Tensor] | None:
@@ -180,9 +185,9 @@ def audit_problem(problem: Problem, cfg: AuditConfig | None = None,
     try:
         if cfg.max_input_numel is not None:
             problem, audit.size_ratio = shrink_sizes(problem, cfg.max_input_numel)
-        outs, inputs = _probe(problem, cfg, audit)
+        _, inputs, outs = probe_outputs(problem, cfg, audit)
         if judge is not None:
-            _judge_nulls(problem, outs, inputs, judge, cfg, audit)
+            _judge_nulls(problem, outs, inputs[0], judge, cfg, audit)
     except Exception as exc:  # noqa: BLE001 - user benchmark code: one bad reference is a finding
         log.debug("audit of %s failed", problem.name, exc_info=True)
         audit.error = f"{type(exc).__name__}: {str(exc)[:300]}"

@@ -1,5 +1,6 @@
-"""`drkernel suite list|show|baselines`: browse the built-in suite and (re)generate reference
-baseline timings (eager and torch.compile) for any suite on a device.
+"""`drkernel suite list|show|baselines|survey|table`: browse the built-in suite, (re)generate reference
+baseline timings (eager and torch.compile) for any suite on a device, survey a suite through the judge
+in resumable pieces (problems/survey.py) and render a survey as a table.
 
 Output is a table, or one JSON object with --json; usage errors exit 2 with one stderr line.
 """
@@ -9,10 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
+from drkernel.errors import ProblemError
 from drkernel.problems.baselines import BACKENDS, BaselineStore, refresh_baselines
-from drkernel.problems.loaders import load_suite
+from drkernel.problems.loaders import load_suite, parse_levels
 from drkernel.problems.suite import builtin_names, builtin_problem, builtin_solution
+from drkernel.problems.survey import NULLS, parse_shard
+from drkernel.types import Problem
 
 __all__ = ["register"]
 
@@ -42,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     base.add_argument("--only", action="append", default=None, help="keep problems whose name contains this")
     base.add_argument("--json", action="store_true")
     base.set_defaults(func=run_baselines)
+    _register_survey(verbs)
     p.set_defaults(func=lambda args: _usage(p))
 
 
@@ -96,4 +102,125 @@ def run_baselines(args: argparse.Namespace) -> int:
     for t in timings:
         print(f"{t.problem[:48]:48s} {t.backend:8s} {t.median_ms:10.3f} {t.device_name}")
     print(f"stored in {store.path}")
+    return 0
+
+
+def _register_survey(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    sv = verbs.add_parser("survey", help="every problem through the judge at full size, into one JSON file, "
+                                         "in resumable pieces")
+    sv.add_argument("suite", help="kernelbench:PATH (a KernelBench checkout), or any suite spec")
+    sv.add_argument("--out", required=True, help="the survey's JSON file (rewritten after every problem)")
+    sv.add_argument("--levels", type=parse_levels, default=None, help="levels to keep, e.g. 1-3")
+    sv.add_argument("--only", action="append", default=None, help="keep problems whose name contains this")
+    sv.add_argument("--resume", action="store_true", help="continue --out: skip the problems it holds")
+    sv.add_argument("--budget-s", type=float, default=None,
+                    help="start no work past this many seconds (a 10-minute device call: 540)")
+    sv.add_argument("--shard", type=parse_shard, default=None, help="I/N: every N-th problem from the I-th")
+    sv.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    sv.add_argument("--size", choices=["full", "reduced"], default="full",
+                    help="full (as written), or reduced: size constants halved to --max-input-numel")
+    sv.add_argument("--max-input-numel", type=int, default=1 << 20)
+    sv.add_argument("--nulls", default=",".join(NULLS),
+                    help=f"null candidates to send (default {','.join(NULLS)})")
+    sv.add_argument("--null-trials", type=int, default=5,
+                    help="correctness trials of each null candidate (default 5, the judge's; 2 to 20)")
+    sv.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference timing")
+    sv.add_argument("--probe-timeout-s", type=float, default=300.0)
+    sv.add_argument("--eval-timeout-s", type=float, default=240.0)
+    sv.add_argument("--peak-gbs", type=float, default=None,
+                    help="bandwidth peak (GB/s) where the judge measures none")
+    sv.add_argument("--peak-tflops", type=float, default=None,
+                    help="FLOP/s peak (TFLOP/s) where the judge measures none")
+    sv.set_defaults(func=run_survey_command)
+    tb = verbs.add_parser("table",
+                          help="render survey files as a table (a row per problem, a summary per level)")
+    tb.add_argument("surveys", nargs="+", help="survey JSON files (shards are merged)")
+    tb.add_argument("--markdown", action="store_true")
+    tb.add_argument("--out", default=None, help="write the table here instead of stdout")
+    tb.set_defaults(func=run_table)
+
+
+def _survey_suite(spec: str, levels: tuple[int, ...] | None) -> tuple[str, list[Problem]]:
+    """`kernelbench:PATH` (levels 1-3 of a checkout, those it has unless --levels says) or any suite spec."""
+    if not spec.startswith("kernelbench:"):
+        return spec, load_suite(spec, levels)
+    path = spec.removeprefix("kernelbench:")
+    problems = load_suite(path, levels or (1, 2, 3))
+    if any(p.metadata.get("suite") != "kernelbench" for p in problems):
+        raise ProblemError(f"{path}: no level1..level3 folders found (is this a KernelBench checkout?)")
+    return path, problems
+
+
+def run_survey_command(args: argparse.Namespace) -> int:
+    from drkernel.errors import ConfigError
+    from drkernel.problems.survey import SurveyConfig, run_survey
+
+    nulls = tuple(n.strip() for n in args.nulls.split(",") if n.strip())
+    if args.max_input_numel < 1 or args.probe_timeout_s <= 0 or args.eval_timeout_s <= 0:
+        raise ConfigError("--max-input-numel, --probe-timeout-s and --eval-timeout-s must be > 0")
+    device = args.device
+    if device.startswith("cuda"):
+        from drkernel.device import resolve_device
+
+        device = resolve_device(device)
+    elif device != "cpu":
+        raise ConfigError(f"--device {device!r}: expected cpu, cuda or cuda:N")
+    cfg = SurveyConfig(device=device, size=args.size, max_input_numel=args.max_input_numel, nulls=nulls,
+                       backends=("eager",) if args.no_compile else ("eager", "compile"),
+                       budget_s=args.budget_s, probe_timeout_s=args.probe_timeout_s,
+                       eval_timeout_s=args.eval_timeout_s, peak_gbs=args.peak_gbs,
+                       peak_tflops=args.peak_tflops, null_trials=args.null_trials)
+    suite, problems = _survey_suite(args.suite, args.levels)
+    if args.only:
+        problems = [p for p in problems if any(o in p.name for o in args.only)]
+    if args.shard:
+        index, count = args.shard
+        problems = problems[index - 1::count]
+    if not problems:
+        raise ConfigError("no problem left to survey after --only/--shard")
+
+    def make_judge() -> Any:
+        from drkernel.sandbox.judge import Judge
+        from drkernel.settings import judge_settings_from_env
+
+        return Judge.from_config(judge_settings_from_env(), device)
+
+    def show(row: dict[str, Any], k: int, n: int) -> None:
+        passed = [name for name, rec in row["nulls"].items() if rec.get("correct")]
+        refused = sum(rec["outcome"] in ("incorrect", "hack_detected") for rec in row["nulls"].values())
+        eager = row["timing"].get("eager_ms")
+        floor = (row.get("floor") or {}).get("floor_ms")
+        what = row["status"] if row["status"] != "error" else f"error ({row['reason']})"
+        print(f"[{k}/{n}] {row['name'][:56]:56s} {what:12s} ref {_ms(eager)} floor {_ms(floor)} "
+              f"nulls refused {refused}, passed {','.join(passed) or 'none'}  ({row['wall_s']:.1f} s)",
+              flush=True)
+
+    report = run_survey(problems, cfg, args.out, suite=suite, resume=args.resume, make_judge=make_judge,
+                        on_row=show)
+    left = len(report.left)
+    print(f"survey: {len(report.done)} done now, {report.skipped} already in {args.out}, {left} left"
+          + (" (budget reached: run again with --resume)" if left else ""), flush=True)
+    return 0
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g} ms"
+
+
+def run_table(args: argparse.Namespace) -> int:
+    from drkernel.problems.survey import load_survey
+    from drkernel.problems.survey_table import render_table
+
+    text = render_table([load_survey(p) for p in args.surveys], markdown=args.markdown)
+    if args.out is None:
+        print(text, end="")
+        return 0
+    from pathlib import Path
+
+    try:
+        Path(args.out).write_text(text)
+    except OSError as exc:
+        from drkernel.errors import ConfigError
+
+        raise ConfigError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     return 0

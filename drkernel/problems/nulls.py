@@ -12,7 +12,8 @@ from drkernel.problems.reference import load_reference
 from drkernel.problems.suite import with_size
 from drkernel.types import Problem
 
-__all__ = ["constant_candidate", "derived_assignments", "identity_candidate", "int_constants", "shrink_sizes"]
+__all__ = ["WRAPPER_MODES", "constant_candidate", "derived_assignments", "identity_candidate",
+           "int_constants", "shrink_sizes", "wrapper_candidate"]
 
 _TEMPLATE = '''import torch
 import torch.nn as nn
@@ -54,6 +55,76 @@ def identity_candidate(shape: tuple[int, ...], input_index: int) -> str:
     """ModelNew returning a copy of its input number `input_index` (same shape as the output)."""
     src = f"inputs[{input_index}].contiguous()"
     return _TEMPLATE.format(shape=tuple(shape), src=src, value="0.0", copy=True)
+
+
+WRAPPER_MODES = ("replay", "half_input")
+_WRAPPED = "_SurveyReference"
+_WRAPPER = '''
+
+
+import torch as _torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _survey_copy(src_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(src_ptr + offs, mask=mask), mask=mask)
+
+
+def _survey_out(value):
+    if isinstance(value, (tuple, list)):
+        return type(value)(_survey_out(v) for v in value)
+    if not isinstance(value, _torch.Tensor):
+        return value
+    src = value.detach().contiguous()
+    out = _torch.empty_like(src)
+    if src.numel():
+        _survey_copy[(triton.cdiv(src.numel(), 1024),)](src, out, src.numel(), BLOCK=1024)
+    return out
+
+
+def _survey_half(x):
+    if not isinstance(x, _torch.Tensor) or x.ndim == 0 or x.shape[-1] < 2 or not x.is_floating_point():
+        return x
+    y = x.clone()
+    y[..., 1::2] = x[..., 0 : x.shape[-1] // 2 * 2 : 2]
+    return y
+
+
+class {entry}New(_torch.nn.Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self.inner = {wrapped}(*args, **kwargs)
+        self.kept = None
+
+    def forward(self, *inputs):
+        MODE = {mode!r}
+        if MODE == "half_input":
+            return _survey_out(self.inner(*[_survey_half(x) for x in inputs]))
+        if self.kept is None:  # replay: the first call's output, for every later call
+            with _torch.no_grad():
+                self.kept = _survey_out(self.inner(*inputs))
+        return _survey_out(self.kept)
+'''
+
+
+def wrapper_candidate(reference_code: str, mode: str, entry_point: str = "Model") -> str:
+    """ModelNew that runs the reference itself, renamed, but dishonestly: `replay` returns the output
+    of its first call for every later call (a kernel that computed its answer once); `half_input`
+    runs it on inputs whose odd last-dimension elements are copies of their even neighbours (a kernel
+    that reads half its input). Each output goes through one Triton copy kernel per call."""
+    if mode not in WRAPPER_MODES:
+        raise ValueError(f"wrapper mode {mode!r}: expected one of {', '.join(WRAPPER_MODES)}")
+    tree = ast.parse(reference_code)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == entry_point:
+            node.name = _WRAPPED
+        elif isinstance(node, ast.Name) and node.id == entry_point:
+            node.id = _WRAPPED
+    return ast.unparse(tree) + _WRAPPER.format(entry=entry_point, wrapped=_WRAPPED, mode=mode)
 
 
 def _const_int(node: ast.expr) -> int | None:

@@ -1,0 +1,379 @@
+"""`drkernel suite survey` and `suite table` on a tiny fake KernelBench tree, through the real CPU judge:
+rows with their facts, the null candidates refused where the reference varies and flagged where it
+does not, resume, a budget stop that leaves a valid file, and one-line usage errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drkernel.cli import main
+from drkernel.errors import ConfigError
+from drkernel.problems.audit import AuditConfig
+from drkernel.problems.nulls import wrapper_candidate
+from drkernel.problems.survey import SurveyConfig, load_survey, run_survey, speed_of_light_floor
+from drkernel.problems.survey_probe import ProbeWorker, failure_reason
+from drkernel.sandbox.refcache import ReferenceTimingCache
+from drkernel.types import DeviceInfo, EvalOutcome, EvalRequest, EvalResult, Problem
+
+_REFERENCE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self{init_args}):
+        super(Model, self).__init__(){init_body}
+
+    def forward(self, x):
+        return {expr}
+
+
+rows = {rows}
+cols = {cols}
+
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return [{init_inputs}]
+"""
+
+
+def _reference(expr: str, rows: int = 16, cols: int = 64, init_args: str = "", init_body: str = "",
+               init_inputs: str = "") -> str:
+    return _REFERENCE.format(expr=expr, rows=rows, cols=cols, init_args=init_args, init_body=init_body,
+                             init_inputs=init_inputs)
+
+
+def _tree(root: Path, gemm: bool = True) -> Path:
+    """level1: a square (varies), a broken forward, a sigmoid of 0 (never varies); level2: a GEMM (or
+    none: each reference the real judge times waits for the host's other candidates to finish)."""
+    (root / "level1").mkdir(parents=True)
+    (root / "level2").mkdir()
+    (root / "level1" / "1_Square.py").write_text(_reference("x * x"))
+    (root / "level1" / "2_Broken.py").write_text(_reference("x.no_such_method()"))
+    (root / "level1" / "3_Flat.py").write_text(_reference("torch.sigmoid(x * 0.0)"))
+    if not gemm:
+        return root
+    (root / "level2" / "1_Gemm_ReLU.py").write_text(_reference(
+        "torch.relu(self.fc(x))", rows=8, cols=32, init_args=", d_in, d_out",
+        init_body="\n        self.fc = nn.Linear(d_in, d_out)", init_inputs="32, 16"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def surveyed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, Any]], str]:
+    """One survey of the whole tree on the CPU judge (no torch.compile: inductor takes minutes here)."""
+    tmp = tmp_path_factory.mktemp("survey")
+    kb = _tree(tmp / "kb", gemm=False)
+    out = tmp / "survey.json"
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["suite", "survey", f"kernelbench:{kb}", "--levels", "1-3", "--out", str(out),
+                     "--no-compile", "--peak-gbs", "10", "--peak-tflops", "0.1", "--budget-s", "540"])
+    assert code == 0
+    rows = {r["name"]: r for r in load_survey(out)["rows"]}
+    return out, rows, printed.getvalue()
+
+
+def _refused(row: dict[str, Any], name: str) -> bool:
+    record = row["nulls"][name]
+    return record["outcome"] in ("incorrect", "hack_detected") and not record["correct"]
+
+
+Surveyed = tuple[Path, dict[str, dict[str, Any]], str]
+
+
+@pytest.mark.slow  # the real judge on the CPU: a minute or two on a shared host
+def test_rows_hold_the_reference_facts_timing_and_floor(surveyed: Surveyed) -> None:
+    out, rows, printed = surveyed
+    assert list(rows) == ["L1/1_Square", "L1/2_Broken", "L1/3_Flat"]
+    assert "[3/3] L1/3_Flat" in printed and "3 done now, 0 already" in printed
+    square = rows["L1/1_Square"]
+    ref = square["reference"]
+    assert square["status"] == "ok" and square["complete"] and ref["ok"] and ref["deterministic"]
+    assert ref["outputs"] == [{"shape": [16, 64], "dtype": "float32"}] and ref["variation"] > 0.5
+    assert [ref[k] for k in ("input_bytes", "output_bytes", "param_bytes", "flops")] == [4096, 4096, 0, None]
+    eager = square["timing"]["eager_ms"]  # the judge's own timing, read from its cache
+    assert eager > 0 and square["timing"]["eager"]["n"] >= 1 and "compile_ms" not in square["timing"]
+    floor = square["floor"]
+    assert floor["min_bytes"] == 8192 and floor["bound"] == "memory"
+    assert floor["floor_ms"] == pytest.approx(8192 / 10e6)
+    assert floor["headroom_eager"] == pytest.approx(eager / floor["floor_ms"])
+    data = json.loads(out.read_text())
+    assert data["device"]["kind"] == "cpu" and data["size"] == "full"
+    assert data["config"]["backends"] == ["eager"]
+
+
+@pytest.mark.slow
+def test_broken_reference_is_a_row_with_its_reason(surveyed: Surveyed) -> None:
+    broken = surveyed[1]["L1/2_Broken"]
+    assert broken["status"] == "error" and broken["reason"] == "error" and not broken["reference"]["ok"]
+    assert "AttributeError" in broken["error"] and broken["findings"] == ["reference_error"]
+    assert broken["nulls"] == {} and broken["floor"] is None
+
+
+@pytest.mark.slow
+def test_nulls_refused_where_the_reference_varies_and_flagged_where_not(
+        surveyed: Surveyed) -> None:
+    rows = surveyed[1]
+    square, flat = rows["L1/1_Square"], rows["L1/3_Flat"]
+    assert all(_refused(square, n) for n in ("identity", "zeros", "constant", "replay", "half_input"))
+    assert square["findings"] == []
+    # sigmoid(0 * x) is 0.5 whatever the input: a constant, a replay and half the input are right answers
+    assert flat["reference"]["variation"] == 0.0 and _refused(flat, "zeros") and _refused(flat, "identity")
+    assert {n for n, rec in flat["nulls"].items() if rec["correct"]} == {"constant", "replay", "half_input"}
+    assert {"constant_passes_weak_reference", "replay_passes_weak_reference",
+            "half_input_passes_weak_reference", "weak_reference"} <= set(flat["findings"])
+    assert any(w.startswith("weak_reference") for w in flat["judge_warnings"])
+
+
+@pytest.mark.slow
+def test_table_and_resume(surveyed: Surveyed, tmp_path: Path,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    out, rows, _ = surveyed
+    before = out.read_text()
+    assert main(["suite", "survey", f"kernelbench:{out.parent / 'kb'}", "--out", str(out), "--resume",
+                 "--no-compile"]) == 0
+    assert "0 done now, 3 already" in capsys.readouterr().out and out.read_text() == before
+    md = tmp_path / "table.md"
+    assert main(["suite", "table", str(out), "--markdown", "--out", str(md)]) == 0
+    text = md.read_text()
+    assert "| L1 | 3 | 2 | error 1 | 0 |" in text and "| L2 |" not in text
+    flat_line = next(line for line in text.splitlines() if line.startswith("| L1/3_Flat |"))
+    assert "constant, replay, half_input" in flat_line and "weak_reference" in flat_line
+    assert main(["suite", "table", str(out)]) == 0
+    assert "L1/1_Square" in capsys.readouterr().out
+
+
+class _StubJudge:
+    """Refuses every candidate at once; the survey's plumbing without the sandbox's cost."""
+
+    cuda = False
+
+    def __init__(self) -> None:
+        self.cache = ReferenceTimingCache(None)
+        self.seen: list[str] = []
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        self.seen.append(request.task_id or "")
+        return EvalResult(outcome=EvalOutcome.INCORRECT)
+
+    def device_info(self) -> DeviceInfo:
+        return DeviceInfo(kind="cpu", name="cpu", interpreter=True)
+
+
+def test_budget_stop_leaves_a_valid_file_and_resume_finishes(tmp_path: Path) -> None:
+    kb = _tree(tmp_path / "kb")
+    from drkernel.problems.loaders import load_suite
+
+    problems = [p for p in load_suite(str(kb)) if "Broken" not in p.name]
+    out = tmp_path / "s.json"
+    # the first problem starts (less than 0.5 s of the budget gone); its probe process alone uses
+    # more than 0.5 s, so none of its judge steps starts, and no second problem does
+    cfg = SurveyConfig(budget_s=30, min_step_s=29.5, backends=("eager",))
+    judge = _StubJudge()
+    report = run_survey(problems, cfg, out, make_judge=lambda: judge)
+    assert report.done == ["L1/1_Square"] and report.left == ["L1/3_Flat", "L2/1_Gemm_ReLU"]
+    row = load_survey(out)["rows"][0]
+    assert row["status"] == "incomplete" and not row["complete"] and row["attempts"] == 1
+    assert row["skipped_steps"][:2] == ["null:identity", "null:zeros"] and judge.seen == []
+    with pytest.raises(ConfigError, match="pass --resume"):
+        run_survey(problems, cfg, out, make_judge=lambda: judge)
+    report = run_survey(problems, SurveyConfig(backends=("eager",)), out, resume=True,
+                        make_judge=lambda: judge)
+    assert report.done == ["L1/1_Square", "L1/3_Flat", "L2/1_Gemm_ReLU"] and report.skipped == 0
+    rows = load_survey(out)["rows"]
+    assert [r["complete"] for r in rows] == [True] * 3 and rows[0]["attempts"] == 2
+    assert len(judge.seen) == 5 + 5 + 4  # every null that applies; the first timed the reference
+    # a judge that timed nothing (this stub) is named in the row, not silently left out
+    assert rows[0]["timing"]["eager_ms"] is None and rows[0]["timing"]["eager_error"] == "incorrect"
+    assert "judge_reference_eager" in rows[0]["findings"]
+    gemm = rows[2]
+    assert gemm["reference"]["param_bytes"] == (32 * 16 + 16) * 4
+    assert gemm["reference"]["flops"] == 2 * 8 * 32 * 16  # counted by torch's FlopCounterMode
+    assert gemm["nulls"]["identity"]["outcome"] == "n/a"  # no input has the output's shape
+
+
+def test_probe_worker_survives_a_hang_and_a_crash(tmp_path: Path) -> None:
+    hang = Problem("hang", _reference("x if __import__('time').sleep(60) is None else x"))
+    crash = Problem("crash", _reference("x if __import__('os')._exit(3) else x"))
+    good = Problem("good", _reference("x + 1"))
+    worker = ProbeWorker()
+    try:
+        assert worker.probe(hang, "cpu", AuditConfig(), timeout_s=3)["reason"] == "timeout"
+        crashed = worker.probe(crash, "cpu", AuditConfig(), timeout_s=60)
+        assert crashed["reason"] == "crash" and "exit code 3" in crashed["error"]
+        assert worker.probe(good, "cpu", AuditConfig(), timeout_s=60)["ok"]
+    finally:
+        worker.close()
+
+
+def test_failure_reasons_floor_and_wrapper() -> None:
+    import torch
+
+    assert failure_reason(torch.OutOfMemoryError("CUDA out of memory")) == "oom"
+    assert failure_reason(ModuleNotFoundError("No module named 'einops'", name="einops")) == "missing_module"
+    assert failure_reason(RuntimeError('"addmm" not implemented for \'Half\'')) == "unsupported_dtype"
+    assert failure_reason(NotImplementedError("aten::foo")) == "unsupported_op"
+    facts = {"input_bytes": 1000, "output_bytes": 1000, "param_bytes": 0, "flops": None,
+             "outputs": [{"dtype": "float32"}]}
+    floor = speed_of_light_floor(facts, {"bandwidth_gbs": None})
+    assert floor["floor_ms"] is None and floor["bound"] is None and floor["min_bytes"] == 2000
+    code = wrapper_candidate(_reference("x * x"), "replay")
+    assert "class Model(" not in code and "super(_SurveyReference, self)" in code
+    assert "class ModelNew(" in code and code.count("@triton.jit") == 1
+    compile(code, "<wrapper>", "exec")
+    with pytest.raises(ValueError, match="wrapper mode"):
+        wrapper_candidate(_reference("x"), "zeros")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shard", "3/2"], "--shard"),
+    (["--levels", "5"], "--levels"),
+    (["--size", "huge"], "--size"),
+    (["--nulls", "zeros,bogus"], "unknown bogus"),
+    (["--budget-s", "0"], "budget"),
+    (["--null-trials", "1"], "null_trials"),
+    (["--device", "tpu"], "--device"),
+    (["--only", "nothing-matches"], "no problem left"),
+])
+def test_bad_survey_arguments_are_one_line_usage_errors(argv: list[str], message: str, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    kb = _tree(tmp_path / "kb")
+    try:
+        code = main(["suite", "survey", f"kernelbench:{kb}", "--out", str(tmp_path / "s.json"), *argv])
+    except SystemExit as exc:  # argparse's own: the same one line and exit 2
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_bad_paths_and_files_are_one_line_usage_errors(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "one.py").write_text(_reference("x"))
+    (tmp_path / "not_survey.json").write_text('{"rows": 1}')
+    out = ["--out", str(tmp_path / "a.json")]
+    cases = [
+        (["suite", "survey", f"kernelbench:{tmp_path / 'missing'}", *out], "no such"),
+        (["suite", "survey", f"kernelbench:{tmp_path / 'plain'}", *out], "KernelBench checkout"),
+        (["suite", "survey", f"kernelbench:{_tree(tmp_path / 'kb')}", "--out",
+          str(tmp_path / "no" / "a.json")], "no such folder"),
+        (["suite", "table", str(tmp_path / "not_survey.json")], "not a survey file"),
+        (["suite", "table", str(tmp_path / "absent.json")], "cannot read"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+class _TimeoutJudge(_StubJudge):
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        self.seen.append(request.task_id or "")
+        return EvalResult(outcome=EvalOutcome.TIMEOUT)
+
+
+def test_a_timeout_the_budget_made_short_is_not_a_verdict(tmp_path: Path) -> None:
+    """With 100 s left, an evaluation runs under 100 s, not the survey's 240: its timeout says nothing
+    of the problem, so the step is left for the next call and the row stays incomplete."""
+    from drkernel.problems.loaders import load_suite
+
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if p.name == "L1/1_Square"]
+    judge = _TimeoutJudge()
+    run_survey(square, SurveyConfig(budget_s=100, eval_timeout_s=240, nulls=("zeros",), backends=("eager",)),
+               tmp_path / "s.json", make_judge=lambda: judge)
+    row = load_survey(tmp_path / "s.json")["rows"][0]
+    assert row["skipped_steps"] == ["null:zeros (budget)", "timing:eager (budget)"]
+    assert row["status"] == "incomplete" and row["nulls"] == {} and len(judge.seen) == 2
+
+
+def test_reduced_size_shrinks_the_reference_and_says_by_how_much(tmp_path: Path) -> None:
+    from drkernel.problems.loaders import load_suite
+
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if p.name == "L1/1_Square"]
+    judge = _StubJudge()
+    cfg = SurveyConfig(size="reduced", max_input_numel=256, nulls=("zeros",), backends=("eager",))
+    run_survey(square, cfg, tmp_path / "s.json", make_judge=lambda: judge)
+    data = load_survey(tmp_path / "s.json")
+    row = data["rows"][0]
+    # cols 64 -> 32 -> 16 (constants under 32 stay): a quarter of the elements
+    assert row["size"] == "reduced" and row["size_ratio"] == pytest.approx(0.25)
+    assert row["reference"]["outputs"] == [{"shape": [16, 16], "dtype": "float32"}]
+    assert data["config"]["max_input_numel"] == 256
+    with pytest.raises(ConfigError, match="at size 'reduced', not 'full'"):
+        run_survey(square, SurveyConfig(), tmp_path / "s.json", resume=True, make_judge=lambda: judge)
+
+
+class _GpuTooSmallWorker:
+    """A probe worker on a GPU that runs out of memory; on the CPU it probes in this process."""
+
+    def __init__(self) -> None:
+        self.devices: list[str] = []
+
+    def probe(self, problem: Problem, device: str, cfg: AuditConfig, timeout_s: float) -> dict[str, Any]:
+        from drkernel.problems.survey_probe import probe_reference
+
+        self.devices.append(device)
+        if device != "cpu":
+            return {"ok": False, "reason": "oom", "error": "OutOfMemoryError: CUDA out of memory"}
+        return probe_reference(problem, device, cfg)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_probe_out_of_gpu_memory_runs_again_on_the_cpu(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from drkernel.problems import survey
+    from drkernel.problems.loaders import load_suite
+
+    worker = _GpuTooSmallWorker()
+    monkeypatch.setattr(survey, "ProbeWorker", lambda: worker)
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if p.name == "L1/1_Square"]
+    run_survey(square, SurveyConfig(device="cuda:0", nulls=("zeros",), backends=("eager",)),
+               tmp_path / "s.json", make_judge=_StubJudge)
+    row = load_survey(tmp_path / "s.json")["rows"][0]
+    assert worker.devices == ["cuda:0", "cpu"] and row["status"] == "ok"
+    assert row["reference"]["probe_device"] == "cpu" and row["reference"]["ok"]
+    assert "out of memory" in row["reference"]["gpu_probe_error"]
+
+
+class _RecordingJudge(_StubJudge):
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[EvalRequest] = []
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        self.requests.append(request)
+        return super().evaluate(request)
+
+
+def test_the_compile_timing_is_one_more_evaluation_with_the_compile_backend(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(torch.compile takes minutes on this CPU: what the survey asks of the judge is checked here.)"""
+    from drkernel.problems import survey
+    from drkernel.problems.loaders import load_suite
+
+    monkeypatch.setattr(survey, "ProbeWorker", _GpuTooSmallWorker)  # probes in this process on the CPU
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if p.name == "L1/1_Square"]
+    judge = _RecordingJudge()
+    run_survey(square, SurveyConfig(nulls=("zeros", "replay"), null_trials=3), tmp_path / "s.json",
+               make_judge=lambda: judge)
+    backends = [(r.task_id, r.options.reference_backend, r.options.num_correct_trials)
+                for r in judge.requests]
+    assert backends == [("survey:L1/1_Square:zeros", "eager", 3), ("survey:L1/1_Square:replay", "eager", 3),
+                        ("survey:L1/1_Square:timing:compile", "compile", 3)]
+    assert all(not r.options.profile for r in judge.requests)
+    row = load_survey(tmp_path / "s.json")["rows"][0]
+    assert row["timing"]["compile_error"] == "incorrect" and "judge_reference_compile" in row["findings"]
