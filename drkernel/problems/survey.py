@@ -394,24 +394,20 @@ def _record_device(judge: _Judge, data: dict[str, Any]) -> None:
     info = judge.device_info()
     data["device"] = {"kind": info.kind, "name": info.name, "interpreter": info.interpreter,
                       "torch_version": info.torch_version, "triton_version": info.triton_version}
-    from drkernel.sandbox import peak
+    from drkernel.sandbox.stages.timing import peak_cache_key
 
-    stored = judge.cache.get_json(judge.cache.key("peak", info.name, "device", info.torch_version, 0, 0,
-                                                  method=peak.METHOD))
+    stored = judge.cache.get_json(peak_cache_key(judge.cache, info.name, info.torch_version))
     if isinstance(stored, dict):
         data["peaks"] = {k: stored.get(k) for k in ("bandwidth_gbs", "tflops_fp32", "tflops_bf16")}
 
 
 def _judge_reference_stats(judge: _Judge, reference_code: str, opts: EvalOptions) -> TimingStats | None:
     """The judge's own timing of a reference, from its cache, under the key its timing stage uses
-    (sandbox/stages/timing.py: _reference_key); None when it did not time it."""
-    from drkernel.sandbox.stages.correctness import reference_hash
-    from drkernel.sandbox.stages.timing import REFERENCE_METHOD
+    (sandbox/stages/timing.cache_key); None when it did not time it."""
+    from drkernel.sandbox.stages.timing import cache_key
 
     info = judge.device_info()
-    total = opts.num_perf_trials or (100 if judge.cuda else 3)
-    key = judge.cache.key(reference_hash(reference_code), info.name, opts.reference_backend,
-                          info.torch_version, total, opts.num_warmup, 0.0, method=REFERENCE_METHOD)
+    key = cache_key(judge.cache, reference_code, info.name, info.torch_version, opts, judge.cuda)
     stats: TimingStats | None = judge.cache.get(key)
     return stats
 

@@ -37,10 +37,10 @@ from drkernel.sandbox.protocol import (
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.stages.correctness import reference_hash
 from drkernel.sandbox.stages.paper import paper_key, reference_paper_times
-from drkernel.types import SpeedOfLight, TimingStats
+from drkernel.types import EvalOptions, SpeedOfLight, TimingStats
 
-__all__ = ["checksum_issue", "disturbed", "kernel_timing", "per_call_ms", "reference_first", "reference_key",
-           "reference_timing", "timing_stats", "verify_checksums"]
+__all__ = ["cache_key", "checksum_issue", "disturbed", "kernel_timing", "peak_cache_key", "per_call_ms",
+           "reference_first", "reference_key", "reference_timing", "timing_stats", "verify_checksums"]
 
 # in the cache key: a change of method re-times every reference (v6: timed with no candidate alive)
 REFERENCE_METHOD = "windows-v6"
@@ -125,9 +125,14 @@ def _reference_identity(ctx: Context) -> tuple[str, str]:
 
 def reference_key(ctx: Context, cache: ReferenceTimingCache) -> str:
     device_name, torch_version = _reference_identity(ctx)
-    opts = ctx.opts
-    total = opts.num_perf_trials or (100 if ctx.cuda else 3)
-    return cache.key(reference_hash(ctx.request.reference_code), device_name, opts.reference_backend,
+    return cache_key(cache, ctx.request.reference_code, device_name, torch_version, ctx.opts, ctx.cuda)
+
+
+def cache_key(cache: ReferenceTimingCache, reference_code: str, device_name: str, torch_version: str,
+              opts: EvalOptions, cuda: bool) -> str:
+    """The key of a reference's windows in the timing cache (what `drkernel suite survey` reads)."""
+    total = opts.num_perf_trials or (100 if cuda else 3)
+    return cache.key(reference_hash(reference_code), device_name, opts.reference_backend,
                      torch_version, total, opts.num_warmup, 0.0, method=REFERENCE_METHOD)
 
 
@@ -412,7 +417,11 @@ def _speed_of_light(ctx: Context, cache: ReferenceTimingCache, ref: TimingStats,
 
 
 def _peak_key(ctx: Context, cache: ReferenceTimingCache) -> str:
-    device_name, torch_version = _reference_identity(ctx)
+    return peak_cache_key(cache, *_reference_identity(ctx))
+
+
+def peak_cache_key(cache: ReferenceTimingCache, device_name: str, torch_version: str) -> str:
+    """The key of the device's measured peaks in the timing cache."""
     return cache.key("peak", device_name, "device", torch_version, 0, 0, method=peak.METHOD)
 
 
