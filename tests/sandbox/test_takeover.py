@@ -102,3 +102,15 @@ def test_a_host_without_shared_memory_skips_the_span_and_says_why(monkeypatch: p
     monkeypatch.setattr(os, "memfd_create", no_memfd)
     reply = sealedwork.prepare(Box(), SealedPrepare(calls=2, seed=1))  # type: ignore[arg-type]
     assert reply.entries is None and "no shared memory" in (reply.why or ""), reply
+
+
+def test_an_honest_kernel_slowed_by_load_after_the_timing_stage_is_not_called_forged(judge: Judge) -> None:
+    """Load that arrives between the timing stage and the sealed span slows the span's calls, not the
+    windows timed before: the span's bound then exceeds the reported time. Before it calls that a
+    forgery, the judge times the windows again beside the next span (stages/sealed._windows_again).
+    (Seen under a loaded CI host: an honest 110_Cumsum flagged timer_mismatch, fresh-ci at 89e206e.)"""
+    r = run(judge, "slowed_from_the_span")
+    assert r.outcome is EvalOutcome.OK, (r.outcome, r.hacks, r.hack_details)
+    t = r.kernel_timing
+    assert t is not None and t.sealed_ms_per_call is not None
+    assert r.stage_s.get("sealed_span", 0.0) > 0.0
