@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import threading
 import time
 import warnings
@@ -336,7 +337,10 @@ def test_two_verl_steps_on_the_cpu_match_the_own_trainer(tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
 
-    server = ServerProcess(tmp_path / "judge.db", extra=["--workers", "1"], log_path=tmp_path / "judge.log")
+    # the sandbox judge isolates candidates as root (CI); elsewhere --insecure: the candidates are the
+    # project's own built-in kernels, the only code the tiny model's vocabulary can write
+    extra = ["--workers", "1", *([] if os.geteuid() == 0 else ["--insecure"])]
+    server = ServerProcess(tmp_path / "judge.db", extra=extra, log_path=tmp_path / "judge.log")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         server.start()
