@@ -18,7 +18,7 @@ it runs there:
 Replaced, because they need a GPU: the rollout server (here a tiny random-weights model built by the
 test, sampling with transformers' `generate`, answering as verl's LLMServerClient does), the actor
 worker group (here one process computing the log-probs with verl's logprobs_from_logits and the loss
-with verl's own ppo_loss, then an AdamW step; it reports a data-parallel size of 5 so that verl pads
+with verl's own ppo_loss, then an AdamW step; it reports a data-parallel size of 7 so that verl pads
 the batch), and the weight sync (the rollout shares the actor's weights, so it only advances the
 version). Step 2 has a judge error: one trajectory's second turn gets an infra_error result (injected
 at the executor seam), which aborts it, so the batch has an odd row count as well.
@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import os
 import threading
 import time
 import warnings
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -79,10 +81,12 @@ from drkernel.types import EvalOutcome, EvalResult
 from tests.rl.test_verl_recipe import _compose, _validate, recipe_overrides
 
 pytestmark = pytest.mark.slow
+log = logging.getLogger(__name__)
 
-N, TURNS, PROMPTS, DP = 3, 2, 2, 5  # 2 prompts x 3 samples x 2 turns = 12 rows; dp 5 pads them to 15
+N, TURNS, PROMPTS, DP = 4, 2, 2, 7  # 2 prompts x 4 samples x 2 turns = 16 rows; dp 7 pads them to 21
 RESPONSE = 8  # new tokens per turn
 FAULT_STEP = 2  # the step whose first trajectory's second turn meets a judge error
+SEED = 1  # the rollout sampling seed
 
 
 # -- the rollout server: a tiny random-weights model, transformers' generate --------------------------
@@ -92,13 +96,16 @@ class HFServer:
     def __init__(self, model, tok, seed: int = 0) -> None:
         self.model, self.tok, self.seed = model, tok, seed
         self.version = 0  # the weights' global step (the checkpoint manager advances it)
-        self.calls = 0
+        self.calls: dict[int, int] = {}  # per prompt: how often it was sampled
         self.lock = threading.Lock()
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
         with self.lock, torch.no_grad():
-            torch.manual_seed(self.seed * 100_003 + self.calls)
-            self.calls += 1
+            # seeded by the prompt and its count, not by arrival order: the sessions of one prompt run
+            # concurrently, so the step's answers are the same whatever order they arrive in
+            key = zlib.crc32(str(list(prompt_ids)).encode())
+            k = self.calls[key] = self.calls.get(key, -1) + 1
+            torch.manual_seed(self.seed * 1_000_003 + key + 7919 * k)
             temperature = float(sampling_params.get("temperature", 1.0))
             prompt = torch.tensor([list(prompt_ids)])
             out = self.model.generate(
@@ -366,6 +373,7 @@ def test_two_verl_steps_on_the_cpu_match_the_own_trainer(tmp_path, monkeypatch):
     # -- what verl ran --------------------------------------------------------------------------------
     assert [s["step"] for s in trainer.steps] == [1, 2]
     summary = [(r["step"], r["loss"], r["metrics"].get("drkernel/trained_rows")) for r in trainer.steps]
+    log.info("verl CPU run: (step, loss, trained rows) %s, %.0f s", summary, elapsed)
     # step 1 updates through verl's ppo_loss; a step whose groups all tie skips the update (both engines)
     assert summary[0][1] is not None and summary[0][2] > 0, summary
     assert all((loss is None) == (rows == 0) for _, loss, rows in summary), summary
@@ -431,7 +439,7 @@ def _run(cfg, model, tok, judge, envs):
     trainer.actor_rollout_wg = CpuActor(model, actor_cfg)
     trainer.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=[])
     trainer._get_n_gpus_for_throughput = lambda: 1  # verl counts the GPUs of its resource pools
-    rollout = HFServer(model, tok)
+    rollout = HFServer(model, tok, seed=SEED)
     trainer.checkpoint_manager = WeightSync(rollout)
     trainer.checkpoint_manager.sleep_replicas()
     trainer._load_checkpoint()
