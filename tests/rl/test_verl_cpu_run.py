@@ -143,7 +143,7 @@ class CpuActor:
 
     def __init__(self, model, actor_config) -> None:
         self.model, self.actor_config = model, actor_config
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         self._dispatch_info: dict = {}
         self.losses: list[float] = []
 
@@ -282,7 +282,7 @@ class RecordingTrainer(DrKernelTrainer):
 def _overrides(model_dir: Path, data: Path, judge_url: str) -> list[str]:
     keep = [o for o in recipe_overrides("run_8b.sh") if not o.startswith("+drkernel.")]
     drk = ",".join(f"'{o}'" for o in ["judge.executor=http", f"judge.server={judge_url}",
-                                      f"rollout.max_turns={TURNS}", "rl.dynamic_sampling.min_group_size=2",
+                                      f"rollout.max_turns={TURNS}", "rl.dynamic_sampling.enabled=false",
                                       "trainer.seed=3"])
     return [
         *keep, "+drkernel.recipe=debug_cpu", f"+drkernel.overrides=[{drk}]",
@@ -374,9 +374,12 @@ def test_two_verl_steps_on_the_cpu_match_the_own_trainer(tmp_path, monkeypatch):
     assert [s["step"] for s in trainer.steps] == [1, 2]
     summary = [(r["step"], r["loss"], r["metrics"].get("drkernel/trained_rows")) for r in trainer.steps]
     log.info("verl CPU run: (step, loss, trained rows) %s, %.0f s", summary, elapsed)
-    # step 1 updates through verl's ppo_loss; a step whose groups all tie skips the update (both engines)
-    assert summary[0][1] is not None and summary[0][2] > 0, summary
-    assert all((loss is None) == (rows == 0) for _, loss, rows in summary), summary
+    for r in trainer.steps:
+        ours = {k: v for k, v in r["metrics"].items() if k.startswith("drkernel/")}
+        log.info("step %d: %s", r["step"], ours)
+    # both steps update through verl's ppo_loss (the group filter is off: with 4 samples of a tiny random
+    # model, a step's last-turn rewards often all tie, and the filter would leave nothing to train)
+    assert all(loss is not None and rows > 0 for _, loss, rows in summary), summary
     assert judge.judged > 0 and len(judge.faults) == 1 and judge.faults[0].endswith(".0/t1")
     for record in trainer.steps:
         rows = record["rows"]
@@ -415,9 +418,6 @@ def test_two_verl_steps_on_the_cpu_match_the_own_trainer(tmp_path, monkeypatch):
             if own_mask.any():
                 assert_close(row["old_log_probs"].float(), own.old_logp[i, :k].float(), rtol=0, atol=1e-5)
                 any_signal |= bool(own.advantages[b, t] != 0)
-        if verl_loss is None:  # verl skipped the update: the own trainer trains nothing either
-            assert not own.loss_mask.any()
-            continue
         own_loss, _ = policy_loss(own.old_logp, own.old_logp, own.advantages.reshape(-1), own.loss_mask,
                                   own_cfg.rl.loss)
         assert_close(torch.tensor(verl_loss, dtype=torch.float64), own_loss.double().detach(),
