@@ -73,6 +73,7 @@ class KernelEnv:
         config: EnvConfig | None = None,
         *,
         sample: int = 0,
+        episode: str | None = None,
         model: str | None = None,
         count_tokens: Callable[[str], int] | None = None,
     ) -> None:
@@ -80,6 +81,10 @@ class KernelEnv:
         self.executor = executor
         self.config = config or EnvConfig()
         self.sample = sample
+        # task ids are `problem#sample/tN`, or `problem#episode.sample/tN` when one judge server sees
+        # the same problem and sample again (verl's later steps: a reused task id naming another kernel
+        # is refused by `drkernel serve` with HTTP 409)
+        self.episode = episode
         self.model = model
         self._templates = self.config.prompts.build()
         self._context = ContextManager(self.config.context, count_tokens)
@@ -203,6 +208,9 @@ class KernelEnv:
             evaluate_s=evaluate_s,
         )
 
+    def _episode_id(self) -> str:
+        return str(self.sample) if self.episode is None else f"{self.episode}.{self.sample}"
+
     def _evaluate(self, code: str, index: int) -> EvalResult:
         options = self.config.eval_options
         if options.entry_point != self.problem.entry_point:
@@ -211,7 +219,7 @@ class KernelEnv:
             reference_code=self.problem.reference_code,
             kernel_code=code,
             options=options,
-            task_id=f"{self.problem.name}#{self.sample}/t{index}",
+            task_id=f"{self.problem.name}#{self._episode_id()}/t{index}",
             problem_name=self.problem.name,
             shape_variants=self.problem.shape_variants if self.config.held_out else (),
         )

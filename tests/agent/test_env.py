@@ -37,6 +37,19 @@ def test_episode_runs_to_the_turn_budget_like_the_authors():
         env.step("more")
 
 
+def test_an_episode_id_keeps_task_ids_apart_across_steps():
+    """verl's later steps judge the same problem and sample again: the prompt's uid keeps the ids apart."""
+    ex = FakeExecutor()
+    ids = []
+    for episode in ("u1", "u2"):
+        env = KernelEnv(PROBLEM, ex, EnvConfig(max_turns=1), sample=2,
+                        episode=episode)
+        env.reset()
+        env.step(code("speedup=2.0"))
+        ids.append(ex.calls[-1].task_id)
+    assert ids == ["p#u1.2/t0", "p#u2.2/t0"]
+
+
 def test_no_code_turn_never_reaches_the_executor():
     ex = FakeExecutor()
     env = KernelEnv(PROBLEM, ex, EnvConfig(max_turns=2))

@@ -234,3 +234,22 @@ def test_verls_padding_rows_take_no_part_in_the_step(store, dp):
         assert not store.rows[key]["response_mask"].any() and not store.rows[key]["loss_mask"].any()
         assert not store.rows[key]["advantages"].any()
     _metrics(trainer, out, metrics)
+
+
+def test_judge_task_ids_do_not_repeat_across_steps(store, monkeypatch):
+    """Each step's prompt uid is in the judge's task ids: `drkernel serve` refuses (HTTP 409) an id
+    that names another kernel, which tests/rl/test_verl_cpu_run.py met in its second step."""
+    import drkernel.rl.verl.agent_loop as agent_loop_module
+    from drkernel.executors.fake import FakeExecutor
+
+    judge = FakeExecutor()
+    monkeypatch.setattr(agent_loop_module, "shared_executor", lambda cfg: judge)
+    model, tok = _tiny()
+    problem = _problem("A")
+    for uid in ("step1-uid", "step2-uid"):
+        row = {"extra_info": {"problem": {"name": "A", "reference_code": problem.reference_code}},
+               "uid": uid, "session_id": 0, "raw_prompt": [], "global_steps": STEP}
+        loop = _agent_loop(_config(), tok, Server(tok, ["good", "bad"]))
+        asyncio.run(loop.run({"temperature": 1.0}, **row))
+    assert [c.task_id for c in judge.calls] == [
+        "A#step1-uid.0/t0", "A#step1-uid.0/t1", "A#step2-uid.0/t0", "A#step2-uid.0/t1"]

@@ -129,7 +129,8 @@ class KernelAgentLoop(AgentLoopBase):
         problem = problem_from_row(kwargs)
         session = int(kwargs.get("session_id", 0))
         uid = str(kwargs.get("uid", problem.name))
-        env = KernelEnv(problem, shared_executor(self.run_cfg), self.env_config, sample=session,
+        # verl's uid is fresh for each prompt of each step: the judge's task ids never repeat across steps
+        env = KernelEnv(problem, shared_executor(self.run_cfg), self.env_config, sample=session, episode=uid,
                         count_tokens=self._count_tokens)
         env.reset()
         messages = [dict(m) for m in env.observation]
