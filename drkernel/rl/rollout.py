@@ -260,13 +260,17 @@ def collect_rollouts(
     concurrency: int = 32,
     on_turn: Callable[[int, int], None] | None = None,
     progress: Progress | None = None,
+    episode: str | None = None,
 ) -> RolloutBatch:
     """Run n episodes per problem to their end (max_turns unless an episode fails).
 
     `progress` shows each turn's generation and judging (with the time left) as they happen.
+    `episode` goes into every judge task id (`problem#episode.sample/tN`): a trainer gives each round of
+    each step its own, so that a judge server (which refuses a task id it holds with another body) never
+    sees one twice.
     """
     envs = [
-        KernelEnv(p, executor, env_config, sample=s, count_tokens=sampler.count_tokens)
+        KernelEnv(p, executor, env_config, sample=s, count_tokens=sampler.count_tokens, episode=episode)
         for p in problems
         for s in range(n)
     ]

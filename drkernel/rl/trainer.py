@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,6 +73,9 @@ class Trainer:
     def __init__(self, config: RunConfig, run_dir: str | Path, *, progress: Progress | None = None,
                  **parts: Any) -> None:
         self.config = config
+        # in every judge task id, with the step and round: a run resumed in the same step, or another
+        # run against the same judge server, never reuses an id (the server refuses one with a new body)
+        self._run_tag = secrets.token_hex(3)
         # silent unless given one (the CLI gives one on stderr)
         self.progress = progress if progress is not None else Progress(enabled=False)
         self.run_dir = Path(run_dir)
@@ -179,7 +183,7 @@ class Trainer:
             batch = collect_rollouts(
                 self._next_prompts(want), self.sampler, self.executor, n=ro.n,
                 env_config=self.env_config, sampling=sampling, concurrency=ro.concurrency,
-                progress=self.progress,
+                progress=self.progress, episode=f"{self._run_tag}.s{step}r{r}",
             )
             rounds.append(batch)
             survivors += int(self._groups_ok(batch).sum().item())

@@ -49,3 +49,27 @@ def test_an_overlong_prompt_ends_the_rollout_episode():
     assert sampler.asked == [0, 0, 1, 1, 2]
     empty = [s for s in batch.samples if s.traj == 0 and s.turn == 1]
     assert len(empty) == 1 and empty[0].response_ids == []
+
+
+def test_each_rollout_round_gets_task_ids_of_its_own():
+    """A judge server refuses a task id it already holds with another body (409): the trainer gives
+    every round of every step its own episode tag, and the ids carry it."""
+    from drkernel.executors.fake import FakeExecutor as Fake
+
+    class Recording(Fake):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ids: list[str] = []
+
+        def evaluate(self, requests):  # noqa: ANN001, ANN201
+            self.ids += [r.task_id for r in requests]
+            return super().evaluate(requests)
+
+    problems = [Problem(name="p", reference_code=REF)]
+    ex = Recording()
+    for tag in ("ab12cd.s1r0", "ab12cd.s2r0"):
+        collect_rollouts(problems, OverlongAtTurn(at=99), ex, n=2, env_config=EnvConfig(max_turns=2),
+                         sampling=SamplingParams(), episode=tag)
+    assert len(ex.ids) == 8 and len(set(ex.ids)) == 8, ex.ids
+    assert "p#ab12cd.s1r0.0/t0" in ex.ids and "p#ab12cd.s2r0.1/t1" in ex.ids
+
