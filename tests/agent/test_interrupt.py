@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent.agent_fixtures import RELU_REF, answer, relu_kernel
-from tests.processes import running
+from tests.processes import running, terminal_signals
 
 pytest.importorskip("drkernel.sandbox.judge")
 pytestmark = pytest.mark.slow
@@ -51,6 +51,7 @@ def test_ctrl_c_stops_bench_at_once_and_names_the_command_that_resumes(chat_serv
             "--executor", "local", "--device", "cpu", "--workers", "1", "--perf-trials", "2"]
     # a terminal's Ctrl-C: SIGINT to the whole foreground process group (the judges are in it)
     proc = subprocess.Popen([sys.executable, "-m", "drkernel.cli", *argv], cwd=ROOT, start_new_session=True,
+                            preexec_fn=terminal_signals,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240

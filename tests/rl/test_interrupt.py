@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import terminal_signals
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,6 +25,7 @@ def test_ctrl_c_says_the_command_that_resumes(tmp_path):
     argv = ["train", "rl", "--recipe", "debug_cpu", "--run-dir", str(run), "--set", "trainer.steps=50",
             "--set", "trainer.validate_every=0", "--set", "judge.executor=fake"]
     proc = subprocess.Popen([sys.executable, "-m", "drkernel.cli", *argv], cwd=ROOT, start_new_session=True,
+                            preexec_fn=terminal_signals,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 240)
