@@ -51,6 +51,8 @@ PAPER_PERF_TRIALS = 10  # docs/paper_spec.md §3.2: timed calls in the released 
 AGENT_EXECUTORS = ("local", "http", "fake")  # --executor: the EXECUTORS (executors/build.py) judged through
 
 
+MAX_TOKENS = 8192  # --max-tokens' default: the authors' eval answer length (docs/paper_spec.md §11)
+
 def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--model", required=True, help="model name (openai) or local path (hf)")
@@ -60,7 +62,7 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g.add_argument("--tokenizer", help="local tokenizer path for exact prompt token counts")
     g.add_argument("--temperature", type=float, default=1.0)
     g.add_argument("--top-p", type=float, default=0.95)
-    g.add_argument("--max-tokens", type=int, default=8192, help="generated tokens per turn")
+    g.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="generated tokens per turn")
     g.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
     g = p.add_argument_group("episode")
     g.add_argument("--turns", type=int, default=None,
@@ -149,7 +151,7 @@ def max_model_len(args: argparse.Namespace) -> int | None:
     budget = prompt_budget(args)
     if _protocol(args) != "paper" or budget is None:
         return None
-    return budget + int(args.max_tokens)
+    return budget + int(getattr(args, "max_tokens", None) or MAX_TOKENS)
 
 
 def reward_preset(args: argparse.Namespace) -> str:

@@ -351,6 +351,8 @@ def test_two_verl_steps_on_the_cpu_match_the_own_trainer(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         server.start()
+        if ray.is_initialized():  # an earlier test of the session left its Ray up (the executors' fixture)
+            ray.shutdown()
         ray.init(address="local", num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False,
                  log_to_driver=False)
         try:
