@@ -389,20 +389,23 @@ class Sandbox:
         times: list[float] = []
         t_end = _perf() + warmup_s
         while len(times) < max(warmup, 2) or (_perf() < t_end and len(times) < 10000):
-            start, end = self._clock()
-            if self.cuda:
-                self._record(start)
-                self._forward(inputs)
-                self._record(end)
-                self._sync()
-                times.append(self._elapsed(start, end))
-            else:
-                t0 = _perf()
-                self._forward(inputs)
-                times.append((_perf() - t0) * 1e3)
+            times.append(self._timed_call(inputs))
         self.recorder.take()
         times.sort()
         return times[len(times) // 2], len(times)
+
+    def _timed_call(self, inputs: list[Any]) -> float:
+        """One forward timed alone (ms): events around it and a sync after it; the host clock on the CPU."""
+        if not self.cuda:
+            t0 = _perf()
+            self._forward(inputs)
+            return (_perf() - t0) * 1e3
+        start, end = self._clock()
+        self._record(start)
+        self._forward(inputs)
+        self._record(end)
+        self._sync()
+        return float(self._elapsed(start, end))
 
     def _capture(self, inputs: list[Any]) -> str | None:
         """One CUDA graph of the whole window; None when captured, else why not (eager then)."""
@@ -533,25 +536,13 @@ class Sandbox:
     def paper_time(self, msg: P.PaperTime) -> P.PaperTimeReply | P.ErrorReply:
         """The authors' timing: `warmup` calls, then each of `calls` calls timed alone on the same
         inputs (events around the call and a sync after it; on the CPU the host clock)."""
-        times: list[float] = []
         try:
             with torch.no_grad():
                 inputs = self._fresh_inputs(msg.seed)
                 for _ in range(max(0, msg.warmup)):
                     self._forward(inputs)
                 self._sync()
-                for _ in range(max(1, msg.calls)):
-                    start, end = self._clock()
-                    if self.cuda:
-                        self._record(start)
-                        self._forward(inputs)
-                        self._record(end)
-                        self._sync()
-                        times.append(float(self._elapsed(start, end)))
-                    else:
-                        t0 = _perf()
-                        self._forward(inputs)
-                        times.append((_perf() - t0) * 1e3)
+                times = [self._timed_call(inputs) for _ in range(max(1, msg.calls))]
             self.recorder.take()
         except BaseException as exc:  # noqa: BLE001
             return _error(_classify_forward_error(exc), exc)

@@ -68,7 +68,8 @@ def paper_timing(ctx: Context, cache: ReferenceTimingCache, reference_key: str) 
         reply = ctx.channel.cand(PaperTime(seed=ctx.rng.randrange(1 << 30), warmup=ctx.opts.num_warmup,
                                            calls=PAPER_CALLS), PaperTimeReply)
     times = [float(t) for t in reply.times_ms]
-    kernel_ms = round_sig(statistics.fmean(times))
+    mean = statistics.fmean(times)
+    kernel_ms = round_sig(mean)
     reference_ms = round_sig(statistics.fmean(ref_times))
     result.paper_timing = PaperTiming(
         kernel_ms=kernel_ms, reference_ms=reference_ms,
@@ -76,9 +77,9 @@ def paper_timing(ctx: Context, cache: ReferenceTimingCache, reference_key: str) 
         warmup=ctx.opts.num_warmup, calls=len(times), kernel_times_ms=times, reference_times_ms=ref_times,
         reference_measured_alone=alone)
     bound = result.kernel_timing.sealed_ms_per_call
-    if bound and statistics.fmean(times) < PAPER_FACTOR * bound:
+    if bound and mean < PAPER_FACTOR * bound:
         ctx.verdict.hack(HackCode.TIMER_MISMATCH,
-                         f"the sandbox reported {statistics.fmean(times):.4f} ms a call for the paper "
+                         f"the sandbox reported {mean:.4f} ms a call for the paper "
                          f"protocol's timed calls; the judge's side saw a call take no less than "
                          f"{bound:.4f} ms")
         ctx.verdict.stop_if_failed()

@@ -52,6 +52,7 @@ from drkernel.sandbox.stages.timing import (
     CONFIRM_RUNS,
     checked_calls,
     checksum_issue,
+    low_quartile,
     per_call_ms,
     verify_checksums,
 )
@@ -168,10 +169,7 @@ def _windows_again(ctx: Context) -> float:
                          f"{windows} windows")
     verify_checksums(ctx, seeds, wseeds, reply.checksums, "timed window", None, checked_calls(windows, calls))
     ctx.verdict.stop_if_failed()
-    per_call = sorted(w / calls for w in reply.window_ms)
-    if not per_call:
-        return 0.0
-    return statistics.quantiles(per_call, n=4, method="inclusive")[0] if len(per_call) > 1 else per_call[0]
+    return low_quartile([w / calls for w in reply.window_ms]) if reply.window_ms else 0.0
 
 
 def _check_outputs(ctx: Context, taken: SealedTakeReply) -> None:

@@ -39,8 +39,9 @@ from drkernel.sandbox.stages.correctness import reference_hash
 from drkernel.sandbox.stages.paper import paper_key, reference_paper_times
 from drkernel.types import EvalOptions, SpeedOfLight, TimingStats
 
-__all__ = ["cache_key", "checksum_issue", "disturbed", "kernel_timing", "peak_cache_key", "per_call_ms",
-           "reference_first", "reference_key", "reference_timing", "timing_stats", "verify_checksums"]
+__all__ = ["cache_key", "checksum_issue", "disturbed", "kernel_timing", "low_quartile", "peak_cache_key",
+           "per_call_ms", "reference_first", "reference_key", "reference_timing", "timing_stats",
+           "verify_checksums"]
 
 # in the cache key: a change of method re-times every reference (v6: timed with no candidate alive)
 REFERENCE_METHOD = "windows-v6"
@@ -67,7 +68,7 @@ def timing_stats(event_ms: list[float], host_ms: list[float] | None = None) -> T
     it overlaps, and the lower quartile stands while up to three quarters of the windows are hit, where
     the median moved by 12-45 % in 4 of 20 evaluations under load (run AL)."""
     return TimingStats(
-        low_quartile_ms=_low_quartile(event_ms),
+        low_quartile_ms=low_quartile(event_ms),
         median_ms=statistics.median(event_ms),
         mean_ms=statistics.fmean(event_ms),
         std_ms=statistics.pstdev(event_ms) if len(event_ms) > 1 else 0.0,
@@ -78,7 +79,7 @@ def timing_stats(event_ms: list[float], host_ms: list[float] | None = None) -> T
     )
 
 
-def _low_quartile(values: list[float]) -> float:
+def low_quartile(values: list[float]) -> float:
     return statistics.quantiles(values, n=4, method="inclusive")[0] if len(values) > 1 else values[0]
 
 
@@ -208,7 +209,7 @@ def _time_reference(ctx: Context) -> TimingStats:
         time.sleep(RERUN_PAUSE_S)
         with timing_lock(ctx.device, "reference_timing"):
             runs.append(_reference_run(ctx, windows, calls))
-    reply, external_ms = min(runs, key=lambda r: _low_quartile(r[0].window_ms))
+    reply, external_ms = min(runs, key=lambda r: low_quartile(r[0].window_ms))
     stats = _window_stats(reply, prep, calls, windows, external_ms)
     stats.confirm_runs = len(runs)
     stats.disturbed_runs = set_aside
@@ -292,7 +293,7 @@ def kernel_timing(ctx: Context, cache: ReferenceTimingCache) -> None:
             break
         set_aside += 1
     if passed:  # the steadiest run that passed (every other was disturbed)
-        reply, external_ms = min(passed, key=lambda p: _low_quartile(p[0].window_ms))
+        reply, external_ms = min(passed, key=lambda p: low_quartile(p[0].window_ms))
     stats = _window_stats(reply, prep, calls, windows, external_ms)
     stats.confirm_runs = run + 1
     stats.disturbed_runs = set_aside
