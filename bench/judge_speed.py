@@ -71,7 +71,7 @@ class ModelNew(nn.Module):
 
 def graph_ratio(rows: int, cols: int) -> float | None:
     """The device-time ratio by CUDA-graph replay in a separate process (bench/probes/timing_probe.py)."""
-    probe = Path(__file__).with_name("timing_probe.py")
+    probe = Path(__file__).parent / "probes" / "timing_probe.py"
     out = Path(tempfile.mkdtemp()) / "g.json"
     cp = subprocess.run([sys.executable, str(probe), "--procs", "3", "--shapes", f"{rows}x{cols}",
                          "--methods", "graph", "--json", str(out)],
