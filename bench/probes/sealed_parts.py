@@ -9,7 +9,7 @@ import sys
 
 def main() -> int:
     data = json.load(open(sys.argv[1]))
-    keys = ("gap_ms", "null_ms", "copy_ms", "own_ms", "fill_ms", "take_ms")
+    keys = ("gap_ms", "null_ms", "copy_ms", "own_ms", "fill_ms", "take_ms", "stage_ms")
     print(f"{'problem':40s} {'calls':>5s} " + " ".join(f"{k:>9s}" for k in keys)
           + f" {'bound':>9s} {'reported':>9s} {'ratio':>6s} {'host':>8s}")
     for r in data["results"]:

@@ -287,11 +287,21 @@ class SealedMap(Request):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class SealedStage(Request):
+    """Reference: build the inputs of `seeds` (one per call) in its own memory, for the next fill. Run
+    outside the device's timing lock: none of it is timed."""
+
+    OP: ClassVar[str] = "sealed_stage"
+    seeds: list[int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class SealedFill(Request):
-    """Reference: build the inputs of `seeds` (one per call), then copy them into the region."""
+    """Reference: overwrite the region's outputs, copy the staged inputs into it, and read the clock
+    once they are there; with `null`, only read the clock (a null span's start)."""
 
     OP: ClassVar[str] = "sealed_fill"
-    seeds: list[int]
+    null: bool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -303,11 +313,20 @@ class SealedRun(Request):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SealedTake(Request):
-    """Reference: copy the region's outputs out at once; then, where `wseeds` is given, checksum them
-    and its own outputs of the filled inputs with them (one weight seed per call)."""
+    """Reference: read the clock, then, with `keep`, copy the region's outputs out at once and keep
+    them for the next check (a null span's end keeps nothing)."""
 
     OP: ClassVar[str] = "sealed_take"
-    wseeds: list[int] | None
+    keep: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SealedCheck(Request):
+    """Reference: checksum the outputs the last take kept and its own outputs of the staged inputs,
+    with `wseeds` (one weight seed per call). Outside the timing lock, like the stage."""
+
+    OP: ClassVar[str] = "sealed_check"
+    wseeds: list[int]
 
 
 # -- replies --------------------------------------------------------------------------------------
@@ -491,6 +510,11 @@ class SealedMapReply(Reply):
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SealedStageReply(Reply):
+    stage_ms: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SealedFillReply(Reply):
     """`filled_at`: the reference's monotonic clock (s) once the inputs were in the region."""
 
@@ -511,6 +535,12 @@ class SealedTakeReply(Reply):
 
     taken_at: float
     take_ms: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SealedCheckReply(Reply):
+    """Per call, the checksums of the outputs taken out of the region and of the reference's own."""
+
     taken: list[Any]
     own: list[Any]
 
@@ -520,10 +550,12 @@ REPLIES: dict[str, type[Reply]] = {"load": LoadReply, "run": RunReply, "modes": 
                                    "checksums": ChecksumsReply, "profile": ProfileReply, "peak": PeakReply,
                                    "sealed_prepare": SealedPrepareReply, "sealed_map": SealedMapReply,
                                    "sealed_fill": SealedFillReply, "sealed_run": SealedRunReply,
-                                   "sealed_take": SealedTakeReply, "paper_time": PaperTimeReply}
+                                   "sealed_take": SealedTakeReply, "sealed_stage": SealedStageReply,
+                                   "sealed_check": SealedCheckReply, "paper_time": PaperTimeReply}
 REQUESTS: dict[str, type[Request]] = {c.OP: c for c in (Load, Run, Modes, BenchPrepare, BenchRun, Checksums,
                                                         Profile, Peak, SealedPrepare, SealedMap, SealedFill,
-                                                        SealedRun, SealedTake, PaperTime)}
+                                                        SealedRun, SealedTake, SealedStage, SealedCheck,
+                                                        PaperTime)}
 
 
 def parse_reply(request: Request, data: dict[str, Any]) -> Reply | ErrorReply:

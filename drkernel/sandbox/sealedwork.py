@@ -1,7 +1,8 @@
 """Inside the sandboxes: the sealed span's ops (stages/sealed.py says what the judge makes of them).
 
-The reference's sandbox (which never sees candidate code) makes the shared region, fills each call's
-inputs into it and takes the outputs back out, with its own clock at both ends. The candidate's
+The reference's sandbox (which never sees candidate code) makes the shared region, stages each call's
+inputs in its own memory, fills them into the region and takes the outputs back out, with its own
+clock at both ends, and checks what it took afterwards. The candidate's
 sandbox maps the region and, told to, runs its forward on the inputs there and copies the outputs
 there: the one part of the span that is its own.
 """
@@ -44,12 +45,13 @@ class _Span:
             else:
                 raise ValueError(f"a shared tensor of kind {e.kind!r}")
         self.staged: list[list[Any]] = []
+        self.taken: list[list[torch.Tensor]] = []  # the reference's: the last kept take, until checked
         self.graph: Any = None
         self.work: Any = None  # the candidate's: one run of the span's calls
 
     def close(self) -> None:
         self.graph = None
-        self.ins, self.outs, self.staged = [], [], []
+        self.ins, self.outs, self.staged, self.taken = [], [], [], []
         self.region.close()
 
 
@@ -129,11 +131,25 @@ def _copy_ms(box: Sandbox, span: _Span, outs: list[torch.Tensor]) -> float:
     return box._elapsed(start, end)
 
 
-def fill(box: Sandbox, msg: P.SealedFill) -> P.SealedFillReply:
+def stage(box: Sandbox, msg: P.SealedStage) -> P.SealedStageReply:
+    """The next fill's inputs, built in the reference's own memory (the candidate cannot see them)."""
     span = _span_of(box)
     if len(msg.seeds) != len(span.ins):
         raise ValueError(f"{len(msg.seeds)} seeds for {len(span.ins)} calls")
-    span.staged = [box._fresh_inputs(s) for s in msg.seeds]  # built before the clock starts
+    t0 = _perf()
+    span.staged = [box._fresh_inputs(s) for s in msg.seeds]
+    span.taken = []
+    box._sync()
+    return P.SealedStageReply(stage_ms=(_perf() - t0) * 1e3)
+
+
+def fill(box: Sandbox, msg: P.SealedFill) -> P.SealedFillReply:
+    span = _span_of(box)
+    if msg.null:  # a null span's start: the same sync and clock, nothing moved
+        box._sync()
+        return P.SealedFillReply(filled_at=_perf(), fill_ms=0.0)
+    if len(span.staged) != len(span.ins):
+        raise RuntimeError("no inputs staged for this fill")
     for outs in span.outs:  # last span's outputs are gone: whatever is there now was written now
         for t in outs:
             t.reshape(-1).view(torch.uint8).fill_(0xFF)
@@ -150,17 +166,25 @@ def fill(box: Sandbox, msg: P.SealedFill) -> P.SealedFillReply:
 def take(box: Sandbox, msg: P.SealedTake) -> P.SealedTakeReply:
     t0 = _perf()  # first: the span ends when the reference starts taking
     span = _span_of(box)
-    taken = [[t.clone() for t in outs] for outs in span.outs]
+    if not msg.keep:
+        return P.SealedTakeReply(taken_at=t0, take_ms=0.0)
+    span.taken = [[t.clone() for t in outs] for outs in span.outs]
     box._sync()
-    take_ms = (_perf() - t0) * 1e3
-    if msg.wseeds is None:
-        return P.SealedTakeReply(taken_at=t0, take_ms=take_ms, taken=[], own=[])
+    return P.SealedTakeReply(taken_at=t0, take_ms=(_perf() - t0) * 1e3)
+
+
+def check(box: Sandbox, msg: P.SealedCheck) -> P.SealedCheckReply:
+    """The kept outputs and the reference's own of the staged inputs, checksummed with `wseeds`."""
+    span = _span_of(box)
+    taken, span.taken = span.taken, []
+    if not taken or len(span.staged) != len(taken):
+        raise RuntimeError("no outputs taken to check")
     if len(msg.wseeds) != len(taken):
         raise ValueError(f"{len(msg.wseeds)} weight seeds for {len(taken)} calls")
     with torch.no_grad():
         own = [harness.flatten_outputs(box._forward(x))[1] for x in span.staged]
-    return P.SealedTakeReply(taken_at=t0, take_ms=take_ms, taken=harness.checksums(taken, msg.wseeds),
-                             own=harness.checksums(own, msg.wseeds))
+    return P.SealedCheckReply(taken=harness.checksums(taken, msg.wseeds),
+                              own=harness.checksums(own, msg.wseeds))
 
 
 def _span_of(box: Sandbox) -> _Span:
@@ -253,5 +277,6 @@ def run(box: Sandbox, msg: P.SealedRun) -> P.SealedRunReply:
     return P.SealedRunReply(own_ms=own_ms)
 
 
-OPS: dict[str, Any] = {"sealed_prepare": prepare, "sealed_fill": fill, "sealed_take": take,
-                       "sealed_map": map_region, "sealed_run": run}
+OPS: dict[str, Any] = {"sealed_prepare": prepare, "sealed_stage": stage, "sealed_fill": fill,
+                       "sealed_take": take, "sealed_check": check, "sealed_map": map_region,
+                       "sealed_run": run}

@@ -6,12 +6,12 @@ also covers the inputs the sandbox fills and the checksums it takes, work a nati
 shorten. Here nothing of that is the candidate's:
 
 1. the reference's sandbox makes memory both sandboxes map (sandbox/sharedmem.py) and, per span,
-   builds fresh inputs for `calls` calls and copies them in; its clock reads `filled_at` when they
-   are there;
+   builds fresh inputs for `calls` calls in its own memory, then copies them in; its clock reads
+   `filled_at` when they are there;
 2. the candidate's sandbox runs its forward on them, each call's outputs copied into the region;
-3. the reference's sandbox reads its clock (`taken_at`) and copies the outputs out at once, then
-   checks them against its own outputs of the same inputs (a wrong or unfinished output is
-   `replayed_output`).
+3. the reference's sandbox reads its clock (`taken_at`) and copies the outputs out at once; after
+   the span, it checks them against its own outputs of the same inputs (a wrong or unfinished
+   output is `replayed_output`).
 
 `taken_at - filled_at` is the candidate's work plus four hops between processes. The reference's
 own round trip, with nothing between fill and take, costs two of them (`null`); the candidate's
@@ -33,10 +33,12 @@ import statistics
 
 from drkernel.hacks import HackCode
 from drkernel.sandbox.channel import Context
-from drkernel.sandbox.devicelock import timing_lock
+from drkernel.sandbox.devicelock import gpu_work, timing_lock
 from drkernel.sandbox.protocol import (
     BenchRun,
     BenchRunReply,
+    SealedCheck,
+    SealedCheckReply,
     SealedFill,
     SealedFillReply,
     SealedMap,
@@ -45,6 +47,8 @@ from drkernel.sandbox.protocol import (
     SealedPrepareReply,
     SealedRun,
     SealedRunReply,
+    SealedStage,
+    SealedStageReply,
     SealedTake,
     SealedTakeReply,
 )
@@ -94,17 +98,20 @@ def sealed_span(ctx: Context) -> None:
     out_bytes = int(ctx.output_bytes or 0)
     calls = span_calls(ctx.cuda, per_call_ms(ref), int(ref.input_bytes or 0) + out_bytes)
     channel = ctx.channel
-    prep = channel.ref(SealedPrepare(calls=calls, seed=ctx.rng.randrange(1 << 30)), SealedPrepareReply)
-    if prep.entries is None:
-        kernel.sealed_skipped = prep.why or "not laid out"
-        return
-    fd = channel.ref_proc.receive_fd(channel.deadline)
-    try:
-        channel.cand_proc.send_fd(fd)
-    finally:
-        os.close(fd)
-    channel.cand(SealedMap(entries=prep.entries, size=prep.size, seed=ctx.rng.randrange(1 << 30)),
-                 SealedMapReply)
+    # the region, the copies' timing and the candidate's span graph: device work beside which no other
+    # judge's window runs (held shared)
+    with gpu_work(ctx.device, "sealed_prepare"):
+        prep = channel.ref(SealedPrepare(calls=calls, seed=ctx.rng.randrange(1 << 30)), SealedPrepareReply)
+        if prep.entries is None:
+            kernel.sealed_skipped = prep.why or "not laid out"
+            return
+        fd = channel.ref_proc.receive_fd(channel.deadline)
+        try:
+            channel.cand_proc.send_fd(fd)
+        finally:
+            os.close(fd)
+        channel.cand(SealedMap(entries=prep.entries, size=prep.size, seed=ctx.rng.randrange(1 << 30)),
+                     SealedMapReply)
     claimed = per_call_ms(kernel) * calls
     bound = 0.0
     for run in range(CONFIRM_RUNS):
@@ -130,29 +137,40 @@ def sealed_span(ctx: Context) -> None:
 
 def _run(ctx: Context, calls: int) -> dict[str, float]:
     """SPANS spans of the candidate's, each after a null one: the smallest gap and the median null
-    (ms); and, for the record, the fill's and take's own times and what the candidate says of its
-    span (`own_ms`, never part of the bound)."""
+    (ms); and, for the record, the stage's, fill's and take's own times and what the candidate says of
+    its span (`own_ms`, never part of the bound).
+
+    Only the null and the span itself hold the device exclusively (about 10 ms at 2048^2, 128
+    calls). Building the next inputs and checking the outputs taken (the reference's own forward of
+    every call and the checksums: most of a span's work) hold it shared: no other judge's timing
+    window runs beside them, yet they keep no window waiting while a span is timed."""
     ref, cand = ctx.channel.ref, ctx.channel.cand
     gaps: list[float] = []
     nulls: list[float] = []
+    stages: list[float] = []
     fills: list[float] = []
     takes: list[float] = []
     owns: list[float] = []
-    with timing_lock(ctx.device, "sealed"):
-        for _ in range(SPANS):
-            filled = ref(SealedFill(seeds=ctx.fresh(1, calls)[0]), SealedFillReply)
-            taken = ref(SealedTake(wseeds=None), SealedTakeReply)
+    for _ in range(SPANS):
+        with gpu_work(ctx.device, "sealed_stage"):
+            stages.append(ref(SealedStage(seeds=ctx.fresh(1, calls)[0]), SealedStageReply).stage_ms)
+        wseeds = ctx.fresh(1, calls)[0]
+        with timing_lock(ctx.device, "sealed"):
+            filled = ref(SealedFill(null=True), SealedFillReply)
+            taken = ref(SealedTake(keep=False), SealedTakeReply)
             nulls.append((taken.taken_at - filled.filled_at) * 1e3)
-            filled = ref(SealedFill(seeds=ctx.fresh(1, calls)[0]), SealedFillReply)
+            filled = ref(SealedFill(null=False), SealedFillReply)
             owns.append(cand(SealedRun(), SealedRunReply).own_ms)
-            wseeds = ctx.fresh(1, calls)[0]
-            taken = ref(SealedTake(wseeds=wseeds), SealedTakeReply)
-            gaps.append((taken.taken_at - filled.filled_at) * 1e3)
-            fills.append(filled.fill_ms)
-            takes.append(taken.take_ms)
-            _check_outputs(ctx, taken)
+            taken = ref(SealedTake(keep=True), SealedTakeReply)
+        gaps.append((taken.taken_at - filled.filled_at) * 1e3)
+        fills.append(filled.fill_ms)
+        takes.append(taken.take_ms)
+        with gpu_work(ctx.device, "sealed_check"):
+            checked = ref(SealedCheck(wseeds=wseeds), SealedCheckReply)
+        _check_outputs(ctx, checked)
     return {"gap_ms": min(gaps), "null_ms": statistics.median(nulls), "fill_ms": statistics.median(fills),
-            "take_ms": statistics.median(takes), "own_ms": statistics.median(owns)}
+            "take_ms": statistics.median(takes), "own_ms": statistics.median(owns),
+            "stage_ms": statistics.median(stages)}
 
 
 def _windows_again(ctx: Context) -> float:
@@ -172,7 +190,7 @@ def _windows_again(ctx: Context) -> float:
     return low_quartile([w / calls for w in reply.window_ms]) if reply.window_ms else 0.0
 
 
-def _check_outputs(ctx: Context, taken: SealedTakeReply) -> None:
+def _check_outputs(ctx: Context, taken: SealedCheckReply) -> None:
     """Every call's outputs, as taken out of the region, against the reference's own."""
     if len(taken.taken) != len(taken.own):
         ctx.verdict.hack(HackCode.REPLAYED_OUTPUT, "the sealed span's outputs are missing")
