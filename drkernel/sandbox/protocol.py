@@ -322,11 +322,10 @@ class SealedTake(Request):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SealedCheck(Request):
-    """Reference: checksum the outputs the last take kept and its own outputs of the staged inputs,
-    with `wseeds` (one weight seed per call). Outside the timing lock, like the stage."""
+    """Reference: compare the outputs the last take kept with its own outputs of the staged inputs.
+    Outside the timing lock, like the stage."""
 
     OP: ClassVar[str] = "sealed_check"
-    wseeds: list[int]
 
 
 # -- replies --------------------------------------------------------------------------------------
@@ -539,10 +538,11 @@ class SealedTakeReply(Reply):
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SealedCheckReply(Reply):
-    """Per call, the checksums of the outputs taken out of the region and of the reference's own."""
+    """Per call, per output: [||taken - reference's||, ||reference's||] (the first -1 where their NaN
+    and Inf entries differ); `dtypes`: each output's dtype."""
 
-    taken: list[Any]
-    own: list[Any]
+    diffs: list[list[list[float]]]
+    dtypes: list[str]
 
 
 REPLIES: dict[str, type[Reply]] = {"load": LoadReply, "run": RunReply, "modes": ModesReply,

@@ -472,11 +472,17 @@ def checksum_issue(want: list[Any], got: Any, slack: float) -> str | None:
             s_w, q_w, s_g = float(w[2]), float(w[3]), float(g[2])
         except (TypeError, ValueError):
             return f"output {k}: malformed checksum"
-        bound = _CHECKSUM_BOUNDS.get(str(w[1]), 0.0)
-        tol = 6.0 * max(bound, 2.0 * slack) * math.sqrt(max(q_w, 0.0)) + 1e-6 * (abs(s_w) + 1.0)
+        tol = output_tolerance(str(w[1]), slack, math.sqrt(max(q_w, 0.0))) + 1e-6 * abs(s_w)
         if not math.isfinite(s_g) or abs(s_g - s_w) > tol:
             return f"output {k}: differs from the reference's output for the same inputs"
     return None
+
+
+def output_tolerance(dtype: str, slack: float, norm: float) -> float:
+    """How far (L2) an honest output of `dtype` whose reference has L2 norm `norm` may be from it: 6
+    times the larger of the dtype's relative-L2 bound and twice the worst error the correctness trials
+    saw (`slack`), and 1e-6 besides."""
+    return 6.0 * max(_CHECKSUM_BOUNDS.get(dtype, 0.0), 2.0 * slack) * norm + 1e-6
 
 
 _CHECKSUM_BOUNDS = {"torch.float64": 1e-7, "torch.float32": 1e-3, "torch.float16": 5e-3,
