@@ -71,6 +71,9 @@ class LocalExecutor(SlotPool):
         judges_per_gpu: int = 1
         scrub_env: tuple[str, ...] = ()  # env vars removed in judge processes (secrets)
         judge: JudgeSettings = JudgeSettings()  # how each judge is built
+        # "all": the executor is built once every judge is up (or failed 3 starts); "first": once one
+        # is, the others joining the queue as they come up (`drkernel serve`: ready sooner)
+        ready: str = "all"
 
         def __post_init__(self) -> None:
             if self.isolation not in ("process", "thread"):
@@ -85,6 +88,8 @@ class LocalExecutor(SlotPool):
                 raise ConfigError("executor.liveness_s: must be >= 0")
             if self.devices is not None and not self.devices:
                 raise ConfigError("executor.devices: empty")
+            if self.ready not in ("all", "first"):
+                raise ConfigError(f"executor.ready: {self.ready!r} not in all|first")
             if not 1 <= self.judges_per_gpu <= 16:
                 raise ConfigError(f"executor.judges_per_gpu: {self.judges_per_gpu} not in 1..16")
 
@@ -106,7 +111,8 @@ class LocalExecutor(SlotPool):
             reap_orphan_judges()  # a crashed server's stopped judges, before ours start
         devices = self.config.devices or detect_devices(self.config.num_cpu_workers)
         devices = tuple(d for d in devices for _ in range(k if d.startswith("cuda") else 1))
-        self._init_pool([Slot(f"local-{i}", d) for i, d in enumerate(devices)])
+        self._init_pool([Slot(f"local-{i}", d) for i, d in enumerate(devices)],
+                        first_ready=self.config.ready == "first")
 
     def _spawn(self, slot: Slot) -> JudgeHost:
         device, name = slot.state.device, slot.state.worker_id

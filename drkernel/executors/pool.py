@@ -127,16 +127,28 @@ class SlotPool:
     liveness_s: float = 5.0  # idle workers are checked this often (0: never)
     on_attempt: AttemptHook | None = None
 
-    def _init_pool(self, slots: list[Slot]) -> None:
+    def _init_pool(self, slots: list[Slot], first_ready: bool = False) -> None:
+        """Start every slot's worker side by side. Return once all have started or failed 3 starts;
+        with `first_ready`, once one has (the rest join the idle queue as they come up). WorkerLost
+        where none could start."""
         self._slots = slots
         self._idle: queue.Queue[Slot] = queue.Queue()
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
         self._closed = False
         self._closing = threading.Event()
+        self._one_up = threading.Event()
         self._fanout = ThreadPoolExecutor(len(slots), thread_name_prefix="pool")
-        with ThreadPoolExecutor(len(slots)) as starter:
-            list(starter.map(self._start, slots))
+        starters = [threading.Thread(target=self._start, args=(s,), daemon=True,
+                                     name=f"start-{s.state.worker_id}") for s in slots]
+        for t in starters:
+            t.start()
+        if first_ready:
+            while not self._one_up.wait(0.05) and any(t.is_alive() for t in starters):
+                pass
+        else:
+            for t in starters:
+                t.join()
         if not any(s.handle is not None for s in slots):
             self.close()
             raise WorkerLost("no judge worker could be started")
@@ -200,6 +212,7 @@ class SlotPool:
             return False
         slot.set("idle")
         self._idle.put(slot)
+        self._one_up.set()
         return True
 
     def _start(self, slot: Slot) -> None:

@@ -80,7 +80,8 @@ def serve_executor_config(settings: Settings) -> ExecutorConfig:
     return executor_config("local", devices=devices, isolation=settings.isolation,
                            heartbeat_timeout_s=settings.heartbeat_timeout_s,
                            deadline_grace_s=settings.deadline_grace_s,
-                           judges_per_gpu=settings.gpu_judges, scrub_env=SECRET_VARS, judge=settings.judges())
+                           judges_per_gpu=settings.gpu_judges, scrub_env=SECRET_VARS, judge=settings.judges(),
+                           ready="first")  # serve answers once one judge is up; the rest join as they come
 
 
 async def evaluate(request: Request) -> JSONResponse:

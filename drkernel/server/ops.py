@@ -83,11 +83,14 @@ def capacity(state: ServerState) -> dict[str, Any]:
 
 
 def health_status(cap: dict[str, Any]) -> str:
-    """healthy: every configured worker alive; degraded: some; unhealthy: none can take a task.
-    (`/v1/health`; the KernelGYM `/health` says `anchor_health_status`.)"""
+    """healthy: every configured worker alive; starting: some, the others still coming up for the
+    first time (`serve` answers once one judge is up); degraded: some, others lost; unhealthy: none
+    can take a task. (`/v1/health`; the KernelGYM `/health` says `anchor_health_status`.)"""
     if cap["alive"] <= 0:
         return "unhealthy"
-    return "healthy" if cap["alive"] >= cap["configured"] else "degraded"
+    if cap["alive"] >= cap["configured"]:
+        return "healthy"
+    return "starting" if cap["alive"] + cap.get("starting", 0) >= cap["configured"] else "degraded"
 
 
 def anchor_health_status(cap: dict[str, Any]) -> str:
@@ -134,7 +137,7 @@ def health_body(state: ServerState) -> dict[str, Any]:
         "workers": {"total": cap["configured"], **{s: cap[s] for s in _WORKER_STATES}},
         "workers_alive": cap["alive"],
         "workers_configured": cap["configured"],
-        "workers_lost": max(0, cap["configured"] - cap["alive"]),
+        "workers_lost": max(0, cap["configured"] - cap["alive"] - cap.get("starting", 0)),
         "executor": type(state.executor).__name__,
     }
 

@@ -31,13 +31,15 @@ def test_judges_per_gpu_comes_from_the_environment_and_is_checked() -> None:
 @pytest.mark.parametrize("k", [1, 3])
 def test_serve_builds_k_judges_per_gpu_with_divided_caps(monkeypatch: pytest.MonkeyPatch, k: int,
                                                          tmp_path: Any) -> None:
-    monkeypatch.setattr(LocalExecutor, "_init_pool", lambda self, slots: None)  # no judge starts
+    monkeypatch.setattr(LocalExecutor, "_init_pool",
+                        lambda self, slots, first_ready=False: None)  # no judge starts
     monkeypatch.setattr("drkernel.executors.local.reap_orphan_judges", lambda: None)
     settings = Settings(judges_per_gpu=k, devices=("cuda:0", "cuda:1"), db_path=str(tmp_path / "t.db"))
     executor = default_executor(settings)
     assert isinstance(executor, LocalExecutor)
     config, made = executor.config, executor._factory
     assert config.judges_per_gpu == k and config.devices == ("cuda:0", "cuda:1")
+    assert config.ready == "first"  # serve answers once one judge is up
     assert isinstance(made, SandboxJudge) and made.share == k
     assert made.config.retries == 1  # a judge fault is retried in the judge; the pool does not again
     # each of the k judges gets 1/k of a lone judge's GPU memory caps
