@@ -25,7 +25,7 @@ from drkernel.agent.loop import LoopConfig, run_episodes
 from drkernel.agent.metrics import summarize
 from drkernel.agent.paper_protocol import paper_differences
 from drkernel.agent.policy import Policy
-from drkernel.agent.report import INTERPRETER_CAVEAT, render_table, write_reports
+from drkernel.agent.report import render_table, write_reports
 from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
 from drkernel.cli import INTERRUPTED, rerun_command
 from drkernel.errors import ConfigError
@@ -231,8 +231,6 @@ def print_summary(summary: dict[str, Any], out: str | Path) -> None:
     errors = summary["episode_errors"] + summary["missing"]
     if errors:
         print(f"{errors} episode(s) missing or failed; rerun with --resume to retry them", file=sys.stderr)
-    if summary.get("interpreter"):
-        print(f"note: {INTERPRETER_CAVEAT}", file=sys.stderr)
     print(f"reports written to {out}")
 
 
