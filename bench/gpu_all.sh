@@ -31,6 +31,9 @@
 #            RHYTHM_ARGS, e.g. "--rounds 3 --idle-s 100"                                  (~6 min)
 #   retry    bench/probes/pool_retry_probe.py: a judge fault retried in the judge, a frozen judge process
 #            retried by the pool on a fresh one (issue 37)                                   (~1 min)
+#   twogpu   issue 38 on an nvidia-h200-x2 (two GPUs): tests/sandbox/test_gpu_two.py (placement, locks), then
+#            bench/serve_rhythm.py with no flags on GPU 0 alone and on both, bursts through both clients,
+#            one after the other in this call; TWOGPU_ARGS, e.g. "--burst 64 --rounds 2 --idle-s 5"  (~8 min)
 #   extra    KernelGYM coverage fields on the GPU, isolation attacks on the GPU host,
 #            and two single `drkernel eval` runs from the shell, timed (issues 13-15)     (~2 min)
 # Logs and tables go to $OUT (or ./gpu-out). Parts may run side by side on different GPUs:
@@ -84,6 +87,15 @@ for part in "$@"; do
       > "$OUT/serve_rhythm.log" 2>&1 ;;
   retry)
     timeout "${RETRY_TIMEOUT:-150}" python3 bench/probes/pool_retry_probe.py > "$OUT/retry.log" 2>&1 ;;
+  twogpu)
+    timeout 150 python3 -m pytest -m gpu tests/sandbox/test_gpu_two.py -v -rfE -p no:cacheprovider \
+      -W ignore::pytest.PytestConfigWarning -o timeout=120 > "$OUT/twogpu_tests.log" 2>&1
+    # shellcheck disable=SC2086  # TWOGPU_ARGS is a list of flags
+    CUDA_VISIBLE_DEVICES=0 timeout 200 python3 bench/serve_rhythm.py --json "$OUT/rhythm_1gpu.json" \
+      ${TWOGPU_ARGS:---burst 64 --rounds 2 --idle-s 5} > "$OUT/rhythm_1gpu.log" 2>&1
+    # shellcheck disable=SC2086
+    timeout 200 python3 bench/serve_rhythm.py --json "$OUT/rhythm_2gpu.json" \
+      ${TWOGPU_ARGS:---burst 128 --rounds 2 --idle-s 5} > "$OUT/rhythm_2gpu.log" 2>&1 ;;
   probe)
     timeout "${PROBE_TIMEOUT:-150}" python3 bench/probes/timing_probe.py --procs 3 --shapes 1024x1024 \
       --methods ${PROBE_METHODS:-graph,graphspin25,graphrefill25,graphprof25} --json "$OUT/probe.json" > "$OUT/probe.log" 2>&1 ;;
@@ -109,7 +121,7 @@ for part in "$@"; do
       { TIMEFORMAT="eval $k wall %R s"; time timeout 120 python3 -m drkernel.cli eval \
         drkernel/examples/relu_scale/reference.py drkernel/examples/relu_scale/kernel.py; } >> "$OUT/extra.log" 2>&1
     done ;;
-  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect | peak | profwarm | latency | disturb | rhythm | retry)" >&2
+  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect | peak | profwarm | latency | disturb | rhythm | retry | twogpu)" >&2
      exit 2 ;;
   esac
 done
