@@ -24,7 +24,7 @@ from drkernel.agent.policy import Policy, SamplingParams
 from drkernel.agent.prompts import PromptConfig, load_prompt_template
 from drkernel.agent.tts import ContextConfig
 from drkernel.errors import ConfigError
-from drkernel.executors.build import build_executor
+from drkernel.executors.build import CLIENT_EXECUTORS, build_executor
 from drkernel.types import EvalOptions
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ __all__ = [
 TTS_TURNS = 14  # docs/paper_spec.md §10: 5 turns, then 9 iterations of +1 turn
 TTS_BUDGET = 20480  # docs/paper_spec.md §11: the authors' eval max prompt length
 PAPER_PERF_TRIALS = 10  # docs/paper_spec.md §3.2: timed calls in the released eval scripts
-AGENT_EXECUTORS = ("local", "http", "fake")  # --executor: the EXECUTORS (executors/build.py) judged through
+AGENT_EXECUTORS = CLIENT_EXECUTORS  # --executor: local | http | fake
 
 
 MAX_TOKENS = 8192  # --max-tokens' default: the authors' eval answer length (docs/paper_spec.md §11)
@@ -259,19 +259,11 @@ def executor_config_from_flags(
     workers: int | None = None,
     token: str | None = None,
 ) -> ExecutorConfig:
-    """--executor and its flags: "local" (a judge pool here), "http" (a drkernel server) or "fake"."""
-    from drkernel.executors.build import executor_config
+    """--executor and its flags: "local" (a judge pool here), "http" (a drkernel server) or "fake"
+    (executors/build.client_executor_config, which `drkernel train` uses too)."""
+    from drkernel.executors.build import client_executor_config
 
-    if kind not in AGENT_EXECUTORS:
-        raise ConfigError(f"unknown executor {kind!r} (local | http | fake)")
-    if kind == "fake":
-        return executor_config("fake")
-    if kind == "http":
-        if not server:
-            raise ConfigError("--executor http needs --server URL")
-        return executor_config("http", base_url=server, token=token)
-    devices = (device,) * (workers or 1) if device is not None else None
-    return executor_config("local", devices=devices, num_cpu_workers=workers)
+    return client_executor_config(kind, server=server, device=device, workers=workers, token=token)
 
 
 def server_token(args: argparse.Namespace) -> str | None:

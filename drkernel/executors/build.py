@@ -17,7 +17,8 @@ from drkernel.executors.judge_host import JudgeFactory
 from drkernel.executors.local import LocalExecutor
 from drkernel.executors.ray import RayExecutor
 
-__all__ = ["EXECUTORS", "ExecutorConfig", "build_executor", "executor_config"]
+__all__ = ["CLIENT_EXECUTORS", "EXECUTORS", "ExecutorConfig", "build_executor", "client_executor_config",
+           "executor_config"]
 
 ExecutorConfig: TypeAlias = (
     LocalExecutor.Config | RayExecutor.Config | HttpExecutor.Config | FakeExecutor.Config
@@ -41,6 +42,29 @@ def executor_config(name: str, **fields: Any) -> ExecutorConfig:
         return cls(**fields)
     except TypeError as exc:  # a field another executor has
         raise ConfigError(f"executor.{name}: {exc}") from None
+
+
+CLIENT_EXECUTORS = ("local", "http", "fake")  # what bench, optimize and train judge through
+
+
+def client_executor_config(kind: str = "local", *, server: str | None = None, device: str | None = None,
+                           workers: int | None = None, token: str | None = None,
+                           names: tuple[str, str] = ("--executor", "--server URL")) -> ExecutorConfig:
+    """The judge a client command runs through (bench, optimize: their flags; train: its `judge`
+    section): "local" (a pool of sandboxed judges here, `workers` of them on `device`), "http" (a
+    drkernel server at `server`, with `token`) or "fake". `names`: how the command names the choice
+    and the server in its errors."""
+    choice, server_name = names
+    if kind not in CLIENT_EXECUTORS:
+        raise ConfigError(f"unknown executor {kind!r} ({' | '.join(CLIENT_EXECUTORS)})")
+    if kind == "fake":
+        return executor_config("fake")
+    if kind == "http":
+        if not server:
+            raise ConfigError(f"{choice} http needs {server_name}")
+        return executor_config("http", base_url=server, token=token)
+    devices = (device,) * (workers or 1) if device is not None else None
+    return executor_config("local", devices=devices, num_cpu_workers=workers)
 
 
 def build_executor(config: ExecutorConfig, judge_factory: JudgeFactory | None = None) -> Executor:

@@ -178,17 +178,12 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False, local_files_on
 
 
 def judge_executor_config(cfg: JudgeConfig) -> ExecutorConfig:
-    """The judge: a local pool of sandboxed judges, a drkernel server over HTTP, or the fake."""
-    from drkernel.executors.build import executor_config
+    """The judge: a local pool of sandboxed judges, a drkernel server over HTTP, or the fake (the same
+    choice as bench's and optimize's --executor: executors/build.client_executor_config)."""
+    from drkernel.executors.build import client_executor_config
 
-    if cfg.executor == "fake":
-        return executor_config("fake")
-    if cfg.executor == "http":
-        if not cfg.server:
-            raise ConfigError("judge.server: the http executor needs a drkernel server URL")
-        return executor_config("http", base_url=cfg.server)
-    devices = (cfg.device,) * (cfg.workers or 1) if cfg.device is not None else None
-    return executor_config("local", devices=devices, num_cpu_workers=cfg.workers)
+    return client_executor_config(cfg.executor, server=cfg.server, device=cfg.device, workers=cfg.workers,
+                                  names=("judge.executor", "judge.server (a drkernel server URL)"))
 
 
 def build_sampler(cfg: RolloutConfig, model: Any, tokenizer: Any) -> Sampler:
