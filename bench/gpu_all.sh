@@ -34,6 +34,8 @@
 #   twogpu   issue 38 on an nvidia-h200-x2 (two GPUs): tests/sandbox/test_gpu_two.py (placement, locks), then
 #            bench/serve_rhythm.py with no flags on GPU 0 alone and on both, bursts through both clients,
 #            one after the other in this call; TWOGPU_ARGS, e.g. "--burst 64 --rounds 2 --idle-s 5"  (~8 min)
+#   beside   bench/beside_trainer.py on an nvidia-h200-x2: serve on GPU 1, `drkernel train rl` on GPU 0 through it;
+#            the judge's spread and the trainer's step time, each alone and beside the other (issue 38) (~6 min)
 #   extra    KernelGYM coverage fields on the GPU, isolation attacks on the GPU host,
 #            and two single `drkernel eval` runs from the shell, timed (issues 13-15)     (~2 min)
 # Logs and tables go to $OUT (or ./gpu-out). Parts may run side by side on different GPUs:
@@ -87,6 +89,10 @@ for part in "$@"; do
       > "$OUT/serve_rhythm.log" 2>&1 ;;
   retry)
     timeout "${RETRY_TIMEOUT:-150}" python3 bench/probes/pool_retry_probe.py > "$OUT/retry.log" 2>&1 ;;
+  beside)
+    # shellcheck disable=SC2086  # BESIDE_ARGS is a list of flags
+    timeout "${BESIDE_TIMEOUT:-560}" python3 bench/beside_trainer.py --judge-gpu 1 --train-device cuda:0 \
+      --json "$OUT/beside.json" ${BESIDE_ARGS:-} > "$OUT/beside.log" 2>&1 ;;
   twogpu)
     timeout 150 python3 -m pytest -m gpu tests/sandbox/test_gpu_two.py -v -rfE -p no:cacheprovider \
       -W ignore::pytest.PytestConfigWarning -o timeout=120 > "$OUT/twogpu_tests.log" 2>&1
@@ -121,7 +127,7 @@ for part in "$@"; do
       { TIMEFORMAT="eval $k wall %R s"; time timeout 120 python3 -m drkernel.cli eval \
         drkernel/examples/relu_scale/reference.py drkernel/examples/relu_scale/kernel.py; } >> "$OUT/extra.log" 2>&1
     done ;;
-  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect | peak | profwarm | latency | disturb | rhythm | retry | twogpu)" >&2
+  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect | peak | profwarm | latency | disturb | rhythm | retry | twogpu | beside)" >&2
      exit 2 ;;
   esac
 done
