@@ -20,9 +20,33 @@ from drkernel.types import EvalOptions, EvalOutcome, EvalRequest
 
 
 def test_exported_names_and_the_one_table() -> None:
-    assert build.__all__ == ["EXECUTORS", "ExecutorConfig", "build_executor", "executor_config"]
+    assert build.__all__ == ["CLIENT_EXECUTORS", "EXECUTORS", "ExecutorConfig", "build_executor",
+                             "client_executor_config", "executor_config"]
     assert EXECUTORS == {"local": LocalExecutor.Config, "ray": RayExecutor.Config,
                          "http": HttpExecutor.Config, "fake": FakeExecutor.Config}
+    assert set(build.CLIENT_EXECUTORS) <= set(EXECUTORS) and "ray" not in build.CLIENT_EXECUTORS
+
+
+def test_a_client_commands_judge_is_chosen_in_one_place_and_named_as_its_user_wrote_it() -> None:
+    from drkernel.agent.cli_options import executor_config_from_flags
+    from drkernel.errors import ConfigError
+    from drkernel.rl.build import judge_executor_config
+    from drkernel.rl.config import JudgeConfig
+
+    choose = build.client_executor_config
+    assert choose("local", device="cpu", workers=2) == LocalExecutor.Config(devices=("cpu", "cpu"),
+                                                                              num_cpu_workers=2)
+    http = HttpExecutor.Config(base_url="http://h:1", token="t")
+    assert choose("http", server="http://h:1", token="t") == http
+    # bench's flags and train's judge section give the same config for the same choice
+    assert executor_config_from_flags("local", device="cpu", workers=3) == \
+        judge_executor_config(JudgeConfig(device="cpu", workers=3))
+    with pytest.raises(ConfigError, match="--executor http needs --server URL"):
+        executor_config_from_flags("http")
+    with pytest.raises(ConfigError, match="judge.executor http needs judge.server"):
+        judge_executor_config(JudgeConfig(executor="http"))
+    with pytest.raises(ConfigError, match="unknown executor 'ray'"):
+        choose("ray")
 
 
 def test_executor_config_by_name_with_fields_and_defaults() -> None:
