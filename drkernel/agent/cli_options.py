@@ -24,7 +24,7 @@ from drkernel.agent.policy import Policy, SamplingParams
 from drkernel.agent.prompts import PromptConfig, load_prompt_template
 from drkernel.agent.tts import ContextConfig
 from drkernel.errors import ConfigError
-from drkernel.executors.build import CLIENT_EXECUTORS, build_executor
+from drkernel.executors.build import CLIENT_EXECUTORS, build_executor, client_executor_config
 from drkernel.types import EvalOptions
 
 if TYPE_CHECKING:
@@ -261,8 +261,6 @@ def executor_config_from_flags(
 ) -> ExecutorConfig:
     """--executor and its flags: "local" (a judge pool here), "http" (a drkernel server) or "fake"
     (executors/build.client_executor_config, which `drkernel train` uses too)."""
-    from drkernel.executors.build import client_executor_config
-
     return client_executor_config(kind, server=server, device=device, workers=workers, token=token)
 
 
