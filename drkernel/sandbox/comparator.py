@@ -278,6 +278,10 @@ def _serve(cmd_fd: int, resp_fd: int, device: str) -> None:
             write_message(resp_fd, {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000]})
             return
         write_message(resp_fd, reply)
+        if device.startswith("cuda"):  # a large pair's memory goes back to the device, not kept for the next
+            from drkernel.sandbox import devicemem
+
+            devicemem.trim(torch.device(device), devicemem.COMPARISON_BYTES)
 
 
 if __name__ == "__main__":

@@ -11,17 +11,21 @@ its share from the start (issue 32's run AT: four judges, 4 x 38 GB on a 140 GB 
 allocator keeps what a process used once (a reference's first run of a problem, timed while no
 candidate is alive, grows it to the problem's size), and a failure for want of memory while a
 candidate is alive is run again with the candidate gone (sandbox/channel.py): a candidate that starves
-the judge has failed.
+the judge has failed. What a large problem grew is given back once it is done with (`trim`: the
+reference's sandbox when it loads another problem, the comparison child after each comparison), so
+that the next problem's candidate finds the device as the judge promised it.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["COMPARISON_BYTES", "REFERENCE_BYTES", "reserve"]
+__all__ = ["COMPARISON_BYTES", "REFERENCE_BYTES", "TRIM_OVER", "reserve", "trim"]
 
 REFERENCE_BYTES = 2 << 30  # a reference sandbox's, from its start
 COMPARISON_BYTES = 1 << 30  # the judge's comparison child's
+
+TRIM_OVER = 2.0  # a process caching more than this x its reservation gives the rest back (trim)
 
 _SMALL_BLOCK = 512 << 10  # under torch's 1 MiB small-allocation threshold: cached in 2 MiB segments
 
@@ -41,3 +45,18 @@ def reserve(device: torch.device, nbytes: int, small_bytes: int = 64 << 20) -> i
     kept += sum(t.numel() for t in smalls)
     del smalls
     return kept
+
+
+def trim(device: torch.device, nbytes: int) -> bool:
+    """Give what this process's allocator caches back to the device once it caches more than
+    TRIM_OVER x `nbytes` (a large problem is done with), then keep `nbytes` again. Memory that live
+    tensors hold stays theirs. True when it gave memory back.
+
+    Without it, the largest problem a trusted process ever saw stays cached in it: after a 4 GiB
+    problem the comparison child kept tens of GiB, and a later candidate sandbox found 0.2 GiB of an
+    H200 free (run BH, KernelBench L1/5)."""
+    if torch.cuda.memory_reserved(device) <= TRIM_OVER * nbytes:
+        return False
+    torch.cuda.empty_cache()
+    reserve(device, nbytes)
+    return True

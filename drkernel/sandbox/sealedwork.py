@@ -24,7 +24,7 @@ from drkernel.sandbox.sharedmem import Entry, Region, layout
 if TYPE_CHECKING:
     from drkernel.sandbox.worker import Sandbox
 
-__all__ = ["OPS"]
+__all__ = ["OPS", "drop"]
 
 _perf = time.perf_counter
 
@@ -56,7 +56,8 @@ class _Span:
         self.region.close()
 
 
-def _drop(box: Sandbox) -> None:
+def drop(box: Sandbox) -> None:
+    """Close the span this sandbox holds, if any (its region, and on a GPU its device memory)."""
     span = getattr(box, "_span", None)
     box._span = None
     if span is not None:
@@ -78,7 +79,7 @@ def _has_nested_tensor(x: Any) -> bool:
 
 # -- the reference's side --------------------------------------------------------------------------
 def prepare(box: Sandbox, msg: P.SealedPrepare) -> P.SealedPrepareReply:
-    _drop(box)
+    drop(box)
     inputs = box._fresh_inputs(msg.seed)
     if any(_has_nested_tensor(x) for x in inputs):
         return P.SealedPrepareReply(entries=None, size=0, copy_ms=0.0, why="tensors nested in the inputs")
@@ -252,7 +253,7 @@ def _span_of(box: Sandbox) -> _Span:
 
 # -- the candidate's side --------------------------------------------------------------------------
 def map_region(box: Sandbox, msg: P.SealedMap) -> P.SealedMapReply | P.ErrorReply:
-    _drop(box)
+    drop(box)
     side = box.side
     if side is None:
         raise RuntimeError("this sandbox has no side socket")

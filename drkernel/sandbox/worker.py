@@ -66,6 +66,14 @@ def _stub_autotune_benchmark() -> None:
     autotuner.Autotuner.do_bench = do_bench  # type: ignore[assignment, method-assign]
 
 
+INPUT_CACHE_SEEDS = 3  # the seeds of one evaluation's trials whose inputs stay on the device
+INPUT_CACHE_BYTES = 4 << 30  # ... within this many bytes in all, the newest kept whatever its size
+
+
+def _tensor_bytes(inputs: list[Any]) -> int:
+    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+
+
 class Sandbox:
     def __init__(self, role: str, device: str, workdir: str) -> None:
         self.role = role
@@ -145,7 +153,7 @@ class Sandbox:
             return P.LoadReply(cached=True, flops=self._flops)
         self.loaded_key = None  # a load that fails part way must not pass for the last good one
         entry = msg.entry_point
-        self._input_cache.clear()
+        self._forget_problem()
         ns: dict[str, Any] = {"__name__": "drkernel_reference", "__builtins__": __builtins__}
         try:
             with self.mode:
@@ -218,19 +226,34 @@ class Sandbox:
                           "Triton's interpreter computes these dtypes wrongly; judge this problem on a GPU")
         return reply
 
+    def _forget_problem(self) -> None:
+        """Drop what the last problem left (model, cached inputs, timing windows, sealed span); a
+        reference on a GPU then gives the memory it cached beyond its reservation back to the device:
+        the judge's reference sandbox outlives problems, and a 4-8 GiB one left 35-42 GiB cached in it
+        for the next (run BH)."""
+        self.model = None
+        self._input_cache.clear()
+        self.__dict__.pop("_bench", None)
+        sealedwork.drop(self)
+        if self.cuda and self.role == "reference":
+            devicemem.trim(self.device, devicemem.REFERENCE_BYTES)
+
     # -- calls -------------------------------------------------------------------------------
     def _inputs(self, seed: int) -> list[Any]:
         """Fresh copies of the inputs for `seed`; get_inputs runs once per seed.
 
         get_inputs builds GPU-sized problems on the host, which can take seconds; the few seeds of
-        one evaluation are kept on the device and every call gets its own copy.
+        one evaluation (at most INPUT_CACHE_SEEDS, within INPUT_CACHE_BYTES unless the newest alone is
+        larger) are kept on the device and every call gets its own copy.
         """
         base = self._input_cache.pop(seed, None)
         if base is None:
             with self.mode:
                 base = harness.make_inputs(self.get_inputs, seed, self.device)
         self._input_cache[seed] = base
-        while len(self._input_cache) > 3:
+        while len(self._input_cache) > 1 and (
+                len(self._input_cache) > INPUT_CACHE_SEEDS
+                or sum(map(_tensor_bytes, self._input_cache.values())) > INPUT_CACHE_BYTES):
             self._input_cache.pop(next(iter(self._input_cache)))
         return harness.fresh_copy(base)
 

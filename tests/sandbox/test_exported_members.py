@@ -31,7 +31,7 @@ SANDBOX_ALL = {
                  "RunReply", "WireError", "parse_reply", "read_message", "write_message"},
     "channel": {"COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "Verdict", "Windows",
                 "resource_shaped"},
-    "devicemem": {"COMPARISON_BYTES", "REFERENCE_BYTES", "reserve"},
+    "devicemem": {"COMPARISON_BYTES", "REFERENCE_BYTES", "TRIM_OVER", "reserve", "trim"},
     "stages.correctness": {"WEAK_REFERENCE_VARIATION", "compare_item", "launch_modes", "load",
                            "load_requests", "pair_items", "reference_hash", "static_gate", "trials"},
     "stages.timing": {"cache_key", "checksum_issue", "disturbed", "kernel_timing", "low_quartile",
