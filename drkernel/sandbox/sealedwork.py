@@ -198,7 +198,7 @@ def check(box: Sandbox, msg: P.SealedCheck) -> P.SealedCheckReply:
             shape.append(len(own))
             dtypes = [str(w.dtype) for w in own]
             for g, w in zip(got, own, strict=True):
-                g, w = _as_flat(g), _as_flat(w)
+                g, w = harness.flat_row(g), harness.flat_row(w)
                 norms.append(torch.stack([torch.linalg.vector_norm(g - w), torch.linalg.vector_norm(w)]))
                 pairs.append((g, w))
         values = torch.stack(norms).tolist() if norms else []
@@ -212,17 +212,6 @@ def check(box: Sandbox, msg: P.SealedCheck) -> P.SealedCheckReply:
         diffs.append([[float(d), float(q)] for d, q in values[at:at + n]])
         at += n
     return P.SealedCheckReply(diffs=diffs, dtypes=dtypes)
-
-
-def _as_flat(t: torch.Tensor) -> torch.Tensor:
-    x = t.detach()
-    if x.is_complex():
-        x = torch.view_as_real(x)
-    x = x.reshape(-1)
-    if x.dtype in (torch.float32, torch.float64):
-        return x
-    # half-width floats in float32 (a float16 norm overflows at 65504); integers exact in float64
-    return x.to(torch.float32 if x.is_floating_point() else torch.float64)
 
 
 def _careful(g: torch.Tensor, w: torch.Tensor) -> list[float]:
