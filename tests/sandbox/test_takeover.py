@@ -67,9 +67,11 @@ def test_the_sealed_span_sees_what_an_honest_kernel_reports(judge: Judge) -> Non
     assert t.sealed_ms_per_call * t.sealed_calls == pytest.approx(bound, abs=1e-3), (p, t.sealed_ms_per_call)
 
 
-@pytest.mark.parametrize("name", ["sealed_skip", "sealed_late_work"])
+@pytest.mark.parametrize("name", ["sealed_skip", "sealed_late_work", "sealed_early_answer"])
 def test_a_candidate_that_does_not_do_the_spans_calls_in_it_is_caught(judge: Judge, name: str) -> None:
-    """sealed_skip answers the span without computing; sealed_late_work computes after answering."""
+    """sealed_skip answers the span without computing; sealed_late_work computes after answering;
+    sealed_early_answer answers before its device work ends (on the CPU the work is synchronous, so it
+    is inside the gap; on a GPU the take's excess over the null's is charged to the gap)."""
     r = run(judge, name)
     assert r.outcome is EvalOutcome.HACK_DETECTED, (r.outcome, r.hacks, r.error)
     assert {"replayed_output", "timer_mismatch"} & set(r.hacks), r.hacks
