@@ -298,9 +298,9 @@ class SealedStage(Request):
 @dataclasses.dataclass(frozen=True, slots=True)
 class SealedFill(Request):
     """Reference: overwrite the region's outputs, copy the staged inputs into it, and read the clock
-    once they are there. With `null` (a null span's start), the same device work with the inputs
-    copied into its own scratch memory instead, out of the candidate's reach; with `bare` as well,
-    only read the clock."""
+    once they are there. With `null` (a null span's start), the same device work with no input of the
+    coming span in the candidate's reach (the last span's moved among the slots, or the staged ones
+    into the reference's scratch); with `bare` as well, only read the clock."""
 
     OP: ClassVar[str] = "sealed_fill"
     null: bool

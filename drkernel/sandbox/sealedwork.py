@@ -147,9 +147,9 @@ def stage(box: Sandbox, msg: P.SealedStage) -> P.SealedStageReply:
 
 def fill(box: Sandbox, msg: P.SealedFill) -> P.SealedFillReply:
     """The span's start: the region's outputs poisoned, the staged inputs copied in, the clock read once
-    they are there; `fill_ms` times the copies. A null fill does the same device work and leaves the
-    region's inputs as they were: its copies go to the reference's scratch memory, so that no input is
-    in the candidate's reach before its span. A bare null fill only syncs and reads the clock."""
+    they are there; `fill_ms` times the copies. A null fill does the same device work (`_null_copies`)
+    with no input of the coming span in the candidate's reach. A bare null fill only syncs and reads
+    the clock."""
     span = _span_of(box)
     if msg.bare:
         if not msg.null:
@@ -158,30 +158,48 @@ def fill(box: Sandbox, msg: P.SealedFill) -> P.SealedFillReply:
         return P.SealedFillReply(filled_at=_perf(), fill_ms=0.0)
     if len(span.staged) != len(span.ins):
         raise RuntimeError("no inputs staged for this fill")
-    scratch = _scratch(box, span) if msg.null else None
+    copies = _null_copies(box, span) if msg.null else [
+        (t, src[i]) for dst, src in zip(span.ins, span.staged, strict=True) for i, t in dst.items()]
     for outs in span.outs:  # last span's outputs are gone: whatever is there now was written now
         for t in outs:
             t.reshape(-1).view(torch.uint8).fill_(0xFF)
     box._sync()
     t0 = _perf()
-    for dst, src in zip(span.ins, span.staged, strict=True):
-        for i, t in dst.items():
-            (t if scratch is None else _scratch_like(scratch, t)).copy_(src[i])
+    for dst_t, src_t in copies:
+        dst_t.copy_(src_t)
     box._sync()
     t1 = _perf()
     return P.SealedFillReply(filled_at=t1, fill_ms=(t1 - t0) * 1e3)
 
 
+def _null_copies(box: Sandbox, span: _Span) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(destination, source) pairs of a null fill: the real fill's bytes, between distinct places of
+    device memory as the real fill's are (a small buffer written over and over would stay in the
+    device's cache and time a cheaper fill), and no input of the coming span in the candidate's reach.
+    With two calls or more, each call's input slots take the next call's: inputs of the last span,
+    which the candidate has had. With one, the staged inputs go to the reference's scratch, laid out
+    as that call's inputs are."""
+    n = len(span.ins)
+    if n > 1:
+        return [(t, span.ins[(c + 1) % n][i]) for c, ins in enumerate(span.ins) for i, t in ins.items()]
+    scratch, at, pairs = _scratch(box, span), 0, []
+    for i, t in span.ins[0].items():
+        nbytes = t.numel() * t.element_size()
+        pairs.append((scratch[at:at + nbytes].view(t.dtype).view(t.shape), span.staged[0][i]))
+        at += _aligned(nbytes)
+    return pairs
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 256) * 256
+
+
 def _scratch(box: Sandbox, span: _Span) -> torch.Tensor:
-    """The reference's own bytes that a null fill copies into: as many as the largest input, made once."""
+    """The reference's own bytes that a one-call null fill copies into: one call's inputs, made once."""
     if span.scratch is None:
-        sizes = [t.numel() * t.element_size() for ins in span.ins for t in ins.values()]
-        span.scratch = torch.empty(max(sizes, default=0), dtype=torch.uint8, device=_device(box))
+        size = sum(_aligned(t.numel() * t.element_size()) for t in span.ins[0].values()) if span.ins else 0
+        span.scratch = torch.empty(size, dtype=torch.uint8, device=_device(box))
     return span.scratch
-
-
-def _scratch_like(scratch: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    return scratch[:t.numel() * t.element_size()].view(t.dtype).view(t.shape)
 
 
 def take(box: Sandbox, msg: P.SealedTake) -> P.SealedTakeReply:

@@ -1,7 +1,8 @@
 """The sealed span's nulls and charge (sandbox/sealedwork.py, sandbox/stages/sealed.py), on the CPU. A
 work null fill and a non-keeping take do the real fill's and take's device work, so that what a span's
-fill and take took beyond them is charged to its gap; the null leaves the region's inputs as they were
-(no input in the candidate's reach before its span); a bare null moves nothing. The check keeps one
+fill and take took beyond them is charged to its gap; the null puts no input of the coming span in the
+candidate's reach (its copies rotate the last span's inputs among the calls' slots, or, with one call,
+go to the reference's scratch); a bare null moves nothing. The check keeps one
 call's own outputs alive at a time and answers as it did when it kept them all."""
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ class _Ref:
 
     cuda = False
 
-    def __init__(self) -> None:
+    def __init__(self, calls: int = CALLS) -> None:
         self.made: list[weakref.ref[torch.Tensor]] = []  # every output the forward made
         self.alive_at_forward: list[int] = []  # how many of them were alive as each forward began
         inputs = self._fresh_inputs(0)
-        entries, size = layout(CALLS, inputs, list(_Ref._forward(self, inputs)))
+        entries, size = layout(calls, inputs, list(_Ref._forward(self, inputs)))
         self._span = sealedwork._Span(Region.create("cpu", size), entries)
-        self._span.staged = [self._fresh_inputs(s) for s in range(1, CALLS + 1)]
+        self._span.staged = [self._fresh_inputs(s) for s in range(1, calls + 1)]
 
     def _fresh_inputs(self, seed: int) -> list[Any]:
         g = torch.Generator().manual_seed(seed)
@@ -78,23 +79,35 @@ def test_the_charge_is_the_excess_over_the_nulls_beyond_the_slack_and_never_nega
     assert _charged(10.0, 2.0, 3.0 * within + 4.0, 2.0, 3.0) == pytest.approx(14.0)  # a take held up
     assert _charged(10.0, 2.0 * within + 1.5, 3.0 * within + 4.0, 2.0, 3.0) == pytest.approx(15.5)
     assert _charged(0.1, 0.0, 7.0, 0.0, 0.0) == pytest.approx(7.1)  # no null work: all of it counts
+    assert _charged(10.0, 2.0, 3.0 + 0.3, 2.0, 3.0, min_ms=0.5) == 10.0  # within the least let pass
+    assert _charged(10.0, 2.0, 3.0 + 1.5, 2.0, 3.0, min_ms=0.5) == pytest.approx(11.0)
 
 
-def test_a_work_null_fill_moves_what_a_real_fill_moves_and_leaves_the_regions_inputs_alone() -> None:
-    box = _Ref()
+@pytest.mark.parametrize("calls", [CALLS, 1])
+def test_a_work_null_fill_moves_what_a_real_fill_moves_and_puts_no_coming_input_in_reach(calls: int) -> None:
+    box = _Ref(calls)
     span = box._span
-    for ins in span.ins:
+    for c, ins in enumerate(span.ins):  # the last span's inputs, one value a call
         for t in ins.values():
-            t.fill_(7.0)
+            t.fill_(float(c))
     with _Moves() as null_moves:
         null = sealedwork.fill(box, P.SealedFill(null=True))  # type: ignore[arg-type]
-    scratch = span.scratch
-    assert scratch is not None and scratch.numel() == 64 * 32 * 4  # the largest input, once
-    assert all(bool((t == 7.0).all()) for ins in span.ins for t in ins.values())
+    for c, ins in enumerate(span.ins):
+        for i, t in ins.items():
+            # the next slot's, as it was then (the last slot's next is the first, which holds the second's)
+            want = 0.0 if calls == 1 else float(c + 1 if c < calls - 1 else 1)
+            assert bool((t == want).all())  # the last span's inputs moved among the slots (one call: kept)
+            assert not torch.equal(t, span.staged[c][i])
     assert all(bool((t.view(torch.uint8) == 0xFF).all()) for o in span.outs for t in o)  # poisoned
+    scratch = span.scratch
+    if calls == 1:  # the staged inputs went to the scratch, laid out as the call's: 8 KiB and 128 B
+        assert scratch is not None and scratch.numel() == 64 * 32 * 4 + 256
+        assert torch.equal(scratch[:64 * 32 * 4].view(torch.float32).view(64, 32), span.staged[0][0])
+    else:
+        assert scratch is None
     with _Moves() as real_moves:
         real = sealedwork.fill(box, P.SealedFill(null=False))  # type: ignore[arg-type]
-    assert null_moves.moved == real_moves.moved and len(real_moves.moved) == CALLS * 4, real_moves.moved
+    assert null_moves.moved == real_moves.moved and len(real_moves.moved) == calls * 4, real_moves.moved
     assert null.fill_ms > 0.0 and real.fill_ms > 0.0
     for ins, staged in zip(span.ins, span.staged, strict=True):
         assert all(torch.equal(t, staged[i]) for i, t in ins.items())

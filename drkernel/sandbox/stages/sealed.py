@@ -17,14 +17,15 @@ shorten. Here nothing of that is the candidate's:
 with the device held as for the span, the reference runs two null spans, nothing between fill and
 take: a bare one, which only reads its clock at both ends (`bare_null_ms`: two hops; the candidate's
 two cost it at least nothing), and a work one, which does the fill's and the take's device work with
-the inputs copied into its own scratch memory, out of the candidate's reach (`null_fill_ms`,
+no input of the coming span in the candidate's reach (sealedwork._null_copies; `null_fill_ms`,
 `null_take_ms`: what that work costs on a device that holds nothing else).
 
 The take reads its clock before it copies, so a candidate that answers its run while its device work
 is still queued moves that work out of the gap and into the take, which then waits behind it or
 shares the device with it; work left running before the fill slows the fill the same way. So each
 span's gap is charged with what its fill and take took beyond the work null's (`_charged`,
-EXCESS_SLACK of it let pass): device work of the candidate's outside the gap counts as if inside.
+EXCESS_SLACK of it, and at least EXCESS_MIN_MS, let pass): device work of the candidate's outside the
+gap counts as if inside.
 `charged - 2 x bare null - copy - allowance` (copy: the reference's time to write every call's
 outputs into the region, which a candidate may skip by writing there directly; allowance: what an
 honest span holds besides its work, ALLOWANCE_MS and ALLOWANCE_PER_CALL_MS) is a lower bound on the
@@ -72,8 +73,8 @@ from drkernel.sandbox.stages.timing import (
     verify_checksums,
 )
 
-__all__ = ["ALLOWANCE_MS", "ALLOWANCE_PER_CALL_MS", "EXCESS_SLACK", "FACTOR", "SPANS", "sealed_span",
-           "span_calls"]
+__all__ = ["ALLOWANCE_MS", "ALLOWANCE_PER_CALL_MS", "EXCESS_MIN_MS", "EXCESS_SLACK", "FACTOR", "SPANS",
+           "sealed_span", "span_calls"]
 
 SPANS = 3  # spans per run; the smallest gap is kept
 # What an honest candidate's span holds besides its device work, left out of the bound: per span, its
@@ -90,9 +91,11 @@ FACTOR = {"cuda": 0.8, "cpu": 0.5}
 TARGET_MS = {"cuda": 4.0, "cpu": 40.0}  # of the reference's time per span: the calls it takes
 MAX_CALLS = {"cuda": 512, "cpu": 32}
 MAX_BYTES = {"cuda": 4 << 30, "cpu": 64 << 20}
-# A span's fill or take may exceed its null's by this fraction before the rest is charged to its gap:
-# the noise of the same copies timed twice on a quiet device.
+# A span's fill or take may exceed its null's by this fraction, and by at least EXCESS_MIN_MS, before
+# the rest is charged to its gap: the noise of the same copies timed twice on a quiet device, and the
+# device's switch from the candidate's context to the reference's before a span's take (a null's has none).
 EXCESS_SLACK = 0.1
+EXCESS_MIN_MS = {"cuda": 0.05, "cpu": 0.5}
 
 
 def span_calls(cuda: bool, ref_ms: float, call_bytes: int) -> int:
@@ -177,7 +180,9 @@ def _run(ctx: Context, calls: int) -> dict[str, float]:
         rows.append(_nulls_and_span(ctx))
     parts = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     null_fill, null_take = parts["null_fill_ms"], parts["null_take_ms"]
-    charged = min(_charged(r["gap_ms"], r["fill_ms"], r["take_ms"], null_fill, null_take) for r in rows)
+    least = EXCESS_MIN_MS["cuda" if ctx.cuda else "cpu"]
+    charged = min(_charged(r["gap_ms"], r["fill_ms"], r["take_ms"], null_fill, null_take, least)
+                  for r in rows)
     return parts | {"gap_ms": min(r["gap_ms"] for r in rows), "charged_ms": charged,
                     "null_ms": parts["bare_null_ms"], "stage_ms": statistics.median(stages)}
 
@@ -200,16 +205,22 @@ def _nulls_and_span(ctx: Context) -> dict[str, float]:
             "null_take_ms": null_take, "own_ms": own}
 
 
-def _charged(gap: float, fill: float, take: float, null_fill: float, null_take: float) -> float:
+def _charged(gap: float, fill: float, take: float, null_fill: float, null_take: float,
+             min_ms: float = 0.0) -> float:
     """The gap, plus what the span's fill and take took beyond a null's same device work (with
-    EXCESS_SLACK of it let pass): device work the candidate left queued past its answer, or running
-    before the span, slows them, and is its time though outside the gap. Never less than the gap.
+    EXCESS_SLACK of it, and at least `min_ms`, let pass): device work the candidate left queued past
+    its answer, or running before the span, slows them, and is its time though outside the gap.
+    Never less than the gap.
 
     >>> _charged(10.0, fill=2.0, take=5.0, null_fill=2.0, null_take=1.0)
     13.9
+    >>> _charged(10.0, fill=2.0, take=5.0, null_fill=2.0, null_take=1.0, min_ms=0.5)
+    13.5
     """
-    slack = 1.0 + EXCESS_SLACK
-    return gap + max(0.0, fill - slack * null_fill) + max(0.0, take - slack * null_take)
+    def excess(t: float, null: float) -> float:
+        return max(0.0, t - null - max(EXCESS_SLACK * null, min_ms))
+
+    return gap + excess(fill, null_fill) + excess(take, null_take)
 
 
 def _windows_again(ctx: Context) -> float:
