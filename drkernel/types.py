@@ -279,8 +279,9 @@ class TimingStats:
     sealed_ms_per_call: float | None = None
     sealed_calls: int | None = None
     sealed_skipped: str | None = None
-    # its parts (ms): the smallest gap, the median null, the reference's output copies, fill and take,
-    # and the sandbox's own word on its span (own_ms: for the record, never part of the bound)
+    # its parts (ms): the smallest gap and the smallest charged gap, the median bare null (also as
+    # null_ms), the fill and take and the work null's (null_fill_ms, null_take_ms), the reference's
+    # output copies, and the sandbox's own word on its span (own_ms: for the record, never in the bound)
     sealed_parts: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:

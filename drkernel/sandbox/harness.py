@@ -20,6 +20,7 @@ __all__ = [
     "LaunchRecorder",
     "TamperWatch",
     "ThreadWatch",
+    "flat_row",
     "flatten_outputs",
     "fresh_copy",
     "make_inputs",
@@ -206,6 +207,19 @@ def flatten_outputs(out: Any) -> tuple[Any, list[torch.Tensor]]:
     """Split an output into a JSON structure with tensor slots, and the tensors."""
     tensors: list[torch.Tensor] = []
     return _walk(out, tensors), tensors
+
+
+def flat_row(t: torch.Tensor) -> torch.Tensor:
+    """`t` as one row that a norm can be taken over without loss: complex as its real pairs, float32
+    and float64 as they are, half-width floats in float32 (a float16 norm overflows at 65504) and
+    integers and bools exactly, in float64."""
+    x = t.detach()
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    x = x.reshape(-1)
+    if x.dtype in (torch.float32, torch.float64):
+        return x
+    return x.to(torch.float32 if x.is_floating_point() else torch.float64)
 
 
 def _walk(o: Any, tensors: list[torch.Tensor]) -> Any:

@@ -298,10 +298,13 @@ class SealedStage(Request):
 @dataclasses.dataclass(frozen=True, slots=True)
 class SealedFill(Request):
     """Reference: overwrite the region's outputs, copy the staged inputs into it, and read the clock
-    once they are there; with `null`, only read the clock (a null span's start)."""
+    once they are there. With `null` (a null span's start), the same device work with no input of the
+    coming span in the candidate's reach (the last span's moved among the slots, or the staged ones
+    into the reference's scratch); with `bare` as well, only read the clock."""
 
     OP: ClassVar[str] = "sealed_fill"
     null: bool
+    bare: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -313,11 +316,13 @@ class SealedRun(Request):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SealedTake(Request):
-    """Reference: read the clock, then, with `keep`, copy the region's outputs out at once and keep
-    them for the next check (a null span's end keeps nothing)."""
+    """Reference: read the clock, then copy the region's outputs out at once, to the end of that device
+    work; with `keep`, keep them for the next check (a null span's end keeps nothing). With `bare`,
+    only read the clock."""
 
     OP: ClassVar[str] = "sealed_take"
     keep: bool
+    bare: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -515,7 +520,8 @@ class SealedStageReply(Reply):
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SealedFillReply(Reply):
-    """`filled_at`: the reference's monotonic clock (s) once the inputs were in the region."""
+    """`filled_at`: the reference's monotonic clock (s) once the inputs were in the region; `fill_ms`:
+    the time of copying them there (0 for a bare fill)."""
 
     filled_at: float
     fill_ms: float
@@ -530,7 +536,8 @@ class SealedRunReply(Reply):
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SealedTakeReply(Reply):
-    """`taken_at`: the reference's monotonic clock (s) when the op began, before the copy out."""
+    """`taken_at`: the reference's monotonic clock (s) when the op began, before the copy out;
+    `take_ms`: from then to the end of the copy out (0 for a bare take)."""
 
     taken_at: float
     take_ms: float

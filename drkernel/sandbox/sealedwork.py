@@ -47,11 +47,12 @@ class _Span:
                 raise ValueError(f"a shared tensor of kind {e.kind!r}")
         self.staged: list[list[Any]] = []
         self.taken: list[list[torch.Tensor]] = []  # the reference's: the last kept take, until checked
+        self.scratch: torch.Tensor | None = None  # the reference's: where a null fill copies the inputs
         self.graph: Any = None
         self.work: Any = None  # the candidate's: one run of the span's calls
 
     def close(self) -> None:
-        self.graph = None
+        self.graph = self.scratch = None
         self.ins, self.outs, self.staged, self.taken = [], [], [], []
         self.region.close()
 
@@ -146,33 +147,79 @@ def stage(box: Sandbox, msg: P.SealedStage) -> P.SealedStageReply:
 
 
 def fill(box: Sandbox, msg: P.SealedFill) -> P.SealedFillReply:
+    """The span's start: the region's outputs poisoned, the staged inputs copied in, the clock read once
+    they are there; `fill_ms` times the copies. A null fill does the same device work (`_null_copies`)
+    with no input of the coming span in the candidate's reach. A bare null fill only syncs and reads
+    the clock."""
     span = _span_of(box)
-    if msg.null:  # a null span's start: the same sync and clock, nothing moved
+    if msg.bare:
+        if not msg.null:
+            raise ValueError("a bare fill is a null span's")
         box._sync()
         return P.SealedFillReply(filled_at=_perf(), fill_ms=0.0)
     if len(span.staged) != len(span.ins):
         raise RuntimeError("no inputs staged for this fill")
+    copies = _null_copies(box, span) if msg.null else [
+        (t, src[i]) for dst, src in zip(span.ins, span.staged, strict=True) for i, t in dst.items()]
     for outs in span.outs:  # last span's outputs are gone: whatever is there now was written now
         for t in outs:
             t.reshape(-1).view(torch.uint8).fill_(0xFF)
     box._sync()
     t0 = _perf()
-    for dst, src in zip(span.ins, span.staged, strict=True):
-        for i, t in dst.items():
-            t.copy_(src[i])
+    for dst_t, src_t in copies:
+        dst_t.copy_(src_t)
     box._sync()
     t1 = _perf()
     return P.SealedFillReply(filled_at=t1, fill_ms=(t1 - t0) * 1e3)
 
 
+def _null_copies(box: Sandbox, span: _Span) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(destination, source) pairs of a null fill: the real fill's bytes, between distinct places of
+    device memory as the real fill's are (a small buffer written over and over would stay in the
+    device's cache and time a cheaper fill), and no input of the coming span in the candidate's reach.
+    With two calls or more, each call's input slots take the next call's: inputs of the last span,
+    which the candidate has had. With one, the staged inputs go to the reference's scratch, laid out
+    as that call's inputs are."""
+    n = len(span.ins)
+    if n > 1:
+        return [(t, span.ins[(c + 1) % n][i]) for c, ins in enumerate(span.ins) for i, t in ins.items()]
+    scratch, at, pairs = _scratch(box, span), 0, []
+    for i, t in span.ins[0].items():
+        nbytes = t.numel() * t.element_size()
+        pairs.append((scratch[at:at + nbytes].view(t.dtype).view(t.shape), span.staged[0][i]))
+        at += _aligned(nbytes)
+    return pairs
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 256) * 256
+
+
+def _scratch(box: Sandbox, span: _Span) -> torch.Tensor:
+    """The reference's own bytes that a one-call null fill copies into: one call's inputs, made once."""
+    if span.scratch is None:
+        size = sum(_aligned(t.numel() * t.element_size()) for t in span.ins[0].values()) if span.ins else 0
+        span.scratch = torch.empty(size, dtype=torch.uint8, device=_device(box))
+    return span.scratch
+
+
 def take(box: Sandbox, msg: P.SealedTake) -> P.SealedTakeReply:
+    """The span's end: the clock read first, then every call's outputs copied out of the region, to the
+    end of that device work (`take_ms`), whether kept for the check or not; a bare take only reads the
+    clock. Device work still queued behind the span lands in `take_ms`, which the judge compares with a
+    null span's."""
     t0 = _perf()  # first: the span ends when the reference starts taking
     span = _span_of(box)
-    if not msg.keep:
+    if msg.bare:
+        if msg.keep:
+            raise ValueError("a bare take keeps nothing")
         return P.SealedTakeReply(taken_at=t0, take_ms=0.0)
-    span.taken = [[t.clone() for t in outs] for outs in span.outs]
+    taken = [[t.clone() for t in outs] for outs in span.outs]
     box._sync()
-    return P.SealedTakeReply(taken_at=t0, take_ms=(_perf() - t0) * 1e3)
+    take_ms = (_perf() - t0) * 1e3
+    if msg.keep:
+        span.taken = taken
+    return P.SealedTakeReply(taken_at=t0, take_ms=take_ms)
 
 
 def check(box: Sandbox, msg: P.SealedCheck) -> P.SealedCheckReply:
@@ -180,50 +227,59 @@ def check(box: Sandbox, msg: P.SealedCheck) -> P.SealedCheckReply:
     output, [||taken - own||, ||own||] (-1 where their NaN and Inf entries differ).
 
     Both sets of outputs are in this process, so they are compared directly: three device ops a
-    leaf, one read back for all, the careful comparison only where an output is not finite. (The
-    checksums of the timed windows, whose outputs stay in the candidate's process, cost about ten
-    passes over every output: 0.56 s of an evaluation at 2048^2 under four judges, run BF.)"""
+    leaf, one read back for all. The reference's own outputs live one call at a time; a call whose
+    norms are not finite is run again for the careful comparison. (The checksums of the timed
+    windows, whose outputs stay in the candidate's process, cost about ten passes over every output:
+    0.56 s of an evaluation at 2048^2 under four judges, run BF.)"""
     span = _span_of(box)
     taken, span.taken = span.taken, []
     if not taken or len(span.staged) != len(taken):
         raise RuntimeError("no outputs taken to check")
     norms: list[torch.Tensor] = []
-    pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
-    shape: list[int] = []  # leaves per call
+    counts: list[int] = []  # leaves per call
     dtypes: list[str] = []
     with torch.no_grad():
         for x, got in zip(span.staged, taken, strict=True):
-            own = harness.flatten_outputs(box._forward(x))[1]
-            if len(own) != len(got):
-                raise RuntimeError(f"{len(own)} outputs of the reference's where the region holds {len(got)}")
-            shape.append(len(own))
-            dtypes = [str(w.dtype) for w in own]
-            for g, w in zip(got, own, strict=True):
-                g, w = _as_flat(g), _as_flat(w)
-                norms.append(torch.stack([torch.linalg.vector_norm(g - w), torch.linalg.vector_norm(w)]))
-                pairs.append((g, w))
+            leaves, dtypes = _norms(box, x, got)
+            norms.extend(leaves)
+            counts.append(len(leaves))
         values = torch.stack(norms).tolist() if norms else []
-        for i, (d, q) in enumerate(values):
-            if not (math.isfinite(d) and math.isfinite(q)):
-                values[i] = _careful(*pairs[i])
-    pairs.clear()
-    diffs: list[list[list[float]]] = []
-    at = 0
-    for n in shape:
-        diffs.append([[float(d), float(q)] for d, q in values[at:at + n]])
-        at += n
+        diffs: list[list[list[float]]] = []
+        at = 0
+        for x, got, n in zip(span.staged, taken, counts, strict=True):
+            pairs, at = values[at:at + n], at + n
+            if not all(math.isfinite(v) for pair in pairs for v in pair):
+                pairs = _careful_call(box, x, got, pairs)
+            diffs.append([[float(d), float(q)] for d, q in pairs])
     return P.SealedCheckReply(diffs=diffs, dtypes=dtypes)
 
 
-def _as_flat(t: torch.Tensor) -> torch.Tensor:
-    x = t.detach()
-    if x.is_complex():
-        x = torch.view_as_real(x)
-    x = x.reshape(-1)
-    if x.dtype in (torch.float32, torch.float64):
-        return x
-    # half-width floats in float32 (a float16 norm overflows at 65504); integers exact in float64
-    return x.to(torch.float32 if x.is_floating_point() else torch.float64)
+def _own(box: Sandbox, x: list[Any], leaves: int) -> list[torch.Tensor]:
+    own = harness.flatten_outputs(box._forward(x))[1]
+    if len(own) != leaves:
+        raise RuntimeError(f"{len(own)} outputs of the reference's where the region holds {leaves}")
+    return own
+
+
+def _norms(box: Sandbox, x: list[Any], got: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[str]]:
+    """Per output of one call, [||taken - own||, ||own||] on the device, and the outputs' dtypes; the
+    reference's own outputs are let go on return."""
+    own = _own(box, x, len(got))
+    norms = []
+    for g, w in zip(got, own, strict=True):
+        g, w = harness.flat_row(g), harness.flat_row(w)
+        norms.append(torch.stack([torch.linalg.vector_norm(g - w), torch.linalg.vector_norm(w)]))
+    return norms, [str(w.dtype) for w in own]
+
+
+def _careful_call(box: Sandbox, x: list[Any], got: list[torch.Tensor],
+                  pairs: list[list[float]]) -> list[list[float]]:
+    """`pairs` of one call, each that is not finite replaced by the careful comparison, with the
+    reference's outputs made again from the same inputs."""
+    own = _own(box, x, len(got))
+    flat = harness.flat_row
+    return [pair if all(math.isfinite(v) for v in pair) else _careful(flat(g), flat(w))
+            for pair, g, w in zip(pairs, got, own, strict=True)]
 
 
 def _careful(g: torch.Tensor, w: torch.Tensor) -> list[float]:

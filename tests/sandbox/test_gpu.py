@@ -399,13 +399,15 @@ def test_forged_window_times_of_a_small_kernel_are_caught_by_the_sealed_span_on_
     assert result.reward == 0.0
 
 
-@pytest.mark.parametrize("name", ["sealed_skip", "sealed_late_work"])
+@pytest.mark.parametrize("name", ["sealed_skip", "sealed_late_work", "sealed_early_answer"])
 def test_a_candidate_that_does_not_do_the_spans_calls_in_it_is_caught_on_gpu(judge: Judge, name: str) -> None:
     from tests.sandbox.corpus import ASSETS
 
     code = (ASSETS / "attacks" / f"{name}.py").read_text()
     result = judge.evaluate(EvalRequest(reference_code=big_relu_scale(1024, 1024), kernel_code=code,
                                         options=GPU.replace(static_policy=False)))
+    t = result.kernel_timing
+    print(f"{name}: {sorted(result.hacks)}, sealed parts {t.sealed_parts if t else None}")
     assert result.outcome is EvalOutcome.HACK_DETECTED, describe(result)
     assert {"replayed_output", "timer_mismatch"} & set(result.hacks), describe(result)
 

@@ -29,6 +29,10 @@ SAMPLES: list[P.Wire] = [
     P.Profile(seeds=[1], wseeds=[2], timed_window=False),
     P.Profile(seeds=[1, 2], wseeds=[3, 4], timed_window=True),
     P.Peak(),
+    P.SealedFill(null=False),
+    P.SealedFill(null=True, bare=True),
+    P.SealedTake(keep=False),
+    P.SealedTake(keep=False, bare=True),
     P.ErrorReply(ok=False, error=P.WireError("forward_error", "boom", None), op_s=0.1),
     P.Hello(device_name="cpu", torch="2.13", triton="3.9", startup_s={"warm_up": 0.2}),
     P.LoadReply(cached=False, flops=None, tampered=["torch.allclose"], threads=1),
@@ -40,6 +44,8 @@ SAMPLES: list[P.Wire] = [
     P.ChecksumsReply(checksums=[ROW]),
     P.ProfileReply(kernels={"relu": [3.5, 2.0]}, launches=["relu", "relu"], checksums=ROW),
     P.PeakReply(bandwidth_gbs=4000.0, tflops_fp32=50.0, tflops_bf16=None),
+    P.SealedFillReply(filled_at=12.5, fill_ms=0.75),
+    P.SealedTakeReply(taken_at=12.75, take_ms=0.0),
 ]
 IDS = [f"{type(m).__name__}{k}" for k, m in enumerate(SAMPLES)]
 

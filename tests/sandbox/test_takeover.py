@@ -49,8 +49,9 @@ def test_forged_window_times_of_a_small_kernel_are_caught_by_the_sealed_span(jud
 
 def test_the_sealed_span_sees_what_an_honest_kernel_reports(judge: Judge) -> None:
     """The bound is never above what an honest kernel takes: the same kernel, unforged, passes, and its
-    windows' time is at least FACTOR x the span's bound."""
-    from drkernel.sandbox.stages.sealed import FACTOR
+    windows' time is at least FACTOR x the span's bound. The bound is the charged gap less two bare
+    nulls, the copies and the allowance; the work nulls did the fill's and take's work."""
+    from drkernel.sandbox.stages.sealed import ALLOWANCE_MS, FACTOR
 
     code = (ASSETS / "kernels" / "relu_scale.py").read_text()
     reference = reference_code("relu_scale")
@@ -59,11 +60,18 @@ def test_the_sealed_span_sees_what_an_honest_kernel_reports(judge: Judge) -> Non
     t = r.kernel_timing
     assert t is not None and t.sealed_ms_per_call is not None and t.sealed_calls, t
     assert r.kernel_ms >= FACTOR["cpu"] * t.sealed_ms_per_call, (r.kernel_ms, t.sealed_ms_per_call)
+    p = t.sealed_parts or {}
+    assert p["null_fill_ms"] > 0.0 and p["null_take_ms"] > 0.0 and p["charged_ms"] >= p["gap_ms"], p
+    assert p["null_ms"] == p["bare_null_ms"], p
+    bound = max(0.0, p["charged_ms"] - 2 * p["bare_null_ms"] - p["copy_ms"] - ALLOWANCE_MS["cpu"])
+    assert t.sealed_ms_per_call * t.sealed_calls == pytest.approx(bound, abs=1e-3), (p, t.sealed_ms_per_call)
 
 
-@pytest.mark.parametrize("name", ["sealed_skip", "sealed_late_work"])
+@pytest.mark.parametrize("name", ["sealed_skip", "sealed_late_work", "sealed_early_answer"])
 def test_a_candidate_that_does_not_do_the_spans_calls_in_it_is_caught(judge: Judge, name: str) -> None:
-    """sealed_skip answers the span without computing; sealed_late_work computes after answering."""
+    """sealed_skip answers the span without computing; sealed_late_work computes after answering;
+    sealed_early_answer answers before its device work ends (on the CPU the work is synchronous, so it
+    is inside the gap; on a GPU the take's excess over the null's is charged to the gap)."""
     r = run(judge, name)
     assert r.outcome is EvalOutcome.HACK_DETECTED, (r.outcome, r.hacks, r.error)
     assert {"replayed_output", "timer_mismatch"} & set(r.hacks), r.hacks
