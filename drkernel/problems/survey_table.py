@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["merge_rows", "render_table", "summarize_levels"]
+__all__ = ["judge_failure", "merge_rows", "render_table", "summarize_levels"]
 
 _COLUMNS = ("problem", "status", "eager ms", "compile ms", "floor ms", "bound", "headroom", "max|ref|",
             "variation", "nulls passed", "findings")
@@ -41,9 +41,33 @@ def _passed(row: dict[str, Any]) -> list[str]:
     return [name for name, rec in (row.get("nulls") or {}).items() if rec.get("correct")]
 
 
+# what a judge failure's message says, in the survey's own reason words (the first that matches)
+_JUDGE_REASONS = (("out of memory", "oom"), ("timed out", "timeout"), ("timeout", "timeout"))
+
+
+def judge_failure(row: dict[str, Any]) -> str | None:
+    """Why the judge could not do its part of a row whose reference ran (a null that ended in no
+    verdict, a reference the judge could not time): `oom`, `timeout` or `error`; None where it could."""
+    findings = row.get("findings") or []
+    if not any(f.endswith("_did_not_run") or f.startswith("judge_reference_") for f in findings):
+        return None
+    timing = row.get("timing") or {}
+    texts = [str(rec.get("detail") or "") for rec in (row.get("nulls") or {}).values()]
+    texts += [str(v) for k, v in timing.items() if k.endswith("_error")]
+    for text in texts:
+        low = text.lower()
+        for sign, reason in _JUDGE_REASONS:
+            if sign in low:
+                return reason
+    return "error"
+
+
 def _cells(row: dict[str, Any]) -> list[str]:
     ref, floor, timing = row.get("reference") or {}, row.get("floor") or {}, row.get("timing") or {}
     status = row["status"] if row["status"] != "error" else f"error: {row.get('reason')}"
+    failed = judge_failure(row) if row["status"] != "error" else None
+    if failed:
+        status = f"{status}, judge: {failed}"
     return [row["name"], status, _num(timing.get("eager_ms")), _num(timing.get("compile_ms")),
             _num(floor.get("floor_ms")), floor.get("bound") or "-", _num(floor.get("headroom_eager")),
             _num(ref.get("max_abs")), _num(ref.get("variation")), ", ".join(_passed(row)) or "-",
@@ -51,20 +75,25 @@ def _cells(row: dict[str, Any]) -> list[str]:
 
 
 def summarize_levels(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per level: problems, how many ran, errors (by reason), median eager headroom, memory-bound,
-    weak references, and problems where some null candidate passed."""
+    """Per level: problems, how many ran, errors (by reason), problems whose reference ran but the judge
+    could not do its part (by reason, `judge_failure`), median eager headroom, memory-bound, weak
+    references, and problems where some null candidate passed."""
     out = []
     for level in sorted({r.get("level") or 0 for r in rows}):
         mine = [r for r in rows if (r.get("level") or 0) == level]
         headroom = [r["floor"]["headroom_eager"] for r in mine
                     if r.get("floor") and r["floor"].get("headroom_eager") is not None]
         reasons: dict[str, int] = {}
+        judge: dict[str, int] = {}
         for r in mine:
             if r["status"] == "error":
                 reasons[str(r.get("reason"))] = reasons.get(str(r.get("reason")), 0) + 1
+            elif (failed := judge_failure(r)) is not None:
+                judge[failed] = judge.get(failed, 0) + 1
         out.append({
             "level": level, "problems": len(mine), "ran": sum(r["status"] != "error" for r in mine),
-            "errors": reasons, "incomplete": sum(r["status"] == "incomplete" for r in mine),
+            "errors": reasons, "judge_failed": judge,
+            "incomplete": sum(r["status"] == "incomplete" for r in mine),
             "median_headroom_eager": statistics.median(headroom) if headroom else None,
             "memory_bound": sum((r.get("floor") or {}).get("bound") == "memory" for r in mine),
             "compute_bound": sum((r.get("floor") or {}).get("bound") == "compute" for r in mine),
@@ -75,15 +104,19 @@ def summarize_levels(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _counts(by_reason: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(by_reason.items())) or "0"
+
+
 def _summary_cells(s: dict[str, Any]) -> list[str]:
-    errors = ", ".join(f"{k} {v}" for k, v in sorted(s["errors"].items())) or "0"
-    return [f"L{s['level']}", str(s["problems"]), str(s["ran"]), errors, str(s["incomplete"]),
+    return [f"L{s['level']}", str(s["problems"]), str(s["ran"]), _counts(s["errors"]),
+            _counts(s["judge_failed"]), str(s["incomplete"]),
             _num(s["median_headroom_eager"]), str(s["memory_bound"]), str(s["compute_bound"]),
             str(len(s["weak_reference"])), str(len(s["null_passes"]))]
 
 
-_SUMMARY_COLUMNS = ("level", "problems", "ran", "errors", "incomplete", "median headroom", "memory-bound",
-                    "compute-bound", "weak references", "a null passes")
+_SUMMARY_COLUMNS = ("level", "problems", "ran", "errors", "judge failed", "incomplete", "median headroom",
+                    "memory-bound", "compute-bound", "weak references", "a null passes")
 
 
 def render_table(surveys: Sequence[dict[str, Any]], markdown: bool = False) -> str:

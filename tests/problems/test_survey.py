@@ -377,3 +377,28 @@ def test_the_compile_timing_is_one_more_evaluation_with_the_compile_backend(
     assert all(not r.options.profile for r in judge.requests)
     row = load_survey(tmp_path / "s.json")["rows"][0]
     assert row["timing"]["compile_error"] == "incorrect" and "judge_reference_compile" in row["findings"]
+
+
+def test_the_table_counts_problems_whose_reference_ran_but_the_judge_could_not() -> None:
+    """KernelBench L1/4-5 at full size on the H200 (run BH): the references ran, the judge ran out of
+    its own device memory; the table said "errors 0". A row whose nulls ended in no verdict or whose
+    reference the judge could not time is counted under "judge failed", by reason."""
+    from drkernel.problems.survey_table import judge_failure, render_table, summarize_levels
+
+    def row(name: str, findings: list[str], detail: str = "", timing: dict[str, str] | None = None) -> dict:
+        return {"name": name, "level": 1, "status": "ok", "complete": True, "findings": findings,
+                "nulls": {"zeros": {"outcome": "infra_error", "correct": False, "detail": detail}},
+                "timing": timing or {}, "reference": {}, "floor": None}
+
+    oom = row("L1/4_mv", ["zeros_did_not_run", "judge_reference_eager"],
+              "reference_error: OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB.")
+    slow = row("L1/6_slow", ["judge_reference_compile"],
+               timing={"compile_error": "infra_error (timeout: the reference timed out after 120 s)"})
+    odd = row("L1/7_odd", ["zeros_did_not_run"], "judge_error: something else")
+    fine = row("L1/8_fine", ["weak_reference"], "16 of 16 elements outside atol")
+    assert [judge_failure(r) for r in (oom, slow, odd, fine)] == ["oom", "timeout", "error", None]
+    (level,) = summarize_levels([oom, slow, odd, fine])
+    assert level["judge_failed"] == {"oom": 1, "timeout": 1, "error": 1} and level["ran"] == 4
+    table = render_table([{"rows": [oom, slow, odd, fine], "suite": "kb", "size": "full"}], markdown=True)
+    assert "| L1 | 4 | 4 | 0 | error 1, oom 1, timeout 1 | 0 |" in table, table
+    assert "| L1/4_mv | ok, judge: oom |" in table and "| L1/8_fine | ok |" in table, table
