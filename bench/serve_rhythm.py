@@ -56,6 +56,13 @@ def wait_warm(url: str, timeout_s: float) -> tuple[float, dict[str, Any]]:
     return time.monotonic() - start, view
 
 
+def judge_starts(url: str) -> list[dict[str, float]]:
+    """Where each judge process's start went (total, interpreter and imports, device lock, judge
+    built), as /v1/workers reports it: what `serve`'s ready time is made of."""
+    workers = httpx.get(f"{url}/v1/workers", timeout=5).json().get("workers", [])
+    return [w["startup_s"] for w in workers if w.get("startup_s")]
+
+
 def burst_native(url: str, reference: str, codes: list[str], prefix: str,
                  perf_trials: int) -> list[str]:
     opts = EvalOptions(num_correct_trials=5, num_perf_trials=perf_trials, timeout_s=120)
@@ -119,9 +126,12 @@ def main(argv: list[str] | None = None) -> int:
             health_s = time.monotonic() - t0
             warm_s, view = wait_warm(server.url, 300)
             ready = {"health_s": round(health_s, 2), "warm_s": round(health_s + warm_s, 2),
-                     "judges": view.get("capacity", {}).get("configured")}
+                     "judges": view.get("capacity", {}).get("configured"),
+                     "startup_s": judge_starts(server.url)}
             print(f"ready: /health after {ready['health_s']} s, {ready['judges']} judges idle after "
                   f"{ready['warm_s']} s", flush=True)
+            for start in ready["startup_s"]:
+                print(f"  judge start (s): {start}", flush=True)
             for r in range(args.rounds):
                 if r:
                     time.sleep(args.idle_s)

@@ -379,13 +379,15 @@ def _host_main(conn: Connection, lifeline: socket.socket, beat_s: float, sndbuf:
     threading.Thread(target=_watch_lifeline, args=(lifeline, beat_s), name="lifeline",
                      daemon=True).start()
     factory, device, lock_timeout_s, gpu_slots = conn.recv()
+    t0 = time.monotonic()
     try:
         lock = gpu_lock(device, lock_timeout_s, slots=gpu_slots)
+        t1 = time.monotonic()
         judge = factory(device)
     except BaseException as exc:  # process edge: report the failure to the parent
         conn.send(("error", f"judge factory failed: {exc}"))
         return
-    conn.send(("ready", os.getpid()))
+    conn.send(("ready", {"pid": os.getpid(), "lock_s": t1 - t0, "build_s": time.monotonic() - t1}))
     try:
         while True:
             try:
@@ -406,6 +408,14 @@ def _host_main(conn: Connection, lifeline: socket.socket, beat_s: float, sndbuf:
             judge.close()
         if lock is not None:
             lock.release()
+
+
+def _startup(total: float, ready: dict[str, float]) -> dict[str, float]:
+    """Where a judge process's start went (s): its interpreter and imports (the rest), the device lock,
+    and building the judge (fork server, reference and spare sandboxes, comparison child)."""
+    lock, build = float(ready.get("lock_s", 0.0)), float(ready.get("build_s", 0.0))
+    return {"total": round(total, 3), "interpreter": round(max(0.0, total - lock - build), 3),
+            "lock": round(lock, 3), "build": round(build, 3)}
 
 
 class ProcessJudgeHost:
@@ -437,6 +447,7 @@ class ProcessJudgeHost:
         env = {k: v for k, v in os.environ.items() if k not in scrub_env}
         # a fresh interpreter (not multiprocessing's spawn): the caller's __main__ is not re-run;
         # pass_fds hands it only its two sockets (no sibling's lifeline keeps it alive)
+        started = time.monotonic()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", _HOST_MODULE, str(child_sock.fileno()),
              str(life_child.fileno()), str(beat_s), str(int(lifeline_sndbuf)), name, str(os.getpid())],
@@ -456,6 +467,11 @@ class ProcessJudgeHost:
         if kind != "ready":
             self.kill()
             raise WorkerLost(str(payload))
+        self.startup_s = _startup(time.monotonic() - started, payload)
+        took = self.startup_s
+        logger.info("judge %s on %s ready in %.2f s (interpreter and imports %.2f s, device lock %.2f s, "
+                    "judge built %.2f s)", name, device, took["total"], took["interpreter"], took["lock"],
+                    took["build"])
 
     @property
     def pid(self) -> int | None:

@@ -60,6 +60,8 @@ class WorkerState:
     node_id: str | None = None  # the Ray node id; None for a local worker
     last_error: str | None = None  # why it was last replaced
     last_change: float = field(default_factory=time.time)
+    # where its last start went (s): total, interpreter (and imports), lock, build (a judge process's)
+    startup_s: dict[str, float] | None = None
 
     @property
     def alive(self) -> bool:
@@ -76,7 +78,7 @@ class WorkerState:
             "current_task": self.current_task, "tasks_done": self.tasks_done,
             "restarts": self.restarts, "pid": self.pid, "host": self.host,
             "node_id": self.node_id, "last_error": self.last_error,
-            "last_change": self.last_change,
+            "last_change": self.last_change, "startup_s": self.startup_s,
         }
 
 
@@ -210,6 +212,7 @@ class SlotPool:
         if closed:  # started after close(): do not leak it
             self._dispose(handle)
             return False
+        slot.state.startup_s = getattr(handle, "startup_s", None)
         slot.set("idle")
         self._idle.put(slot)
         self._one_up.set()

@@ -166,3 +166,21 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+def test_a_judge_process_says_where_its_start_went_and_the_pool_reports_it() -> None:
+    """serve's ready time (10.2 s on the H200, run BI) is the first judge process's start: its
+    interpreter and imports, the device lock, and building the judge. Each is measured, the parts add
+    up to the whole, and /v1/workers carries them (WorkerState.startup_s)."""
+    host = ProcessJudgeHost(fake_judge, "cpu", heartbeat_timeout_s=5.0)
+    try:
+        took = host.startup_s
+        assert set(took) == {"total", "interpreter", "lock", "build"}, took
+        assert all(v >= 0.0 for v in took.values()) and took["interpreter"] > 0.0, took
+        assert took["total"] == pytest.approx(took["interpreter"] + took["lock"] + took["build"], abs=0.01)
+    finally:
+        host.close()
+    with pool() as ex:
+        states = ex.worker_states()
+        assert states and all(w.startup_s and w.startup_s["total"] > 0.0 for w in states)
+        assert all(w.to_dict()["startup_s"] == w.startup_s for w in states)
