@@ -59,14 +59,20 @@ class JudgeSettings:
         return dataclasses.replace(self, **changes)
 
     def shared(self, judges: int) -> JudgeSettings:
-        """The config of one of `judges` judges sharing a GPU: 1/judges of the memory caps of a judge
-        alone, and fewer warm spares (their compiles overlap, their timing takes turns)."""
+        """The config of one of `judges` judges sharing a GPU: 1/judges of a lone judge's candidate
+        memory cap, and fewer warm spares (their compiles overlap, their timing takes turns).
+
+        The reference's cap is not divided. The reference is trusted: it holds a fixed reservation
+        from its start (sandbox/devicemem.py), grows only to its problem's size and gives a large
+        problem's memory back once done, so its cap is a ceiling against a reference too large for
+        the card, not a partition. Divided four ways it was 5.94 GiB on an 80 GB H100, and an honest
+        kernel of a 16384 x 8192 elementwise problem was blamed for the reference running out of it
+        (run BK). The candidates' caps are what keeps judges from overcommitting the card."""
         n = max(1, judges)
         if n == 1:
             return self
         return self.replace(spares=self.spares or max(2, DEFAULT_SPARES["cuda"] // n),
-                            candidate_gpu_fraction=self.candidate_gpu_fraction / n,
-                            reference_gpu_fraction=self.reference_gpu_fraction / n)
+                            candidate_gpu_fraction=self.candidate_gpu_fraction / n)
 
 
 # env var -> what it sets in a JudgeSettings

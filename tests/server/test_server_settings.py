@@ -42,9 +42,10 @@ def test_serve_builds_k_judges_per_gpu_with_divided_caps(monkeypatch: pytest.Mon
     assert config.ready == "first"  # serve answers once one judge is up
     assert isinstance(made, SandboxJudge) and made.share == k
     assert made.config.retries == 1  # a judge fault is retried in the judge; the pool does not again
-    # each of the k judges gets 1/k of a lone judge's GPU memory caps
+    # each of the k judges gets 1/k of a lone judge's candidate memory cap; the reference's is not
+    # divided (a trusted ceiling, not a partition: divided, an honest large problem was blamed, run BK)
     assert made.config.candidate_gpu_fraction == pytest.approx(0.6 / k)
-    assert made.config.reference_gpu_fraction == pytest.approx(0.3 / k)
+    assert made.config.reference_gpu_fraction == pytest.approx(0.3)
     # the task store is hidden from every sandbox, through the config the judges are built from
     assert str(tmp_path / "t.db") in made.config.hide and str(tmp_path / "t.db-wal") in made.config.hide
 
