@@ -10,12 +10,14 @@ the EvalResult under construction: hack findings, and the early stop with an out
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from drkernel.hacks import HackCode
+from drkernel.sandbox.cardmem import SLACK_BYTES, CardWitness, oom_numbers
 from drkernel.sandbox.process import SandboxFailure, SandboxProcess
 from drkernel.sandbox.protocol import (
     BenchPrepare,
@@ -29,8 +31,8 @@ from drkernel.sandbox.protocol import (
 )
 from drkernel.types import ErrorInfo, EvalOptions, EvalOutcome, EvalRequest, EvalResult
 
-__all__ = ["COMPILE_KINDS", "Channel", "Context", "ReferenceFailure", "Stop", "Verdict", "Windows",
-           "resource_shaped"]
+__all__ = ["COMPILE_KINDS", "Channel", "Context", "Held", "ReferenceFailure", "Stop", "Verdict", "Windows",
+           "own_cap_note", "resource_shaped"]
 
 # per window, one int per call: the input seeds (or checksum weights' seeds) or the calls checked
 Windows = list[list[int]]
@@ -40,6 +42,38 @@ COMPILE_KINDS = {"syntax_error", "import_error", "missing_model_new", "triton_co
 # alive, the candidate may have taken it (its GPU memory, the scratch disk, the CPUs)
 _RESOURCE_SIGNS = ("out of memory", "no space left", "cannot allocate memory", "disk quota",
                    "resource temporarily unavailable", "too many open files")
+
+
+# what torch, the CUDA runtime and Triton say when the device's memory ran out
+_DEVICE_OOM = re.compile(r"cuda[^\n]{0,20}out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY",
+                         re.IGNORECASE)
+# a device out-of-memory with at least this much more of the card free than the block tried: the
+# process's own cap (torch's per-process memory fraction) ran out, not the card
+OWN_CAP_ROOM = 256 << 20
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 30):.2f} GiB"
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a stopped candidate's sandbox held of the card (None: not known), and the words for it."""
+
+    nbytes: int | None
+    within_share: bool
+    note: str
+
+
+def own_cap_note(message: str) -> str:
+    """For a device out-of-memory whose message says the card had room for the block: why that is
+    the failing process's own cap, nobody else's doing ("" otherwise)."""
+    numbers = oom_numbers(message)
+    if numbers is None or numbers[1] < numbers[0] + OWN_CAP_ROOM:
+        return ""
+    tried, free = numbers
+    return (f"[the card had {_gib(free)} free for a {_gib(tried)} block: the process ran out of its own "
+            "memory cap, not of the card; the submission is not blamed]")
 
 
 def resource_shaped(message: str) -> bool:
@@ -109,13 +143,18 @@ class Channel:
     killed, and the failed op is run again in a fresh reference sandbox alone (after the reference's
     load and window build it rests on), within `retry_timeout_s`. Where it then passes and the failure
     was a shared resource running out (GPU memory, disk, the deadline), the candidate starved the
-    reference: its failure (`resource_exhaustion`, or `timeout`), never an infra_error."""
+    reference: its failure (`resource_exhaustion`, or `timeout`), never an infra_error.
+
+    Device memory is weighed first (`witness`, sandbox/cardmem.py): a reference that ran out of its
+    own cap while the card had room is the judge's fault, without a retry; and where the card itself
+    was short, the candidate is blamed only if its sandbox held more of the card than its share."""
 
     def __init__(self, cand: SandboxProcess, ref: SandboxProcess, deadline: float, verdict: Verdict,
                  respawn_ref: Callable[[], SandboxProcess] | None = None,
-                 retry_timeout_s: float = 600.0) -> None:
+                 retry_timeout_s: float = 600.0, witness: CardWitness | None = None) -> None:
         self.cand_proc, self.ref_proc, self.deadline, self.verdict = cand, ref, deadline, verdict
         self.respawn_ref, self.retry_timeout_s = respawn_ref, retry_timeout_s
+        self.witness = witness
         self._ref_setup: dict[str, Request] = {}  # the last load and window build sent to the reference
 
     def cand(self, request: Request, kind: type[R]) -> R:
@@ -225,7 +264,10 @@ class Channel:
         if (not starved or self.respawn_ref is None or not self.cand_proc.used
                 or not self.cand_proc.alive()):
             return  # the reference's own error; or a spare that has run no op (no candidate code yet)
-        self.cand_proc.kill()
+        own_cap = own_cap_note(failure.message)
+        if own_cap:
+            raise ReferenceFailure(failure.kind, f"{failure.message[:3000]} {own_cap}")
+        held = self.stop_candidate(failure.message, self.cand_proc.kill)
         self.ref_proc = proc = self.respawn_ref()
         # the load first, then the window build a timed op rests on: the order they were first sent
         setup = self._ref_setup
@@ -246,8 +288,32 @@ class Channel:
         if failure.kind == "reference_timeout":
             raise SandboxFailure("timeout", f"{what}, and finished in time with that sandbox gone: the "
                                  "submission's sandbox kept the judge's side past the time limit")
+        if held.within_share:
+            raise ReferenceFailure(failure.kind,
+                                   f"{what}, and passed with that sandbox gone; but {held.note}")
+        if held.note:
+            what += f"; {held.note}"
         raise SandboxFailure("resource_exhaustion", f"{what}, and passed with that sandbox gone: the "
                              "submission starved it of a resource the judge shares (memory, disk)")
+
+    def stop_candidate(self, message: str, stop: Callable[[], None]) -> Held:
+        """Stop the candidate's sandbox (`stop`: kill it, or stop its processes and keep its files)
+        after a judge-side failure with `message`; for a device out-of-memory with a witness, read the
+        card's free memory before and after: what the sandbox held, and whether within its share."""
+        device_memory = oom_numbers(message) is not None or _DEVICE_OOM.search(message) is not None
+        witness = self.witness if device_memory else None
+        before = witness.free() if witness is not None else None
+        stop()
+        after = witness.settled_free() if witness is not None and before is not None else None
+        if witness is None or before is None or after is None:
+            return Held(None, False, "")
+        held, share = after - before, witness.candidate_share
+        if held <= share + SLACK_BYTES:
+            return Held(held, True, f"that sandbox held {_gib(held)} of the card, within its share of "
+                                    f"{_gib(share)}: the card was short for another reason (another judge "
+                                    "or program); the submission is not blamed")
+        return Held(held, False,
+                    f"that sandbox held {_gib(held)} of the card, beyond its share of {_gib(share)}")
 
     def _account(self, who: str, reply: Reply | ErrorReply) -> None:
         stages = self.verdict.result.stage_s

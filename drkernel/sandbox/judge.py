@@ -22,6 +22,7 @@ from pathlib import Path
 from drkernel.device import resolve_device
 from drkernel.errors import ConfigError
 from drkernel.sandbox import isolation
+from drkernel.sandbox.cardmem import CardWitness
 from drkernel.sandbox.comparator import JudgeFault, make_comparator
 from drkernel.sandbox.pipeline import Evaluation, ReferenceFailure
 from drkernel.sandbox.process import (
@@ -263,7 +264,7 @@ class Judge:
             ref = self._reference()
             device = self.device_info()
             evaluation = Evaluation(request, cand, ref, self.cache, device, self._comparator, self.device,
-                                    respawn_ref=self._respawn_reference)
+                                    respawn_ref=self._respawn_reference, witness=self._witness(ref))
             result = evaluation.run()
             result.stage_s["spare_wait"] = round(waited, 4)
         except SandboxFailure as exc:
@@ -302,6 +303,13 @@ class Judge:
         if self._ref is not None:
             self._ref.kill()
         self._ref = self._spawn("reference")
+
+    def _witness(self, ref: SandboxProcess) -> CardWitness | None:
+        """Who ran the card short, from the reference's hello (read before any candidate code ran)."""
+        info = ref.info
+        if not self.cuda or info is None or not info.device_id:
+            return None
+        return CardWitness(info.device_id, int(self.candidate_gpu_fraction * info.device_total))
 
     def _respawn_reference(self) -> SandboxProcess:
         """A fresh, ready reference sandbox (an evaluation's retry of a reference op alone)."""

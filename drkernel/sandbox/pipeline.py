@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from drkernel.reward.speedup import result_reward, reward_config
+from drkernel.sandbox.cardmem import CardWitness
 from drkernel.sandbox.channel import Channel, Context, ReferenceFailure, Stop, Verdict
 from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
 from drkernel.sandbox.devicelock import candidate_alive, counting_waits
@@ -33,14 +34,15 @@ class Evaluation:
     def __init__(self, request: EvalRequest, cand: SandboxProcess, ref: SandboxProcess,
                  cache: ReferenceTimingCache, device: DeviceInfo,
                  comparator: LocalComparator | ProcessComparator | None = None,
-                 judge_device: str = "cpu", respawn_ref: Callable[[], SandboxProcess] | None = None) -> None:
+                 judge_device: str = "cpu", respawn_ref: Callable[[], SandboxProcess] | None = None,
+                 witness: CardWitness | None = None) -> None:
         opts = request.options
         rng = random.Random(opts.seed) if opts.seed is not None else random.SystemRandom()
         init_seed = rng.randrange(1 << 31)
         seeds = [rng.randrange(1 << 31) for _ in range(opts.num_correct_trials)]
         verdict = Verdict(EvalResult(outcome=EvalOutcome.OK, device=device, task_id=request.task_id))
         channel = Channel(cand, ref, time.monotonic() + opts.timeout_s, verdict, respawn_ref=respawn_ref,
-                          retry_timeout_s=opts.timeout_s)
+                          retry_timeout_s=opts.timeout_s, witness=witness)
         self.ctx = Context(request, channel, verdict, cuda=device.kind == "cuda", device=judge_device,
                            rng=rng, init_seed=init_seed, seeds=seeds)
         self.cache = cache

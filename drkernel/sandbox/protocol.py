@@ -370,6 +370,8 @@ class Hello(Reply):
     torch: str
     triton: str
     startup_s: dict[str, float]
+    device_id: str = ""  # the card as NVML names it (sandbox/cardmem.py); "" on the CPU
+    device_total: int = 0  # its memory in bytes
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from drkernel.sandbox import devicemem, harness, peak, sealedwork, tensorfile
+from drkernel.sandbox import cardmem, devicemem, harness, peak, sealedwork, tensorfile
 from drkernel.sandbox import protocol as P
 from drkernel.sandbox.protocol import read_message, write_message
 
@@ -71,7 +71,7 @@ INPUT_CACHE_BYTES = 4 << 30  # ... within this many bytes in all, the newest kep
 
 
 def _tensor_bytes(inputs: list[Any]) -> int:
-    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    return sum(x.nbytes for x in inputs if isinstance(x, torch.Tensor))
 
 
 class Sandbox:
@@ -143,8 +143,9 @@ class Sandbox:
         for owner, attr, _ in self.recorder.hooked():
             self.watch.add(owner, attr, f"{owner.__name__}.{attr}")
         startup["warm_up"] = round(_perf() - t0, 4)
+        device_id, device_total = cardmem.card_identity() if self.cuda else ("", 0)
         return P.Hello(device_name=name, torch=torch.__version__, triton=triton.__version__,
-                       startup_s=startup)
+                       startup_s=startup, device_id=device_id, device_total=device_total)
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, msg: P.Load) -> P.LoadReply | P.ErrorReply:
@@ -662,7 +663,7 @@ class _InputsChanged(Exception):
 
 def _nbytes(obj: Any) -> int:
     if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
+        return obj.nbytes
     if isinstance(obj, (list, tuple)):
         return sum(_nbytes(o) for o in obj)
     return 0

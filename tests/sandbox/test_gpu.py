@@ -574,3 +574,43 @@ def test_a_large_problems_device_memory_goes_back_once_the_judge_moves_on(judge:
     print(f"free before the large problem {before / 2**30:.2f} GiB, after it and a small one "
           f"{after / 2**30:.2f}")
     assert after >= before - (3 << 30), (before / 2**30, after / 2**30)
+
+
+# -- who ran the card short (issue 32, item 4; run BK) ---------------------------------------------
+def test_the_judges_nvml_reading_of_the_card_matches_torchs() -> None:
+    """The witness reads the card through NVML by the name a reference sandbox reports: the same
+    card, and the same free memory as the CUDA runtime sees (within 0.5 GiB)."""
+    from drkernel.sandbox.cardmem import card_free, card_identity
+
+    name, total = card_identity()
+    assert name and total == torch.cuda.get_device_properties(0).total_memory, name
+    free = card_free(name)
+    torch.cuda.synchronize()
+    seen = torch.cuda.mem_get_info(0)[0]
+    print(f"card {name}: NVML free {free}, CUDA free {seen}")
+    assert free is not None and abs(free - seen) < (512 << 20), (free, seen)
+
+
+def test_a_candidate_that_takes_the_card_is_blamed_for_starving_the_judge() -> None:
+    """The submission lifts its own cap at import and holds every free byte of the card (keeping 8 GiB
+    in its own allocator for its calls): the judge's next op that needs device memory runs out. The
+    judge reads through NVML that the candidate's sandbox held more than its share, runs the op again
+    alone, and the failure is the candidate's (`resource_exhaustion`), never infra. The same judge
+    then passes the honest kernel on the same problem. (Not run against the code before the witness:
+    there, a failure that passed alone was blamed on the candidate whatever it held, so this attack
+    lost the same way; the witness's new half is that a candidate within its share is not blamed,
+    which `tests/sandbox/test_cardmem.py` shows with the driver's figures faked.)"""
+    from tests.sandbox.corpus import ASSETS
+
+    code = (ASSETS / "attacks" / "device_grab.py").read_text().replace("__KEEP_MIB__", "8192")
+    reference = big_relu_scale(16384, 16384)  # 1 GiB a tensor: a comparison needs 2 GiB beyond its own
+    opts = GPU.replace(num_correct_trials=2, num_perf_trials=10, static_policy=False)
+    with Judge(device="cuda", cache_path=None, spares=1, refill=False) as j:
+        r = j.evaluate(EvalRequest(reference_code=reference, kernel_code=code, options=opts))
+        print(describe(r), r.sandbox_output[-300:])
+        assert r.outcome is EvalOutcome.RUNTIME_ERROR, describe(r)
+        assert r.error is not None and r.error.kind == "resource_exhaustion", describe(r)
+        assert "beyond its share" in r.error.message, r.error.message
+        honest = j.evaluate(EvalRequest(reference_code=reference,
+                                        kernel_code=asset("kernels", "relu_scale").code, options=opts))
+        assert honest.outcome is EvalOutcome.OK, describe(honest)

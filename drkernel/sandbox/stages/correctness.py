@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from drkernel.hacks import HackCode
-from drkernel.sandbox.channel import Context, Stop, resource_shaped
+from drkernel.sandbox.channel import Context, Stop, own_cap_note, resource_shaped
 from drkernel.sandbox.comparator import JudgeFault, LocalComparator, ProcessComparator
 from drkernel.sandbox.devicelock import gpu_work
 from drkernel.sandbox.process import SandboxFailure
@@ -147,15 +147,22 @@ def _compare_alone(ctx: Context, comparator: Comparator, job: dict[str, Any],
     cand = ctx.channel.cand_proc
     if not resource_shaped(str(fault)) or not cand.alive():
         raise fault
-    cand.stop()  # its processes, and its device memory, gone; its files stay for the comparison
+    own_cap = own_cap_note(str(fault))
+    if own_cap:
+        raise JudgeFault(f"{str(fault)[:3000]} {own_cap}") from None
+    # its processes, and its device memory, gone; its files stay for the comparison
+    held = ctx.channel.stop_candidate(str(fault), cand.stop)
     comparator.restart()
     try:
         comparator.compare(job)
     except JudgeFault:
         raise fault from None
-    raise SandboxFailure("resource_exhaustion", f"the judge's comparison failed while the submission's "
-                         f"sandbox ran ({str(fault)[:300]}), and passed with that sandbox gone: the "
-                         "submission starved the judge of a resource it shares (GPU or host memory)")
+    what = f"the judge's comparison failed while the submission's sandbox ran ({str(fault)[:300]})"
+    if held.within_share:
+        raise JudgeFault(f"{what}, and passed with that sandbox gone; but {held.note}")
+    raise SandboxFailure("resource_exhaustion", f"{what}, and passed with that sandbox gone"
+                         f"{'; ' + held.note if held.note else ''}: the submission starved the judge of a "
+                         "resource it shares (GPU or host memory)")
 
 
 def _weak_reference(ctx: Context, prints: list[torch.Tensor]) -> None:
