@@ -209,14 +209,19 @@ def flatten_outputs(out: Any) -> tuple[Any, list[torch.Tensor]]:
     return _walk(out, tensors), tensors
 
 
+def _real_row(t: torch.Tensor) -> torch.Tensor:
+    """`t` detached and flattened, complex as its real pairs (no copy where none is needed)."""
+    x = t.detach()
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    return x.reshape(-1)
+
+
 def flat_row(t: torch.Tensor) -> torch.Tensor:
     """`t` as one row that a norm can be taken over without loss: complex as its real pairs, float32
     and float64 as they are, half-width floats in float32 (a float16 norm overflows at 65504) and
     integers and bools exactly, in float64."""
-    x = t.detach()
-    if x.is_complex():
-        x = torch.view_as_real(x)
-    x = x.reshape(-1)
+    x = _real_row(t)
     if x.dtype in (torch.float32, torch.float64):
         return x
     return x.to(torch.float32 if x.is_floating_point() else torch.float64)
@@ -297,10 +302,7 @@ _generators: dict[str, torch.Generator] = {}
 
 
 def _as_float_row(t: torch.Tensor) -> torch.Tensor:
-    x = t.detach()
-    if x.is_complex():
-        x = torch.view_as_real(x)
-    return x.reshape(-1).to(torch.float32)
+    return _real_row(t).to(torch.float32)
 
 
 class _Batch:

@@ -185,7 +185,7 @@ def _null_copies(box: Sandbox, span: _Span) -> list[tuple[torch.Tensor, torch.Te
         return [(t, span.ins[(c + 1) % n][i]) for c, ins in enumerate(span.ins) for i, t in ins.items()]
     scratch, at, pairs = _scratch(box, span), 0, []
     for i, t in span.ins[0].items():
-        nbytes = t.numel() * t.element_size()
+        nbytes = t.nbytes
         pairs.append((scratch[at:at + nbytes].view(t.dtype).view(t.shape), span.staged[0][i]))
         at += _aligned(nbytes)
     return pairs
@@ -198,7 +198,7 @@ def _aligned(nbytes: int) -> int:
 def _scratch(box: Sandbox, span: _Span) -> torch.Tensor:
     """The reference's own bytes that a one-call null fill copies into: one call's inputs, made once."""
     if span.scratch is None:
-        size = sum(_aligned(t.numel() * t.element_size()) for t in span.ins[0].values()) if span.ins else 0
+        size = sum(_aligned(t.nbytes) for t in span.ins[0].values()) if span.ins else 0
         span.scratch = torch.empty(size, dtype=torch.uint8, device=_device(box))
     return span.scratch
 
