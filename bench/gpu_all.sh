@@ -36,6 +36,8 @@
 #            one after the other in this call; TWOGPU_ARGS, e.g. "--burst 64 --rounds 2 --idle-s 5"  (~8 min)
 #   beside   bench/beside_trainer.py on an nvidia-h200-x2: serve on GPU 1, `drkernel train rl` on GPU 0 through it;
 #            the judge's spread and the trainer's step time, each alone and beside the other (issue 38) (~6 min)
+#   early    bench/probes/early_answer.py: the sealed span's early-answer attack with the span's charge and
+#            without it: which check catches it (issue 32)                                    (~1 min)
 #   extra    KernelGYM coverage fields on the GPU, isolation attacks on the GPU host,
 #            and two single `drkernel eval` runs from the shell, timed (issues 13-15)     (~2 min)
 # Logs and tables go to $OUT (or ./gpu-out). Parts may run side by side on different GPUs:
@@ -107,6 +109,8 @@ for part in "$@"; do
       --methods ${PROBE_METHODS:-graph,graphspin25,graphrefill25,graphprof25} --json "$OUT/probe.json" > "$OUT/probe.log" 2>&1 ;;
   bisect)
     timeout "${BISECT_TIMEOUT:-150}" python3 bench/probes/timing_bisect.py --procs 3 ${BISECT_ARGS:-} --json "$OUT/bisect.json" > "$OUT/bisect.log" 2>&1 ;;
+  early)
+    timeout "${EARLY_TIMEOUT:-150}" python3 bench/probes/early_answer.py ${EARLY_ARGS:-} > "$OUT/early.log" 2>&1 ;;
   peak)
     timeout 150 python3 bench/probes/peak_probe.py > "$OUT/peak.log" 2>&1 ;;
   latency)
