@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["ALIGN", "Entry", "Region", "layout"]
+__all__ = ["ALIGN", "Entry", "Region", "dtype_of", "layout"]
 
 ALIGN = 256  # every tensor starts on this many bytes: enough for any dtype and for vector loads
 _DTYPES = {str(d): d for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
@@ -58,11 +58,12 @@ def dtype_of(name: str) -> torch.dtype:
 
 def layout(calls: int, inputs: list[Any], outputs: list[torch.Tensor]) -> tuple[list[Entry], int]:
     """The entries of `calls` calls, each with the tensors among `inputs` and all of `outputs`, packed
-    at ALIGN; and the bytes they need."""
+    at ALIGN, every call's inputs first and then every call's outputs (one run of bytes, which the
+    judge's side poisons and takes out with one device copy each); and the bytes they need."""
     entries: list[Entry] = []
     offset = 0
-    for call in range(calls):
-        for kind, items in (("in", inputs), ("out", outputs)):
+    for kind, items in (("in", inputs), ("out", outputs)):
+        for call in range(calls):
             for index, t in enumerate(items):
                 if not isinstance(t, torch.Tensor):
                     continue

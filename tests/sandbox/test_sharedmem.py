@@ -16,13 +16,16 @@ def test_layout_packs_every_tensor_of_every_call_aligned_and_skips_the_rest() ->
     inputs = [torch.zeros(3, 5), 7, torch.zeros(2, dtype=torch.int64)]
     outputs = [torch.zeros(4, dtype=torch.float16), torch.zeros(())]
     entries, size = layout(2, inputs, outputs)
-    assert [(e.kind, e.call, e.index) for e in entries] == [
-        ("in", 0, 0), ("in", 0, 2), ("out", 0, 0), ("out", 0, 1),
-        ("in", 1, 0), ("in", 1, 2), ("out", 1, 0), ("out", 1, 1)]
+    assert [(e.kind, e.call, e.index) for e in entries] == [  # every input, then every output
+        ("in", 0, 0), ("in", 0, 2), ("in", 1, 0), ("in", 1, 2),
+        ("out", 0, 0), ("out", 0, 1), ("out", 1, 0), ("out", 1, 1)]
     assert all(e.offset % ALIGN == 0 for e in entries)
     spans = sorted((e.offset, e.offset + e.nbytes) for e in entries)
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans  # no two overlap
-    assert size >= spans[-1][1] and entries[0].nbytes == 60 and entries[3].nbytes == 4
+    assert size >= spans[-1][1] and entries[0].nbytes == 60 and entries[5].nbytes == 4
+    # the outputs are one run of bytes, after every input (the take copies it out in one op)
+    assert max(e.offset + e.nbytes for e in entries if e.kind == "in") <= min(
+        e.offset for e in entries if e.kind == "out")
 
 
 def test_a_region_is_shared_with_another_process_through_its_descriptor() -> None:
