@@ -305,10 +305,14 @@ def test_a_device_side_assert_in_a_served_judge_still_gives_the_verdict(  # type
     from drkernel.server.launch import ServerProcess
 
     honest = asset("kernels", "relu_scale")
-    env = dict(os.environ, **{FAULT_ENV: f"device_assert@{tmp_path / 'fault-once'}"})  # one judge's, once
+    # one judge's, once. The marker is claimed when a judge builds its comparator, so serve runs one
+    # judge here: with its default of 4 a GPU, the judge that claimed it need not be the one given the
+    # task (run BM, H100: `ok` with judge_retries 0; the verdict right, the fault never met)
+    env = dict(os.environ, **{FAULT_ENV: f"device_assert@{tmp_path / 'fault-once'}"})
     task = {"task_id": "gpu-fault-1", "reference_code": big_relu_scale(), "kernel_code": honest.code,
             "options": {"num_correct_trials": 3, "num_perf_trials": 20, "timeout_s": 240}}
-    with ServerProcess(tmp_path / "f.db", extra=["--workers", "1"], env=env) as server:
+    one_judge = ["--workers", "1", "--judges-per-gpu", "1"]
+    with ServerProcess(tmp_path / "f.db", extra=one_judge, env=env) as server:
         assert httpx.post(f"{server.url}/v1/tasks", json=task, timeout=30).status_code in (200, 201, 202)
         deadline, view = time.monotonic() + 280, {}
         while time.monotonic() < deadline and not view.get("result"):
