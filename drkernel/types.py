@@ -87,7 +87,8 @@ class Problem:
         return hashlib.sha256(self.reference_code.encode()).hexdigest()[:16]
 
 
-# the turn reward's presets, by name (drkernel.reward.REWARD_PRESETS holds what each one is)
+# the turn reward's presets, by name: the one list of them (drkernel.reward.REWARD_PRESETS holds what
+# each one is, under these names in this order; tests/reward/test_reward_owner.py holds them to it)
 REWARD_PRESET_NAMES = ("paper", "released", "eval", "correctness_speedup")
 
 

@@ -25,7 +25,7 @@ from drkernel.agent.prompts import PromptConfig, load_prompt_template
 from drkernel.agent.tts import ContextConfig
 from drkernel.errors import ConfigError
 from drkernel.executors.build import CLIENT_EXECUTORS, build_executor, client_executor_config
-from drkernel.types import EvalOptions
+from drkernel.types import REWARD_PRESET_NAMES, EvalOptions
 
 if TYPE_CHECKING:
     from drkernel.executors.base import Executor
@@ -108,10 +108,11 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g.add_argument("--reference-backend", choices=("eager", "compile"), default="eager")
     g.add_argument("--perf-trials", type=int, help="timed calls per runtime measurement")
     g.add_argument("--eval-timeout", type=float, default=180.0, help="seconds per evaluation")
-    g.add_argument("--reward-preset", choices=("paper", "released", "eval"), default=None,
+    g.add_argument("--reward-preset", choices=REWARD_PRESET_NAMES, default=None,
                    help="turn reward: paper = C(1 + min(s,3) + PR) (default), "
                         "released = its 0.5-scaled variant, "
-                        "eval = 0.5*C + 0.5*min(s,3) (default with --protocol paper)")
+                        "eval = 0.5*C + 0.5*min(s,3) (default with --protocol paper), "
+                        "correctness_speedup = C(1 + min(s,3))")
     g.add_argument("--paper-tolerance", action="store_true", help="atol=rtol=1e-2 for every dtype")
 
 

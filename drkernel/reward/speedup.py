@@ -5,10 +5,9 @@ without the PR term). Hacked or failed results are incorrect, so they earn 0.
 
 The reward has one owner: `reward_config(options)` turns an EvalOptions' reward fields into a
 RewardConfig, and `result_reward(result, config)` turns a result's facts (outcome, correct, hacks,
-speedup, coverage) into the turn reward. The fake executor, the agent's environment and the RL
-trainer all call these two. The judge (sandbox/pipeline.py `_reward`) still spells out the same
-formula and gives the same number (tests/reward/test_reward_owner.py checks it); it is to call
-these two as well once the sandbox can change again.
+speedup, coverage) into the turn reward. The judge (the `reward` of its result, sandbox/pipeline.py),
+the fake executor, the agent's environment and the RL trainer all call these two. The presets' names
+are drkernel.types.REWARD_PRESET_NAMES (the requests' vocabulary); what each one is, is here.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from drkernel.rl.advantages import AdvantageConfig
 from drkernel.rl.filters import DynamicSamplingConfig
 from drkernel.rl.losses import LossConfig
 from drkernel.rl.rejection import MismatchConfig, ProfilingRejectionConfig
-from drkernel.types import EvalOptions
+from drkernel.types import REWARD_PRESET_NAMES, EvalOptions
 
 __all__ = [
     "DataConfig",
@@ -125,13 +125,14 @@ class JudgeConfig:
     server: str | None = None  # executor "http": a drkernel server URL
     device: str | None = None  # None: cuda when present
     workers: int | None = None  # judge workers (CPU: default cores // 2)
-    reward: Literal["paper", "released", "eval", "correctness_speedup"] = "paper"  # docs/paper_spec.md §4
+    reward: str = "paper"  # a drkernel.types.REWARD_PRESET_NAMES name; docs/paper_spec.md §4
     # every request's options; their reward_preset is replaced by `reward`, their speedup_cap and
     # coverage_weight are kept (see eval_options)
     eval: EvalOptions = field(default_factory=EvalOptions)
 
     def __post_init__(self) -> None:
-        self.reward_config()  # validates `reward` (a Literal that Python code could still miss)
+        if self.reward not in REWARD_PRESET_NAMES:
+            raise ConfigError(f"judge.reward: {self.reward!r} is not one of {', '.join(REWARD_PRESET_NAMES)}")
 
     def eval_options(self) -> EvalOptions:
         """The options every request of the run carries: `eval` with `reward` as its preset."""

@@ -38,8 +38,8 @@ def turn_rewards(
     """One row per trajectory, one column per turn; a None result or a missing turn is padding.
 
     `config` is a RewardConfig (a run's: `JudgeConfig.reward_config()`, with its speedup cap and
-    coverage weight) or a REWARD_PRESETS name ("paper", "released", "eval", "correctness_speedup"),
-    which is that preset as it is. A hacked or failed result is incorrect and earns 0.
+    coverage weight) or a name of drkernel.types.REWARD_PRESET_NAMES, which is that preset as it
+    is. A hacked or failed result is incorrect and earns 0.
 
     >>> from drkernel.types import EvalOutcome
     >>> ok = EvalResult(outcome=EvalOutcome.OK, compiled=True, correct=True, speedup=2.0, coverage=0.5)

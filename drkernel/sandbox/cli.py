@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from drkernel.errors import ConfigError
 from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.settings import judge_settings_from_env
-from drkernel.types import MAX_SOURCE_BYTES, EvalOptions, EvalRequest, EvalResult
+from drkernel.types import MAX_SOURCE_BYTES, REWARD_PRESET_NAMES, EvalOptions, EvalRequest, EvalResult
 
 if TYPE_CHECKING:
     from drkernel.sandbox.process import ComparisonProcess, Zygote
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="time the reference eagerly or wrapped in torch.compile")
     p.add_argument("--preset", choices=["default", "paper"], default="default",
                    help="'paper': 5 trials, atol=rtol=1e-2 for every dtype, the paper's reward")
-    p.add_argument("--reward", choices=["paper", "released", "eval", "correctness_speedup"], default=None,
+    p.add_argument("--reward", choices=REWARD_PRESET_NAMES, default=None,
                    help="reward formula (default: paper)")
     p.add_argument("--seed", type=int, default=None, help="fix trial seeds (default: fresh per run)")
     p.add_argument("--paper-timing", action="store_true",

@@ -164,7 +164,7 @@ def test_help_shows_protocol_tts_ranking_and_reward_presets(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for needle in ("--protocol {ours,paper}", "--reward-preset {paper,released,eval}",
+    for needle in ("--protocol {ours,paper}", "--reward-preset {paper,released,eval,correctness_speedup}",
                    "--rank-by {reward,speedup}", "top 4 earlier turns ranked by --rank-by",
                    "0.5*C + 0.5*min(s,3)"):
         assert needle in text, needle

@@ -146,8 +146,10 @@ def test_cli_set_refuses_an_unknown_preset():
 
     with pytest.raises(ConfigError, match="reward_preset"):
         apply_overrides(debug_cpu(), ["judge.eval.reward_preset=papr"])
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="judge.reward: 'papr' is not one of paper, released"):
         apply_overrides(debug_cpu(), ["judge.reward=papr"])
+    for name in REWARD_PRESETS:  # every preset, the one added last included
+        assert apply_overrides(debug_cpu(), [f"judge.reward={name}"]).judge.reward == name
     with pytest.raises(ConfigError, match="speedup_cap"):
         apply_overrides(debug_cpu(), ["judge.eval.speedup_cap=0"])
     cfg = apply_overrides(debug_cpu(), ["judge.eval.speedup_cap=5", "judge.eval.coverage_weight=0.5"])
@@ -170,3 +172,21 @@ def test_the_preset_names_of_the_options_are_the_reward_presets():
     from drkernel.types import REWARD_PRESET_NAMES
 
     assert tuple(REWARD_PRESETS) == REWARD_PRESET_NAMES
+
+
+def test_every_command_offers_the_one_list_of_presets():
+    """`drkernel eval --reward`, bench/optimize's `--reward-preset`: the same names, from the one list
+    (bench once offered three of the four)."""
+    import argparse
+
+    from drkernel.cli import _build_parser
+    from drkernel.types import REWARD_PRESET_NAMES
+
+    def choices(command: str, flag: str) -> tuple[str, ...]:
+        sub = next(a for a in _build_parser([command])._actions if isinstance(a, argparse._SubParsersAction))
+        action = next(a for a in sub.choices[command]._actions if flag in a.option_strings)
+        return tuple(action.choices or ())
+
+    assert choices("eval", "--reward") == REWARD_PRESET_NAMES
+    assert choices("bench", "--reward-preset") == REWARD_PRESET_NAMES
+    assert choices("optimize", "--reward-preset") == REWARD_PRESET_NAMES
