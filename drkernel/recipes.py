@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from drkernel.errors import ConfigError
+from drkernel.rl.advantages import AdvantageConfig
 from drkernel.rl.config import (
     DataConfig,
     JudgeConfig,
@@ -33,12 +34,14 @@ __all__ = ["RECIPES", "debug_cpu", "dr_kernel_8b", "dr_kernel_14b", "get_recipe"
 
 def _paper_rl() -> RLConfig:
     return RLConfig(
-        advantage="trloo",  # docs/paper_spec.md §5.3, §9.3: ALGORITHM=trloo
-        gamma=1.0,  # docs/paper_spec.md §5.1: GAMMA=1.0
-        singleton="return",  # docs/paper_spec.md §5.3: a group of one gets A = G (authors' code)
-        # docs/paper_spec.md §15: the paper's "valid rollouts"; the code keeps MRS/PRS-rejected turns in the
-        # baseline (--set rl.baseline_members=valid)
-        baseline_members="kept",
+        advantage=AdvantageConfig(
+            estimator="trloo",  # docs/paper_spec.md §5.3, §9.3: ALGORITHM=trloo
+            gamma=1.0,  # docs/paper_spec.md §5.1: GAMMA=1.0
+            singleton="return",  # docs/paper_spec.md §5.3: a group of one gets A = G (authors' code)
+            # docs/paper_spec.md §15: the paper's "valid rollouts"; the code keeps MRS/PRS-rejected
+            # turns in the baseline (--set rl.advantage.baseline_members=valid)
+            baseline_members="kept",
+        ),
         mask_void_turn=True,  # docs/paper_spec.md §5.4: mask_void_turn: True
         mrs=MismatchConfig(
             level="geometric",  # docs/paper_spec.md §6: ROLLOUT_RS=geometric

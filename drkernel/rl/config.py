@@ -146,11 +146,9 @@ class JudgeConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RLConfig:
-    advantage: Literal["trloo", "grpo", "rloo", "reinforce"] = "trloo"  # docs/paper_spec.md §5.3
-    gamma: float = 1.0  # docs/paper_spec.md §5.1
-    singleton: Literal["return", "zero"] = "return"
-    baseline_members: Literal["kept", "valid"] = "kept"
-    grpo_scale_by_std: bool = False
+    # the estimator and its settings (docs/paper_spec.md §5.1-§5.3), its owner's config as it is;
+    # `--set rl.advantage=grpo` is short for `rl.advantage.estimator=grpo`
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     mask_void_turn: bool = True  # docs/paper_spec.md §5.4
     mrs: MismatchConfig = field(default_factory=MismatchConfig)
     prs: ProfilingRejectionConfig = field(default_factory=ProfilingRejectionConfig)
@@ -163,16 +161,6 @@ class RLConfig:
     def __post_init__(self) -> None:
         if self.max_sampling_rounds < 1:
             raise ConfigError("rl.max_sampling_rounds: must be >= 1")
-        self.advantage_config()  # validates
-
-    def advantage_config(self) -> AdvantageConfig:
-        return AdvantageConfig(
-            estimator=self.advantage,
-            gamma=self.gamma,
-            singleton=self.singleton,
-            baseline_members=self.baseline_members,
-            grpo_scale_by_std=self.grpo_scale_by_std,
-        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -336,12 +324,55 @@ def from_dict(cls: type[Any], data: dict[str, Any], prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
+# keys that moved when a section came to nest its owner's config: the old dotted key -> the new one.
+# A config.json written before, and a `--set` with the old key, still mean what they meant.
+MOVED_KEYS = {
+    "rl.gamma": "rl.advantage.gamma",
+    "rl.singleton": "rl.advantage.singleton",
+    "rl.baseline_members": "rl.advantage.baseline_members",
+    "rl.grpo_scale_by_std": "rl.advantage.grpo_scale_by_std",
+}
+# a section that a plain value may set: `rl.advantage=grpo` sets `rl.advantage.estimator`
+SHORTHANDS = {"rl.advantage": "estimator"}
+
+
+def _moved(data: dict[str, Any]) -> dict[str, Any]:
+    """A RunConfig dict with the moved keys where they live now (a copy where anything moved)."""
+    out = json.loads(json.dumps(data))
+    for key, field_name in SHORTHANDS.items():
+        *parents, last = key.split(".")
+        section = _section(out, parents)
+        if section is not None and isinstance(section.get(last), str):
+            section[last] = {field_name: section[last]}
+    for old, new in MOVED_KEYS.items():
+        *old_parents, old_last = old.split(".")
+        section = _section(out, old_parents)
+        if section is None or old_last not in section:
+            continue
+        *new_parents, new_last = new.split(".")
+        target = out
+        for name in new_parents:
+            if not isinstance(target.get(name), dict):
+                target[name] = {}
+            target = target[name]
+        target.setdefault(new_last, section.pop(old_last))
+    return out
+
+
+def _section(data: dict[str, Any], path: list[str]) -> dict[str, Any] | None:
+    for name in path:
+        data = data.get(name)  # type: ignore[assignment]
+        if not isinstance(data, dict):
+            return None
+    return data
+
+
 def save_config(cfg: RunConfig, path: str | Path) -> None:
     Path(path).write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
 
 
 def load_config(path: str | Path) -> RunConfig:
-    cfg = from_dict(RunConfig, json.loads(Path(path).read_text()))
+    cfg = from_dict(RunConfig, _moved(json.loads(Path(path).read_text())))
     assert isinstance(cfg, RunConfig)
     return cfg
 
@@ -429,8 +460,11 @@ def apply_overrides(cfg: RunConfig, overrides: list[str] | tuple[str, ...]) -> R
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected key=value")
+        key = MOVED_KEYS.get(key.strip(), key.strip())
+        if key in SHORTHANDS and isinstance(_parse_text(raw), str):
+            key = f"{key}.{SHORTHANDS[key]}"
         try:
-            cfg = _set(cfg, key.strip().split("."), raw, key.strip())
+            cfg = _set(cfg, key.split("."), raw, key)
         except TypeError as exc:  # a constructor rejected the combination
             raise ConfigError(f"--set {item}: {exc}") from None
     return cfg

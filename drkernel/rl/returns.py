@@ -26,7 +26,7 @@ def reward_to_go(rewards: torch.Tensor, mask: torch.Tensor | None = None, gamma:
     tensor([[1.5000, 1.0000, 2.0000]])
     """
     if not 0.0 <= gamma <= 1.0:
-        raise ConfigError(f"rl.gamma: must be in [0, 1], got {gamma}")
+        raise ConfigError(f"rl.advantage.gamma: must be in [0, 1], got {gamma}")
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [B, T], got shape {tuple(rewards.shape)}")
     r = rewards.to(torch.get_default_dtype()) if not rewards.is_floating_point() else rewards

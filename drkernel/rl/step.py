@@ -64,7 +64,7 @@ def prepare_step(
     tr = turn_rewards(batch.results(), cfg.judge.reward_config(), max_turns=turns)
     aborted = torch.tensor(batch.aborted(), dtype=torch.bool)
     valid = void_turn_mask(tr.rewards, tr.present, aborted, mask_void_turn=rl.mask_void_turn)
-    returns = reward_to_go(tr.rewards, valid, gamma=rl.gamma)
+    returns = reward_to_go(tr.rewards, valid, gamma=rl.advantage.gamma)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rows, rollout_lists = _token_rows(batch, turns, int(pad))
     selected = (valid & groups_ok.view(-1, 1)).reshape(-1)
@@ -96,7 +96,7 @@ def prepare_step(
                                  speedup_threshold=p.speedup_threshold, missing=p.missing, generator=gen)
     kept = mrs_kept & prs_kept
     grid_valid = valid & groups_ok.view(-1, 1)
-    adv = compute_advantages(returns, torch.tensor(batch.group_ids), grid_valid, kept, rl.advantage_config())
+    adv = compute_advantages(returns, torch.tensor(batch.group_ids), grid_valid, kept, rl.advantage)
     loss_mask = token_mask & (grid_valid & kept).reshape(-1, 1)
     return StepTensors(tr, valid, returns, groups_ok, mrs_kept, prs_kept, adv, rows, token_mask, loss_mask,
                        old_logp, rollout_logp, entropy)

@@ -30,7 +30,7 @@ def test_paper_recipes_carry_the_paper_values(name):
     assert (cfg.rollout.n, cfg.rollout.max_turns, cfg.trainer.prompts_per_step) == (16, 3, 16)  # §9.3
     assert (cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens) == (10240, 8192)
     assert cfg.rollout.temperature == 1.0 and cfg.rollout.top_p == 1.0
-    assert cfg.rl.advantage == "trloo" and cfg.rl.gamma == 1.0
+    assert cfg.rl.advantage.estimator == "trloo" and cfg.rl.advantage.gamma == 1.0
     assert cfg.rl.mrs.bounds == (0.999, 1.001) and cfg.rl.mrs.veto == 1e-4  # §6
     assert (cfg.rl.prs.tau, cfg.rl.prs.slope) == (0.3, 0.1)  # §7
     assert cfg.rl.dynamic_sampling.min_group_size == 9 and cfg.rl.dynamic_sampling.std_threshold == 1e-3  # §8
@@ -57,7 +57,8 @@ def test_overrides_are_type_checked_and_nested():
         ["rl.advantage=grpo", "rl.mrs.bounds=0.99,1.01", "optim.lr=3e-4", "rl.mrs.veto=none",
          "data.problems=101_ReLU", "judge.eval.num_perf_trials=5", "log.tensorboard=false"],
     )
-    assert cfg.rl.advantage == "grpo" and cfg.rl.mrs.bounds == (0.99, 1.01) and cfg.rl.mrs.veto is None
+    assert cfg.rl.advantage.estimator == "grpo" and cfg.rl.mrs.bounds == (0.99, 1.01)
+    assert cfg.rl.mrs.veto is None
     assert cfg.optim.lr == 3e-4 and cfg.data.problems == ("101_ReLU",)
     assert cfg.judge.eval.num_perf_trials == 5 and cfg.log.tensorboard is False
     for bad, words in [
@@ -70,6 +71,35 @@ def test_overrides_are_type_checked_and_nested():
     ]:
         with pytest.raises(ConfigError, match=words):
             apply_overrides(RunConfig(), [bad])
+
+
+def test_the_advantage_section_is_its_owners_config_and_old_keys_still_work(tmp_path):
+    """`rl.advantage` is an AdvantageConfig (it copied its fields one by one before): the shorthand
+    `rl.advantage=grpo` and the keys of before (`rl.gamma`, `rl.baseline_members`, ...) still set it,
+    on the command line and in a config.json written before the change."""
+    from drkernel.rl.advantages import AdvantageConfig
+    from drkernel.rl.config import load_config
+
+    cfg = apply_overrides(RunConfig(), ["rl.advantage=rloo", "rl.gamma=0.5", "rl.baseline_members=valid",
+                                        "rl.advantage.singleton=zero", "rl.grpo_scale_by_std=true"])
+    assert cfg.rl.advantage == AdvantageConfig(estimator="rloo", gamma=0.5, baseline_members="valid",
+                                               singleton="zero", grpo_scale_by_std=True)
+    with pytest.raises(ConfigError, match="rl.advantage.gamma"):
+        apply_overrides(RunConfig(), ["rl.gamma=2"])
+    with pytest.raises(ConfigError, match="rl.advantage.estimator: 'ppo' is not one of"):
+        apply_overrides(RunConfig(), ["rl.advantage=ppo"])
+
+    old = to_dict(shipped.dr_kernel_8b())
+    old["rl"].pop("advantage")
+    old["rl"].update(advantage="grpo", gamma=0.0, singleton="zero", baseline_members="valid",
+                     grpo_scale_by_std=False)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(old))
+    loaded = load_config(path)
+    assert loaded.rl.advantage == AdvantageConfig(estimator="grpo", gamma=0.0, singleton="zero",
+                                                  baseline_members="valid")
+    assert loaded.rl.mrs == shipped.dr_kernel_8b().rl.mrs
+    assert "rl.advantage.estimator" in config_keys() and "rl.gamma" not in config_keys()
 
 
 def test_config_round_trips_through_json():
@@ -85,7 +115,7 @@ def test_cli_lists_and_prints_recipes(capsys):
     assert "dr_kernel_14b" in capsys.readouterr().out
     assert main(["train", "recipes", "dr_kernel_8b", "--set", "rl.advantage=grpo"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed["rl"]["advantage"] == "grpo" and printed["rollout"]["n"] == 16
+    assert printed["rl"]["advantage"]["estimator"] == "grpo" and printed["rollout"]["n"] == 16
     assert main(["train", "rl", "--recipe", "nope", "--run-dir", "unused"]) == 2
     assert "unknown recipe" in capsys.readouterr().err
 

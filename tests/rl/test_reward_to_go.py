@@ -31,7 +31,7 @@ def test_masked_turns_add_nothing_and_get_zero():
 
 
 def test_bad_gamma_is_a_config_error():
-    with pytest.raises(ConfigError, match="rl.gamma"):
+    with pytest.raises(ConfigError, match="rl.advantage.gamma"):
         reward_to_go(REWARDS, gamma=1.5)
 
 

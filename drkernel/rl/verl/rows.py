@@ -105,7 +105,7 @@ def turn_rows_step(
         speedup[j, k], coverage[j, k] = float(r.speedup), float(r.coverage)
 
     valid = void_turn_mask(rewards, present, aborted, mask_void_turn=rl.mask_void_turn)
-    returns = reward_to_go(rewards, valid, gamma=rl.gamma)
+    returns = reward_to_go(rewards, valid, gamma=rl.advantage.gamma)
     ds = rl.dynamic_sampling
     groups_ok = ~aborted
     if ds.enabled:
@@ -132,7 +132,7 @@ def turn_rows_step(
                                  generator=generator)
     kept = mrs_kept & prs_kept
     grid_valid = valid & groups_ok.view(-1, 1)
-    adv = compute_advantages(returns, group_ids, grid_valid, kept, rl.advantage_config())
+    adv = compute_advantages(returns, group_ids, grid_valid, kept, rl.advantage)
     loss_mask = token_mask & (grid_valid & kept)[traj_of, turn_of].view(-1, 1)
     return RowStep(
         advantages=adv[traj_of, turn_of],
