@@ -5,15 +5,14 @@ the weak_reference warning) run in a trusted child process that holds the only C
 judge. A fault there (a device-side assert, an exception in a comparison step, a dead child) is the
 judge's fault: it raises JudgeFault, never a verdict on the candidate, and the child is replaced.
 
-Job: {"ref": [path, n], "out": [path, n], "structure": [ref_structure, out_structure], "atol", "rtol",
-      "relative", "fingerprint": bool, "expect": null | [[dtype, shape], ...] (the reference's outputs)}
-Reply: {"passed", "issue", "max_abs_diff", "max_rel_diff", "rel_l2", "mean_abs_diff",
-"fingerprint": [floats] | null}
+A job is a `helpermsg.CompareJob`, its reply a `helpermsg.CompareReply`; the child process answers
+each job with a `helpermsg.CompareAnswer`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import select
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 
 from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, layout_issue, load_tensors
+from drkernel.sandbox.helpermsg import CompareAnswer, CompareJob, CompareReply
 from drkernel.sandbox.process import ComparisonProcess
 from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
 from drkernel.sandbox.tensorfile import Entry, TensorFileError, read_header
@@ -76,27 +76,22 @@ def _load_pair(ref: tuple[str, int], out: tuple[str, int], device: str) -> tuple
     return ref_t, out_t
 
 
-def compare_job(job: dict[str, Any], device: str) -> dict[str, Any]:
+def compare_job(job: CompareJob, device: str) -> CompareReply:
     """Load one output pair and compare it. A bad candidate file is a failed comparison; anything
     else that goes wrong here (a CUDA error, a bug) propagates as the judge's own fault."""
-    ref_path, ref_n = job["ref"]
-    out_path, out_n = job["out"]
-    expect = job.get("expect")  # the reference's [dtype, shape] per output: the candidate's file must match
     try:
-        if expect is not None:  # checked from the header, before a byte of the data is read
-            issue = _header_issue(read_header(out_path, out_n, MAX_OUTPUT_BYTES), expect)
+        if job.expect is not None:  # checked from the header, before a byte of the data is read
+            issue = _header_issue(read_header(job.out_path, job.out_count, MAX_OUTPUT_BYTES), job.expect)
             if issue is not None:
-                return _failed(issue)
-        ref_t, out_t = _load_pair((ref_path, ref_n), (out_path, out_n), device)
+                return CompareReply(passed=False, issue=issue)
+        ref_t, out_t = _load_pair((job.ref_path, job.ref_count), (job.out_path, job.out_count), device)
     except (OSError, TensorFileError, KeyError) as exc:
-        return _failed(f"unreadable output: {exc}")
-    prints = fingerprint(ref_t).tolist() if job.get("fingerprint") else None
-    ref_structure, out_structure = job["structure"]
-    c = compare_outputs(ref_structure, ref_t, out_structure, out_t, job.get("atol"), job.get("rtol"),
-                        bool(job.get("relative", True)))
-    return {"passed": c.passed, "issue": c.issue, "max_abs_diff": c.max_abs_diff,
-            "max_rel_diff": c.max_rel_diff, "rel_l2": c.rel_l2, "mean_abs_diff": c.mean_abs_diff,
-            "fingerprint": prints}
+        return CompareReply(passed=False, issue=f"unreadable output: {exc}")
+    prints = fingerprint(ref_t).tolist() if job.fingerprint else None
+    c = compare_outputs(job.ref_structure, ref_t, job.out_structure, out_t, job.atol, job.rtol, job.relative)
+    return CompareReply(passed=c.passed, issue=c.issue, max_abs_diff=c.max_abs_diff,
+                        max_rel_diff=c.max_rel_diff, rel_l2=c.rel_l2, mean_abs_diff=c.mean_abs_diff,
+                        fingerprint=prints)
 
 
 def _header_issue(entries: list[Entry], expect: list[list[Any]]) -> str | None:
@@ -106,11 +101,6 @@ def _header_issue(entries: list[Entry], expect: list[list[Any]]) -> str | None:
     issues = (layout_issue(e.dtype, e.shape, dtype, shape)
               for e, (dtype, shape) in zip(entries, expect, strict=True))
     return next((i for i in issues if i is not None), None)
-
-
-def _failed(issue: str) -> dict[str, Any]:
-    return {"passed": False, "issue": issue, "max_abs_diff": None, "max_rel_diff": None, "rel_l2": None,
-            "mean_abs_diff": None, "fingerprint": None}
 
 
 def _inject(kind: str | None, device: str) -> None:
@@ -130,7 +120,7 @@ class LocalComparator:
         self.device = device
         self._fault = fault
 
-    def compare(self, job: dict[str, Any]) -> dict[str, Any]:
+    def compare(self, job: CompareJob) -> CompareReply:
         fault, self._fault = self._fault, None
         try:
             _inject(fault, self.device)
@@ -159,25 +149,24 @@ class ProcessComparator:
         self._fault = fault
         self._child: ComparisonProcess | None = started or ComparisonProcess(device)
 
-    def compare(self, job: dict[str, Any]) -> dict[str, Any]:
+    def compare(self, job: CompareJob) -> CompareReply:
         fault, self._fault = self._fault, None
-        msg = dict(job, inject=fault)
         try:
             if self._child is None:
                 raise ProtocolError("it was closed")
-            write_message(self._child.w, msg)
-            reply = self._receive(self._child, deadline=time.monotonic() + 600.0)
+            write_message(self._child.w, dataclasses.replace(job, inject=fault).to_wire())
+            answer = self._receive(self._child, deadline=time.monotonic() + 600.0)
         except (OSError, ProtocolError) as exc:
             raise JudgeFault(f"the comparison process failed: {exc}") from exc
-        if not reply.get("ok"):
-            raise JudgeFault(str(reply.get("error") or "the comparison process failed"))
-        return dict(reply["result"])
+        if answer.result is None:
+            raise JudgeFault(answer.error or "the comparison process failed")
+        return answer.result
 
-    def _receive(self, child: ComparisonProcess, deadline: float) -> dict[str, Any]:
+    def _receive(self, child: ComparisonProcess, deadline: float) -> CompareAnswer:
         while True:
             ready, _, _ = select.select([child.r], [], [], 0.05)
             if ready:
-                return read_message(child.r)
+                return CompareAnswer.from_wire(read_message(child.r))
             code = child.proc.poll()
             if code is not None:
                 why = f" (it could not select {self.device})" if code == NO_DEVICE_STATUS else ""
@@ -244,8 +233,9 @@ def _warm(device: str) -> None:
         ref, out = os.path.join(folder, "ref"), os.path.join(folder, "out")
         write_tensors(ref, [x])
         write_tensors(out, [x + 1e-6])
-        compare_job({"ref": [ref, 1], "out": [out, 1], "structure": [{"t": 0}, {"t": 0}], "atol": None,
-                     "rtol": None, "relative": True, "fingerprint": True}, device)
+        compare_job(CompareJob(ref_path=ref, ref_count=1, out_path=out, out_count=1, ref_structure={"t": 0},
+                               out_structure={"t": 0}, atol=None, rtol=None, relative=True, fingerprint=True),
+                    device)
     torch.cuda.synchronize(device)
 
 
@@ -268,16 +258,16 @@ def _serve(cmd_fd: int, resp_fd: int, device: str) -> None:
             devicemem.reserve(torch.device(device), devicemem.COMPARISON_BYTES)
     while True:
         try:
-            job = read_message(cmd_fd)
+            job = CompareJob.from_wire(read_message(cmd_fd))
         except (ProtocolError, OSError):
             return
         try:
-            _inject(job.pop("inject", None), device)
-            reply = {"ok": True, "result": compare_job(job, device)}
+            _inject(job.inject, device)
+            answer = CompareAnswer(result=compare_job(job, device))
         except Exception as exc:  # noqa: BLE001 - process edge: report, then die (the state may be poisoned)
-            write_message(resp_fd, {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000]})
+            write_message(resp_fd, CompareAnswer(error=f"{type(exc).__name__}: {exc}"[:4000]).to_wire())
             return
-        write_message(resp_fd, reply)
+        write_message(resp_fd, answer.to_wire())
         if device.startswith("cuda"):  # a large pair's memory goes back to the device, not kept for the next
             from drkernel.sandbox import devicemem
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from drkernel.sandbox import isolation
+from drkernel.sandbox.helpermsg import ForkAnswer, ForkRequest, IsolationSpec, WorkerArgs
 from drkernel.sandbox.protocol import Hello, ProtocolError, read_message, write_message
 from drkernel.sandbox.tritonseed import copy_seed
 
@@ -375,7 +376,7 @@ class Zygote:
         """Whether its sandboxes see the GPU (or none) that `device` names."""
         return self.alive() and self._visible == sandbox_env(device, "", "")["CUDA_VISIBLE_DEVICES"]
 
-    def spawn(self, request: dict[str, Any], fds: list[int], timeout_s: float | None = None) -> int:
+    def spawn(self, request: ForkRequest, fds: list[int], timeout_s: float | None = None) -> int:
         """Fork one sandbox; its pid. The first answer waits for torch to import (120 s); later ones
         are a fork (SPAWN_TIMEOUT_S): a fork server that takes longer is frozen, and the judge
         starts another (Judge._spawn)."""
@@ -383,7 +384,7 @@ class Zygote:
             timeout_s = SPAWN_TIMEOUT_S if self._answered else 120.0
         self._sock.settimeout(timeout_s)
         try:
-            socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
+            socket.send_fds(self._sock, [json.dumps(request.to_wire()).encode()], fds)
             reply = self._sock.recv(4096)
         except (TimeoutError, OSError) as exc:
             raise SandboxFailure(
@@ -392,10 +393,13 @@ class Zygote:
         if not reply:
             raise SandboxFailure("sandbox_start", f"the fork server exited{self._why()}")
         self._answered = True
-        answer = json.loads(reply)
-        if "error" in answer:
-            raise SandboxFailure("sandbox_start", str(answer["error"]))
-        return int(answer["pid"])
+        try:
+            answer = ForkAnswer.from_wire(json.loads(reply))
+        except (ValueError, ProtocolError) as exc:
+            raise SandboxFailure("sandbox_start", f"the fork server's answer is unreadable: {exc}") from None
+        if answer.pid is None:
+            raise SandboxFailure("sandbox_start", answer.error or "the fork server made no sandbox")
+        return answer.pid
 
     def _why(self, max_chars: int = 4000) -> str:
         """The fork server's exit status and the end of its log, for an error message."""
@@ -520,18 +524,22 @@ class SandboxProcess:
         self.side.setblocking(False)
         side_r = side_theirs.detach()
         parent = zygote.proc.pid if zygote is not None else os.getpid()
-        worker_args = [role, device, self.workdir, memory_limit_mb, gpu_memory_fraction, parent]
+        worker_args = WorkerArgs(role=role, device=device, workdir=self.workdir,
+                                 memory_mb=int(memory_limit_mb), fraction=float(gpu_memory_fraction),
+                                 parent=parent)
         env = sandbox_env(device, triton_cache or os.path.join(self.workdir, "triton"), home)
         self.seeded = triton_cache is None and copy_seed(triton_seed, env["TRITON_CACHE_DIR"], uid)
         self.proc: subprocess.Popen[bytes] | _ForkedChild
         self._rss_of_children = False
         if zygote is not None:
-            request: dict[str, Any] = {"args": worker_args, "env": env, "cwd": home, "workdir": self.workdir,
-                                       "output_path": self.output_path, "uid": uid}
+            spec = None
             if namespaces:
+                assert uid is not None  # namespaces lease a uid
                 keep = [self.workdir] + ([triton_cache] if triton_cache else [])
-                request["isolation"] = {"uid": uid, "keep": keep, "hide": list(hide or []),
-                                        "expose": list(isolation.needed_paths())}
+                spec = IsolationSpec(uid=uid, keep=keep, hide=list(hide or []),
+                                     expose=list(isolation.needed_paths()))
+            request = ForkRequest(args=worker_args, env=env, cwd=home, workdir=self.workdir,
+                                  output_path=self.output_path, uid=uid, isolation=spec)
             try:
                 pid = zygote.spawn(request, [cmd_r, resp_w, side_r])
             except BaseException:
@@ -544,7 +552,7 @@ class SandboxProcess:
             self._rss_of_children = namespaces  # the sandbox's processes are its init's descendants
         else:
             args = [sys.executable, "-m", "drkernel.sandbox.worker", str(cmd_r), str(resp_w),
-                    *map(str, worker_args), str(side_r)]
+                    *worker_args.argv(), str(side_r)]
             with open(self.output_path, "wb") as out:
                 self.proc = subprocess.Popen(
                     args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

@@ -8,6 +8,7 @@ environment; the judge talks to it over a Unix socket and passes each child's pi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -17,6 +18,8 @@ import sys
 import tempfile
 import traceback
 from typing import Any
+
+from drkernel.sandbox.helpermsg import ForkAnswer, ForkRequest
 
 __all__ = ["STATUS_FILE", "main"]
 
@@ -80,12 +83,12 @@ def _close_all_but(keep: set[int]) -> None:
                 os.close(fd)
 
 
-def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
+def _child(req: ForkRequest, fds: list[int], sock: socket.socket) -> None:
     sock.close()
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     # a fresh folder the judge just made: nothing of a sandbox's is there yet, and nothing is followed
-    out = os.open(req["output_path"], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND,
+    out = os.open(req.output_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND,
                   0o600)
     os.dup2(out, 1)
     os.dup2(out, 2)
@@ -95,26 +98,27 @@ def _child(req: dict[str, Any], fds: list[int], sock: socket.socket) -> None:
     os.close(null)
     # nothing of the fork server's reaches the sandbox but its pipes and stdio
     _close_all_but({0, 1, 2, *fds})
-    os.environ.update(req["env"])
+    os.environ.update(req.env)
     # the fork server's imports cache tempfile's folder (torch's does on both builds): the fork
     # server's own, which the sandbox cannot see. Forget it, so Triton's CUDA driver and the candidate
     # make their scratch files under the sandbox's TMPDIR (docs/benchmarks.md run Z).
     tempfile.tempdir = None
     code = 0
     try:
-        if req.get("isolation") is not None:
+        args = req.args
+        if req.isolation is not None:
             from drkernel.sandbox import isolation
 
-            isolation.enter(req["isolation"])  # returns in PID 2, the child of the namespace's init
-            req["args"][5] = os.getppid()  # the worker dies with its init (and the init with the namespace)
-        elif req.get("uid") is not None:
-            isolate(int(req["uid"]))
-        os.chdir(req["cwd"])
+            isolation.enter(req.isolation.to_wire())  # returns in PID 2, the child of the namespace's init
+            # the worker dies with its init (and the init with the namespace)
+            args = dataclasses.replace(args, parent=os.getppid())
+        elif req.uid is not None:
+            isolate(req.uid)
+        os.chdir(req.cwd)
         from drkernel.sandbox import worker
 
-        role, device, workdir, memory_mb, fraction, parent = req["args"]
-        worker.serve(fds[0], fds[1], role, device, workdir, memory_mb, fraction, parent,
-                     side_fd=fds[2] if len(fds) > 2 else -1)
+        worker.serve(fds[0], fds[1], args.role, args.device, args.workdir, args.memory_mb, args.fraction,
+                     args.parent, side_fd=fds[2] if len(fds) > 2 else -1)
     except BaseException:  # noqa: BLE001 - process edge: never back into the fork server's loop
         with contextlib.suppress(BaseException):
             traceback.print_exc()
@@ -150,21 +154,21 @@ def main() -> None:
             return
         if not msg:
             return
-        req = json.loads(msg)
-        if req.get("isolation") is not None:
+        req = ForkRequest.from_wire(json.loads(msg))
+        if req.isolation is not None:
             try:
                 isolation.new_pid_namespace()
             except OSError as exc:  # fail closed: no namespace, no sandbox
                 for fd in fds:
                     os.close(fd)
-                sock.sendall(json.dumps({"error": f"no PID namespace for the sandbox: {exc}"}).encode())
+                _answer(sock, ForkAnswer(error=f"no PID namespace for the sandbox: {exc}"))
                 continue
         try:  # before the sandbox runs: the folder is still the one the judge made
-            folder = os.open(req["workdir"], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            folder = os.open(req.workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
             for fd in fds:
                 os.close(fd)
-            sock.sendall(json.dumps({"error": f"no sandbox folder: {exc}"}).encode())
+            _answer(sock, ForkAnswer(error=f"no sandbox folder: {exc}"))
             continue
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         pid = os.fork()
@@ -175,7 +179,11 @@ def main() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         for fd in fds:
             os.close(fd)
-        sock.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        _answer(sock, ForkAnswer(pid=pid))
+
+
+def _answer(sock: socket.socket, answer: ForkAnswer) -> None:
+    sock.sendall(json.dumps(answer.to_wire()).encode())
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ state and tries once more, so the caller still gets the real verdict.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import torch
 
 from drkernel.sandbox import comparator
 from drkernel.sandbox.comparator import FAULT_ENV, JudgeFault, LocalComparator, fingerprint
+from drkernel.sandbox.helpermsg import CompareJob
 from drkernel.sandbox.judge import Judge
 from drkernel.server.launch import ServerProcess
 from drkernel.types import EvalOutcome, EvalRequest
@@ -87,10 +89,10 @@ def test_a_bad_candidate_file_is_still_the_candidates(tmp_path: Path) -> None:
     from drkernel.sandbox.tensorfile import write_tensors
 
     write_tensors(str(ref), [torch.ones(3)])
-    job = {"ref": [str(ref), 1], "out": [str(bad), 1], "sample": None, "structure": [{"t": 0}, {"t": 0}],
-           "atol": None, "rtol": None, "relative": True, "fingerprint": True}
+    job = CompareJob(ref_path=str(ref), ref_count=1, out_path=str(bad), out_count=1, ref_structure={"t": 0},
+                     out_structure={"t": 0}, atol=None, rtol=None, relative=True, fingerprint=True)
     c = LocalComparator().compare(job)
-    assert c["passed"] is False and "unreadable output" in c["issue"]
+    assert c.passed is False and c.issue is not None and "unreadable output" in c.issue
 
 
 @pytest.mark.slow
@@ -133,20 +135,21 @@ def test_a_candidate_file_is_checked_against_the_references_shapes_before_it_is_
         return real(path, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(comparator, "load_tensors", spy)
-    job = {"ref": [str(ref), 1], "out": [str(out), 1], "structure": [{"t": 0}, {"t": 0}], "atol": None,
-           "rtol": None, "relative": True, "fingerprint": False, "expect": [["torch.float32", [3, 4]]]}
+    job = CompareJob(ref_path=str(ref), ref_count=1, out_path=str(out), out_count=1, ref_structure={"t": 0},
+                     out_structure={"t": 0}, atol=None, rtol=None, relative=True, fingerprint=False,
+                     expect=[["torch.float32", [3, 4]]])
     for tensor, issue in ((torch.ones(1 << 20), "shape mismatch"),
                           (torch.ones(3, 4, dtype=torch.float16), "dtype mismatch")):
         write_tensors(str(out), [tensor])
         loaded.clear()
         c = comparator.compare_job(job, "cpu")
-        assert c["passed"] is False and issue in c["issue"], c
+        assert c.passed is False and c.issue is not None and issue in c.issue, c
         assert str(out) not in loaded, loaded
     write_tensors(str(out), [torch.ones(3, 4), torch.ones(2)])  # another count of outputs
-    c = comparator.compare_job(job | {"out": [str(out), 2]}, "cpu")
-    assert c["passed"] is False and "structure" in c["issue"], c
+    c = comparator.compare_job(dataclasses.replace(job, out_count=2), "cpu")
+    assert c.passed is False and c.issue is not None and "structure" in c.issue, c
     write_tensors(str(out), [torch.ones(3, 4)])  # the expected one is read and compared as before
-    assert comparator.compare_job(job, "cpu")["passed"] is True
+    assert comparator.compare_job(job, "cpu").passed is True
 
 
 def test_a_stopped_fork_server_is_replaced_and_the_evaluation_goes_on(

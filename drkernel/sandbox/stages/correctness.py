@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import math
 import os
-from typing import Any
+from typing import NoReturn
 
 import torch
 
@@ -19,6 +19,7 @@ from drkernel.hacks import HackCode
 from drkernel.sandbox.channel import Context, Stop, own_cap_note, resource_shaped
 from drkernel.sandbox.comparator import JudgeFault, LocalComparator, ProcessComparator
 from drkernel.sandbox.devicelock import gpu_work
+from drkernel.sandbox.helpermsg import CompareJob
 from drkernel.sandbox.process import SandboxFailure
 from drkernel.sandbox.protocol import Load, LoadReply, Modes, ModesReply, OutputItem, Run, RunReply
 from drkernel.sandbox.static import check_source
@@ -121,10 +122,11 @@ def compare_item(ctx: Context, comparator: Comparator, ref_item: OutputItem, ite
     ref_path = os.path.join(ctx.channel.ref_proc.workdir, ref_item.file)
     out_path = os.path.join(ctx.channel.cand_proc.workdir, ref_item.file)
     opts = ctx.opts
-    job = {"ref": [ref_path, len(ref_item.dtypes)], "out": [out_path, len(item.dtypes)],
-           "structure": [ref_item.structure, item.structure], "atol": opts.atol, "rtol": opts.rtol,
-           "relative": opts.check_relative_error, "fingerprint": prints is not None,
-           "expect": [[d, s] for d, s in zip(ref_item.dtypes, ref_item.shapes, strict=True)]}
+    job = CompareJob(ref_path=ref_path, ref_count=len(ref_item.dtypes), out_path=out_path,
+                     out_count=len(item.dtypes), ref_structure=ref_item.structure,
+                     out_structure=item.structure, atol=opts.atol, rtol=opts.rtol,
+                     relative=opts.check_relative_error, fingerprint=prints is not None,
+                     expect=[[d, s] for d, s in zip(ref_item.dtypes, ref_item.shapes, strict=True)])
     try:
         try:
             c = comparator.compare(job)
@@ -133,14 +135,13 @@ def compare_item(ctx: Context, comparator: Comparator, ref_item: OutputItem, ite
     finally:  # outputs of GPU-sized problems are large: keep at most one pair on disk
         for proc in (ctx.channel.ref_proc, ctx.channel.cand_proc):
             proc.remove_file(ref_item.file)
-    if prints is not None and c.get("fingerprint") is not None:
-        prints.append(torch.tensor(c["fingerprint"], dtype=torch.float64))
-    return TrialReport(seed, bool(c["passed"]), c["max_abs_diff"], c["max_rel_diff"], c["rel_l2"], c["issue"],
-                       mean_abs_diff=c.get("mean_abs_diff"))
+    if prints is not None and c.fingerprint is not None:
+        prints.append(torch.tensor(c.fingerprint, dtype=torch.float64))
+    return TrialReport(seed, c.passed, c.max_abs_diff, c.max_rel_diff, c.rel_l2, c.issue,
+                       mean_abs_diff=c.mean_abs_diff)
 
 
-def _compare_alone(ctx: Context, comparator: Comparator, job: dict[str, Any],
-                   fault: JudgeFault) -> dict[str, Any]:
+def _compare_alone(ctx: Context, comparator: Comparator, job: CompareJob, fault: JudgeFault) -> NoReturn:
     """A comparison that failed for want of a shared resource (GPU memory, host memory) while the
     candidate's sandbox was alive is run again with it gone, on the same files. Passing then, the
     candidate starved the judge: its failure, never an infra_error. Anything else: the judge's fault."""
