@@ -102,13 +102,14 @@ def timeline(device: str) -> dict[str, Any]:
     """The judge's steps as `drkernel eval` runs them: the fork server first, then the imports."""
     tl = Timeline()
     from drkernel.sandbox import cli as eval_cli
-    from drkernel.sandbox import process
+    from drkernel.sandbox.plumbing import process
 
     tl.wrap(process.Zygote, "__init__", "fork server Popen")
     tl.wrap(process.ComparisonProcess, "__init__", "comparison process Popen (prestart)")
     zygote, comparison = eval_cli._prestart(device)
     s = time.monotonic() - tl.t0
-    from drkernel.sandbox import comparator, isolation, judge, pipeline
+    from drkernel.sandbox import comparator, judge, pipeline
+    from drkernel.sandbox.plumbing import isolation
     from drkernel.types import EvalRequest
 
     tl.spans.append(("import judge (torch, triton)", s, time.monotonic() - tl.t0))

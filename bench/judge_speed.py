@@ -120,7 +120,8 @@ class Trace:
     each precision evaluation, what the other judges did while its timed windows ran (`overlaps`)."""
 
     def __init__(self) -> None:
-        from drkernel.sandbox import pipeline, process
+        from drkernel.sandbox import pipeline
+        from drkernel.sandbox.plumbing import process
         from drkernel.sandbox.stages import timing
 
         self.events: list[tuple[str, str, float, float]] = []  # (thread, what, start, end)

@@ -63,7 +63,7 @@ class JudgeSettings:
         memory cap, and fewer warm spares (their compiles overlap, their timing takes turns).
 
         The reference's cap is not divided. The reference is trusted: it holds a fixed reservation
-        from its start (sandbox/devicemem.py), grows only to its problem's size and gives a large
+        from its start (sandbox/inside/devicemem.py), grows only to its problem's size and gives a large
         problem's memory back once done, so its cap is a ceiling against a reference too large for
         the card, not a partition. Divided four ways it was 5.94 GiB on an 80 GB H100, and an honest
         kernel of a 16384 x 8192 elementwise problem was blamed for the reference running out of it

@@ -113,7 +113,7 @@ class EvalOptions:
     # overhead (up to this much) overlaps it instead of being timed. 0: off (the anchor's way).
     launch_preroll_us: float = 0.0
     timeout_s: float = 180.0
-    atol: float | None = None  # None: per-dtype defaults (sandbox/correctness.py)
+    atol: float | None = None  # None: per-dtype defaults (sandbox/comparison.py)
     rtol: float | None = None
     check_relative_error: bool = True  # global ||out-ref||/||ref|| bound per dtype
     reference_backend: str = "eager"  # "eager" | "compile"

@@ -88,7 +88,7 @@ def _tensor(ptr: int, n: int):  # noqa: ANN202 - a torch.Tensor over memory we m
 
 def _child(sock: socket.socket, workdir: str) -> None:
     """In the sandbox's isolation: map the parent's memory, check it, answer; then spin on request."""
-    from drkernel.sandbox import isolation
+    from drkernel.sandbox.plumbing import isolation
 
     isolation.enter({"uid": 65534, "keep": [workdir], "hide": [], "expose": list(isolation.needed_paths())})
     report: dict[str, object] = {"uid": os.getuid(), "pid": os.getpid()}
@@ -132,7 +132,7 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    from drkernel.sandbox import isolation
+    from drkernel.sandbox.plumbing import isolation
 
     if torch.cuda.device_count() == 0:  # NVML: no CUDA initialised before the fork
         print(json.dumps({"skipped": "no GPU"}))

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from drkernel.sandbox import peak
+from drkernel.sandbox.inside import peak
 
 ROOT = Path(__file__).resolve().parents[2]
 

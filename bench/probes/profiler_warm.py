@@ -33,7 +33,7 @@ from pathlib import Path
 CHILD = r"""
 import json, resource, sys, time
 import torch
-from drkernel.sandbox.harness import TamperWatch
+from drkernel.sandbox.inside.harness import TamperWatch
 
 way, dev = sys.argv[1], sys.argv[2]
 cuda = dev.startswith("cuda")

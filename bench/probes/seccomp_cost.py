@@ -5,7 +5,7 @@ that loads a seccomp filter, unless the filter is loaded with SECCOMP_FILTER_FLA
 would slow the sandbox's compile and correctness stages. Each mode runs in fresh processes:
   none        no filter
   prctl       the filter through prctl(PR_SET_SECCOMP): the mitigations as the kernel's default says
-  spec_allow  the filter through seccomp(2) with SPEC_ALLOW: what drkernel.sandbox.isolation does
+  spec_allow  the filter through seccomp(2) with SPEC_ALLOW: what drkernel.sandbox.plumbing.isolation does
 and prints the process's speculation status beside the time of a pure-Python loop, of compiling a
 large source, and of 40 fork+exec of /bin/true. Linux x86_64 only.
 Run:  python bench/probes/seccomp_cost.py [--procs 3]
@@ -21,7 +21,7 @@ import sys
 
 CHILD = r"""
 import ctypes, json, subprocess, sys, time
-from drkernel.sandbox import isolation
+from drkernel.sandbox.plumbing import isolation
 mode = sys.argv[1]
 libc = ctypes.CDLL(None, use_errno=True)
 assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS

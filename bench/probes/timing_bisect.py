@@ -3,7 +3,7 @@
 The judge times relu(x + bias) at 1024² at 0.80-0.83 of the device-time ratio that CUDA-graph replay
 gives (runs Q, T), while every part of its window, rebuilt in bench/probes/timing_probe.py, costs at most
 2.5 %. This bench runs the judge's own timing code, the sandbox worker's bench_prepare and bench_run
-ops (drkernel.sandbox.worker.Sandbox), in fresh plain processes: no fork server, no namespaces, no
+ops (drkernel.sandbox.inside.worker.Sandbox), in fresh plain processes: no fork server, no namespaces, no
 seccomp, no spare sandboxes starting beside it, no comparison process. One process times the
 reference, another the candidate, as in the judge, with the judge's window (the reference's choice of
 calls, 15 windows). If the ratio here matches graph replay, the bias comes from around the timing code
@@ -29,8 +29,8 @@ from judge_speed import KERNEL, REF  # noqa: E402  (the same problem and kernel 
 CHILD = r"""
 import json, os, statistics, sys, tempfile
 import torch
-from drkernel.sandbox import protocol as P
-from drkernel.sandbox.worker import Sandbox
+from drkernel.sandbox.wire import protocol as P
+from drkernel.sandbox.inside.worker import Sandbox
 
 role, device, ref_path, cand_path, calls_arg, windows, seed, variants = sys.argv[1:9]
 windows, seed = int(windows), int(seed)

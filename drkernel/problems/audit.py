@@ -26,7 +26,7 @@ __all__ = ["POLICIES", "AuditConfig", "ProblemAudit", "audit_problem", "audit_su
 log = logging.getLogger(__name__)
 
 # name -> (atol, rtol, bound on ||out-ref||/||ref|| or None). "drkernel" is the judge's fp32
-# default (sandbox/correctness.py); "kernelbench" is allclose(1e-2, 1e-2), as in KernelBench v0.1
+# default (sandbox/comparison.py); "kernelbench" is allclose(1e-2, 1e-2), as in KernelBench v0.1
 # and the paper (docs/paper_spec.md §3.2).
 POLICIES: dict[str, tuple[float, float, float | None]] = {
     "drkernel": (1e-2, 1e-2, 1e-3),

@@ -1,6 +1,6 @@
 """The judge's side of one evaluation's two sandboxes, and the verdict being built.
 
-`Channel` sends typed requests (sandbox/protocol.py) to the candidate and the reference and reads
+`Channel` sends typed requests (sandbox/wire/protocol.py) to the candidate and the reference and reads
 their replies typed. A candidate reply that is not well formed is the candidate's failure
 (SandboxFailure "protocol"); a candidate reply that reports a failure ends the evaluation with the
 matching outcome; any failure of the reference is a ReferenceFailure (infra_error). `Verdict` holds
@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 from drkernel.hacks import HackCode
 from drkernel.sandbox.cardmem import SLACK_BYTES, CardWitness, oom_numbers
-from drkernel.sandbox.process import SandboxFailure, SandboxProcess
-from drkernel.sandbox.protocol import (
+from drkernel.sandbox.plumbing.process import SandboxFailure, SandboxProcess
+from drkernel.sandbox.wire.protocol import (
     BenchPrepare,
     BenchRun,
     ErrorReply,

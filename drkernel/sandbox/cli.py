@@ -18,7 +18,7 @@ from drkernel.settings import judge_settings_from_env
 from drkernel.types import MAX_SOURCE_BYTES, REWARD_PRESET_NAMES, EvalOptions, EvalRequest, EvalResult
 
 if TYPE_CHECKING:
-    from drkernel.sandbox.process import ComparisonProcess, Zygote
+    from drkernel.sandbox.plumbing.process import ComparisonProcess, Zygote
 
 __all__ = ["kernel_line", "register", "render_verdict"]
 
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     # own imports of them overlap with its.
     zygote, comparison = _prestart(args.device)
     from drkernel.sandbox.judge import Judge, default_cache_path
-    from drkernel.sandbox.process import SandboxFailure
+    from drkernel.sandbox.plumbing.process import SandboxFailure
 
     reference = _read(args.reference, "reference")
     kernel = _read(args.kernel, "kernel")
@@ -168,7 +168,7 @@ def _prestart(device: str | None) -> tuple[Zygote | None, ComparisonProcess | No
     """A fork server for the device the judge will most likely resolve, and on a GPU its comparison
     child (`Judge` checks both, and starts its own where one does not fit); None where one cannot
     start here. Both import torch; started first, they do it while this process does."""
-    from drkernel.sandbox.process import ComparisonProcess, Zygote
+    from drkernel.sandbox.plumbing.process import ComparisonProcess, Zygote
 
     if device is None:
         device = ("cuda" if os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES") != ""

@@ -23,11 +23,11 @@ from typing import Any
 
 import torch
 
-from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, compare_outputs, layout_issue, load_tensors
-from drkernel.sandbox.helpermsg import CompareAnswer, CompareJob, CompareReply
-from drkernel.sandbox.process import ComparisonProcess
-from drkernel.sandbox.protocol import ProtocolError, read_message, write_message
-from drkernel.sandbox.tensorfile import Entry, TensorFileError, read_header
+from drkernel.sandbox.comparison import MAX_OUTPUT_BYTES, compare_outputs, layout_issue, load_tensors
+from drkernel.sandbox.plumbing.process import ComparisonProcess
+from drkernel.sandbox.wire.helpermsg import CompareAnswer, CompareJob, CompareReply
+from drkernel.sandbox.wire.protocol import ProtocolError, read_message, write_message
+from drkernel.sandbox.wire.tensorfile import Entry, TensorFileError, read_header
 
 __all__ = ["JudgeFault", "LocalComparator", "ProcessComparator", "compare_job", "fingerprint",
            "make_comparator"]
@@ -226,7 +226,7 @@ def _warm(device: str) -> None:
     comparison (0.24 s of a single `drkernel eval` on the H200, docs/benchmarks.md run AK)."""
     import tempfile
 
-    from drkernel.sandbox.tensorfile import write_tensors
+    from drkernel.sandbox.wire.tensorfile import write_tensors
 
     with tempfile.TemporaryDirectory(prefix="drkernel-compare-warm-") as folder:
         x = torch.randn(4096)
@@ -252,8 +252,8 @@ def _serve(cmd_fd: int, resp_fd: int, device: str) -> None:
             os._exit(NO_DEVICE_STATUS)
         with contextlib.suppress(Exception):  # a fault that stays shows in the first real comparison
             _warm(device)
-            # a pair of large outputs, held before any candidate runs (sandbox/devicemem.py)
-            from drkernel.sandbox import devicemem
+            # a pair of large outputs, held before any candidate runs (sandbox/inside/devicemem.py)
+            from drkernel.sandbox.inside import devicemem
 
             devicemem.reserve(torch.device(device), devicemem.COMPARISON_BYTES)
     while True:
@@ -269,7 +269,7 @@ def _serve(cmd_fd: int, resp_fd: int, device: str) -> None:
             return
         write_message(resp_fd, answer.to_wire())
         if device.startswith("cuda"):  # a large pair's memory goes back to the device, not kept for the next
-            from drkernel.sandbox import devicemem
+            from drkernel.sandbox.inside import devicemem
 
             devicemem.trim(torch.device(device), devicemem.COMPARISON_BYTES)
 

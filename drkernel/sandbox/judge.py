@@ -21,11 +21,11 @@ from pathlib import Path
 
 from drkernel.device import resolve_device
 from drkernel.errors import ConfigError
-from drkernel.sandbox import isolation
 from drkernel.sandbox.cardmem import CardWitness
 from drkernel.sandbox.comparator import JudgeFault, make_comparator
 from drkernel.sandbox.pipeline import Evaluation, ReferenceFailure
-from drkernel.sandbox.process import (
+from drkernel.sandbox.plumbing import isolation
+from drkernel.sandbox.plumbing.process import (
     ComparisonProcess,
     SandboxFailure,
     SandboxProcess,
@@ -34,8 +34,8 @@ from drkernel.sandbox.process import (
     scratch_root,
     sweep_stale_folders,
 )
+from drkernel.sandbox.plumbing.tritonseed import TritonSeed
 from drkernel.sandbox.refcache import ReferenceTimingCache
-from drkernel.sandbox.tritonseed import TritonSeed
 from drkernel.settings import DEFAULT_SPARES, JudgeSettings
 from drkernel.types import MAX_SOURCE_BYTES, DeviceInfo, ErrorInfo, EvalOutcome, EvalRequest, EvalResult
 

@@ -20,7 +20,7 @@ from drkernel.sandbox.cardmem import CardWitness
 from drkernel.sandbox.channel import Channel, Context, ReferenceFailure, Stop, Verdict
 from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
 from drkernel.sandbox.devicelock import candidate_alive, counting_waits
-from drkernel.sandbox.process import SandboxProcess
+from drkernel.sandbox.plumbing.process import SandboxProcess
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.stages import correctness, paper, profiling, sealed, timing, variants
 from drkernel.types import DeviceInfo, EvalOutcome, EvalRequest, EvalResult

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from drkernel.errors import ConfigError
-from drkernel.sandbox import isolation
 from drkernel.sandbox.judge import Judge
+from drkernel.sandbox.plumbing import isolation
 from drkernel.settings import judge_settings_from_env
 from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 from tests.sandbox.corpus import ASSETS, FAST, asset, reference_code
@@ -83,7 +83,7 @@ def test_arbitrary_python_sees_nothing_of_the_host(judge: Judge, tmp_path: Path,
     listener.listen(1)
     try:
         secrets = [str(secret), str(cache_dir / "timings.sqlite"), f"{cache_dir}/timings.sqlite-wal"]
-        from drkernel.sandbox.isolation import needed_paths
+        from drkernel.sandbox.plumbing.isolation import needed_paths
 
         code = attack("escape_probe", secrets=json.dumps(secrets), port=listener.getsockname()[1],
                       exposed=json.dumps(list(needed_paths())))
@@ -293,7 +293,7 @@ def test_the_sandbox_sees_an_allow_list_of_the_host(judge: Judge) -> None:
     other folders, this repository beside the package) are not in the sandbox's root at all."""
     import shutil
 
-    from drkernel.sandbox.isolation import HIDDEN, SYSTEM, needed_paths
+    from drkernel.sandbox.plumbing.isolation import HIDDEN, SYSTEM, needed_paths
 
     repo = Path(__file__).resolve().parents[2]
     outside = Path("/opt") / f"drkernel-allowlist-{uuid.uuid4().hex[:8]}"

@@ -12,8 +12,8 @@ import pytest
 
 from drkernel.sandbox.cardmem import SLACK_BYTES, CardWitness, card_free, oom_numbers
 from drkernel.sandbox.channel import Channel, ReferenceFailure, Verdict
-from drkernel.sandbox.process import SandboxFailure
-from drkernel.sandbox.protocol import Load, LoadReply, WireError
+from drkernel.sandbox.plumbing.process import SandboxFailure
+from drkernel.sandbox.wire.protocol import Load, LoadReply, WireError
 from drkernel.types import EvalOutcome, EvalResult
 
 GiB = 1 << 30

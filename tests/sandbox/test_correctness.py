@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from drkernel.sandbox.correctness import Tolerance, compare_outputs, default_tolerance, load_tensors
-from drkernel.sandbox.harness import flatten_outputs
-from drkernel.sandbox.tensorfile import write_tensors
+from drkernel.sandbox.comparison import Tolerance, compare_outputs, default_tolerance, load_tensors
+from drkernel.sandbox.inside.harness import flatten_outputs
+from drkernel.sandbox.wire.tensorfile import write_tensors
 
 
 def compare(ref: Any, out: Any, atol: float | None = None,  # type: ignore[no-untyped-def]

@@ -18,23 +18,24 @@ DRKERNEL_ALL = {
 SANDBOX_ALL = {
     "judge": {"Judge", "default_cache_path", "validate_request"},
     "pipeline": {"Evaluation", "ReferenceFailure"},
-    "process": {"SandboxFailure", "SandboxFolder", "SandboxProcess", "UidLease", "Zygote", "remove_tree",
-                "sandbox_env", "scratch_root", "sweep_stale_folders", "sweep_uid"},
-    "correctness": {"Comparison", "Tolerance", "compare_outputs", "default_tolerance", "layout_issue",
-                    "load_tensors"},
+    "plumbing.process": {"SandboxFailure", "SandboxFolder", "SandboxProcess", "UidLease", "Zygote",
+                         "remove_tree", "sandbox_env", "scratch_root", "sweep_stale_folders", "sweep_uid"},
+    "comparison": {"Comparison", "Tolerance", "compare_outputs", "default_tolerance", "layout_issue",
+                   "load_tensors"},
     "static": {"ALLOWED_IMPORT_ROOTS", "IMPORT_RULE", "MAX_CHECKED_BYTES", "POLICY", "StaticReport",
                "allowed_imports_text", "check_source", "is_policy_refusal"},
-    "protocol": {"MAX_MESSAGE_BYTES", "NON_FINITE", "BenchPrepare", "BenchPrepareReply", "BenchRun",
-                 "BenchRunReply", "Checksums", "ChecksumsReply", "ErrorReply", "Hello", "Load", "LoadReply",
-                 "Modes", "ModesReply", "OutputItem", "PaperTime", "PaperTimeReply", "Peak", "PeakReply",
-                 "Profile", "ProfileReply", "ProtocolError", "REPLIES", "REQUESTS", "Reply", "Request", "Run",
-                 "RunReply", "WireError", "parse_reply", "read_message", "write_message"},
-    "helpermsg": {"AnyFloat", "CompareAnswer", "CompareJob", "CompareReply", "ForkAnswer", "ForkRequest",
-                  "IsolationSpec", "WorkerArgs"},
+    "wire.protocol": {"MAX_MESSAGE_BYTES", "NON_FINITE", "BenchPrepare", "BenchPrepareReply", "BenchRun",
+                      "BenchRunReply", "Checksums", "ChecksumsReply", "ErrorReply", "Hello", "Load",
+                      "LoadReply", "Modes", "ModesReply", "OutputItem", "PaperTime", "PaperTimeReply", "Peak",
+                      "PeakReply", "Profile", "ProfileReply", "ProtocolError", "REPLIES", "REQUESTS", "Reply",
+                      "Request", "Run", "RunReply", "WireError", "parse_reply", "read_message",
+                      "write_message"},
+    "wire.helpermsg": {"AnyFloat", "CompareAnswer", "CompareJob", "CompareReply", "ForkAnswer", "ForkRequest",
+                       "IsolationSpec", "WorkerArgs"},
     "cardmem": {"SLACK_BYTES", "CardWitness", "card_free", "card_identity", "oom_numbers"},
     "channel": {"COMPILE_KINDS", "Channel", "Context", "Held", "ReferenceFailure", "Stop", "Verdict",
                 "Windows", "own_cap_note", "resource_shaped"},
-    "devicemem": {"COMPARISON_BYTES", "REFERENCE_BYTES", "TRIM_OVER", "reserve", "trim"},
+    "inside.devicemem": {"COMPARISON_BYTES", "REFERENCE_BYTES", "TRIM_OVER", "reserve", "trim"},
     "stages.correctness": {"WEAK_REFERENCE_VARIATION", "compare_item", "launch_modes", "load",
                            "load_requests", "pair_items", "reference_hash", "static_gate", "trials"},
     "stages.timing": {"cache_key", "checksum_issue", "disturbed", "kernel_timing", "low_quartile",
@@ -45,15 +46,15 @@ SANDBOX_ALL = {
     "stages.profiling": {"kernel_times", "profile"},
     "stages.variants": {"shape_variants"},
     "refcache": {"ReferenceTimingCache"},
-    "tensorfile": {"MAGIC", "Entry", "Staging", "TensorFileError", "open_output", "read_entries",
-                   "read_header", "read_tensors", "write_tensors"},
-    "harness": {"CpuDeviceMode", "LaunchRecorder", "TamperWatch", "ThreadWatch", "flat_row",
-                "flatten_outputs", "fresh_copy", "make_inputs", "on_device_first", "to_device"},
+    "wire.tensorfile": {"MAGIC", "Entry", "Staging", "TensorFileError", "open_output", "read_entries",
+                        "read_header", "read_tensors", "write_tensors"},
+    "inside.harness": {"CpuDeviceMode", "LaunchRecorder", "TamperWatch", "ThreadWatch", "flat_row",
+                       "flatten_outputs", "fresh_copy", "make_inputs", "on_device_first", "to_device"},
     "cli": {"kernel_line", "register", "render_verdict"},
-    "zygote": {"STATUS_FILE", "main"},
-    "tritonseed": {"BUILD_CODE", "TritonSeed", "copy_seed"},
-    "isolation": {"IsolationError", "enter", "install_seccomp", "needed_paths", "new_pid_namespace", "probe",
-                  "seccomp_available", "seccomp_program"},
+    "plumbing.zygote": {"STATUS_FILE", "main"},
+    "plumbing.tritonseed": {"BUILD_CODE", "TritonSeed", "copy_seed"},
+    "plumbing.isolation": {"IsolationError", "enter", "install_seccomp", "needed_paths", "new_pid_namespace",
+                           "probe", "seccomp_available", "seccomp_program"},
 }
 
 
@@ -72,12 +73,13 @@ def test_sandbox_module_exports(module: str) -> None:
 
 
 def test_worker_declares_its_public_names() -> None:
-    mod = importlib.import_module("drkernel.sandbox.worker")
+    mod = importlib.import_module("drkernel.sandbox.inside.worker")
     assert {"Sandbox", "serve", "main"} <= set(mod.__all__)
 
 
 def test_every_judge_module_starts_with_a_contract_docstring() -> None:
-    for module in [*SANDBOX_ALL, "worker"]:
+    for module in [*SANDBOX_ALL, "inside.worker", "inside.sealedwork", "inside.peak", "wire.sharedmem",
+                   "inside", "wire", "plumbing", "stages"]:
         doc = importlib.import_module(f"drkernel.sandbox.{module}").__doc__
         assert doc and len(doc.strip().splitlines()) >= 1, module
 

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from drkernel.sandbox.comparator import JudgeFault, ProcessComparator
-from drkernel.sandbox.helpermsg import (
+from drkernel.sandbox.plumbing.process import ComparisonProcess
+from drkernel.sandbox.wire.helpermsg import (
     CompareAnswer,
     CompareJob,
     CompareReply,
@@ -22,9 +23,8 @@ from drkernel.sandbox.helpermsg import (
     IsolationSpec,
     WorkerArgs,
 )
-from drkernel.sandbox.process import ComparisonProcess
-from drkernel.sandbox.protocol import ProtocolError
-from drkernel.sandbox.tensorfile import write_tensors
+from drkernel.sandbox.wire.protocol import ProtocolError
+from drkernel.sandbox.wire.tensorfile import write_tensors
 
 
 def job(ref: Path, out: Path, **changes: object) -> CompareJob:

@@ -17,8 +17,8 @@ import torch
 
 from drkernel.sandbox import comparator
 from drkernel.sandbox.comparator import FAULT_ENV, JudgeFault, LocalComparator, fingerprint
-from drkernel.sandbox.helpermsg import CompareJob
 from drkernel.sandbox.judge import Judge
+from drkernel.sandbox.wire.helpermsg import CompareJob
 from drkernel.server.launch import ServerProcess
 from drkernel.types import EvalOutcome, EvalRequest
 from tests.sandbox.corpus import FAST, asset, reference_code
@@ -86,7 +86,7 @@ def test_a_bad_candidate_file_is_still_the_candidates(tmp_path: Path) -> None:
     bad = tmp_path / "out.bin"
     bad.write_bytes(b"not a tensor file")
     ref = tmp_path / "ref.bin"
-    from drkernel.sandbox.tensorfile import write_tensors
+    from drkernel.sandbox.wire.tensorfile import write_tensors
 
     write_tensors(str(ref), [torch.ones(3)])
     job = CompareJob(ref_path=str(ref), ref_count=1, out_path=str(bad), out_count=1, ref_structure={"t": 0},
@@ -123,7 +123,7 @@ def test_a_candidate_file_is_checked_against_the_references_shapes_before_it_is_
     """Issue 13: a candidate's output file is size-checked against the expected dtype and shape (the
     reference's) before a byte of its data is read: a file of another shape, however large, is a
     failed comparison with the usual message, and never loaded."""
-    from drkernel.sandbox.tensorfile import write_tensors
+    from drkernel.sandbox.wire.tensorfile import write_tensors
 
     ref, out = tmp_path / "ref.bin", tmp_path / "out.bin"
     write_tensors(str(ref), [torch.ones(3, 4)])
@@ -162,7 +162,7 @@ def test_a_stopped_fork_server_is_replaced_and_the_evaluation_goes_on(
     import signal
     import time
 
-    from drkernel.sandbox import process
+    from drkernel.sandbox.plumbing import process
 
     monkeypatch.setattr(process, "SPAWN_TIMEOUT_S", 3.0)
     code, ref = asset("kernels", "relu_scale").code, reference_code("relu_scale")
@@ -193,7 +193,7 @@ def test_a_fork_server_that_answered_once_and_then_stays_silent_is_replaced(
     """Frozen without being stopped (stuck in a call): the spawn waits SPAWN_TIMEOUT_S, not 120 s."""
     import time
 
-    from drkernel.sandbox import process
+    from drkernel.sandbox.plumbing import process
 
     monkeypatch.setattr(process, "SPAWN_TIMEOUT_S", 2.0)
     code, ref = asset("kernels", "relu_scale").code, reference_code("relu_scale")

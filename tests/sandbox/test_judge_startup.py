@@ -9,7 +9,7 @@ from drkernel.errors import ConfigError
 from drkernel.sandbox import cli as eval_cli
 from drkernel.sandbox.comparator import LocalComparator, ProcessComparator, make_comparator
 from drkernel.sandbox.judge import Judge
-from drkernel.sandbox.process import ComparisonProcess, Zygote
+from drkernel.sandbox.plumbing.process import ComparisonProcess, Zygote
 from drkernel.types import EvalRequest
 
 REF = """

@@ -1,6 +1,6 @@
 """Issue 13 / 19: a candidate that rewrites its sandbox's replies (gate off) cannot turn a malformed
 reply into the judge's own failure. Each reply is read through the typed classes of
-sandbox/protocol.py; a missing field or one of the wrong type is the candidate's runtime_error
+sandbox/wire/protocol.py; a missing field or one of the wrong type is the candidate's runtime_error
 (protocol), never an infra_error (which training masks and the pool retries), and never a pass."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def test_a_reply_nested_past_the_parsers_depth_is_a_protocol_error() -> None:
     """JSON nested 100,000 deep makes Python's parser raise RecursionError, not ValueError."""
     import os
 
-    from drkernel.sandbox.protocol import ProtocolError, read_message
+    from drkernel.sandbox.wire.protocol import ProtocolError, read_message
 
     r, w = os.pipe()
     try:

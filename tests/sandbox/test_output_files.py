@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from drkernel.sandbox.correctness import MAX_OUTPUT_BYTES, load_tensors
-from drkernel.sandbox.tensorfile import MAGIC, TensorFileError, read_entries, read_header, write_tensors
+from drkernel.sandbox.comparison import MAX_OUTPUT_BYTES, load_tensors
+from drkernel.sandbox.wire.tensorfile import MAGIC, TensorFileError, read_entries, read_header, write_tensors
 
 
 @pytest.fixture

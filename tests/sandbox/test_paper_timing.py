@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from drkernel.sandbox.correctness import compare_outputs
+from drkernel.sandbox.comparison import compare_outputs
 from drkernel.sandbox.judge import Judge
-from drkernel.sandbox.protocol import PaperTimeReply, ProtocolError
 from drkernel.sandbox.stages.paper import PAPER_CALLS, round_sig
+from drkernel.sandbox.wire.protocol import PaperTimeReply, ProtocolError
 from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 from tests.sandbox.corpus import ASSETS, FAST, reference_code
 

@@ -1,4 +1,4 @@
-"""The device's bandwidth ceiling (sandbox/peak.py) is the best of several ways of moving memory, each
+"""The device's bandwidth ceiling (sandbox/inside/peak.py) is the best of several ways of moving memory, each
 at its fastest call: a copy alone once flagged an honest read-only reduction as faster than light
 (107_Max_reduction_over_last_dim at 1.12x a copy's rate, docs/benchmark_log.md run U). The timer here is
 a stand-in: what is checked is which measurement becomes the ceiling, not the device's rates."""
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from drkernel.sandbox import peak
+from drkernel.sandbox.inside import peak
 
 N, M = 1 << 14, 32
 NBYTES = N * 4

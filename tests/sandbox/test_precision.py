@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from drkernel.sandbox.correctness import compare_outputs
+from drkernel.sandbox.comparison import compare_outputs
 from drkernel.sandbox.judge import Judge
 from drkernel.types import EvalOptions, EvalOutcome, EvalRequest
 from tests.sandbox.corpus import FAST

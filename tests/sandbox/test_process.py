@@ -10,7 +10,14 @@ import time
 
 import pytest
 
-from drkernel.sandbox.process import SandboxProcess, UidLease, Zygote, remove_tree, scratch_root, sweep_uid
+from drkernel.sandbox.plumbing.process import (
+    SandboxProcess,
+    UidLease,
+    Zygote,
+    remove_tree,
+    scratch_root,
+    sweep_uid,
+)
 
 
 def test_remove_tree_outlasts_a_late_writer(tmp_path):
@@ -102,7 +109,7 @@ def test_uid_leases_are_exclusive_and_end_with_their_holder():
 
 def test_a_fork_server_that_dies_says_why(tmp_path, monkeypatch):
     """Its exit status and the end of its log are in the error (issue 18: it said only 'connection reset')."""
-    from drkernel.sandbox import process
+    from drkernel.sandbox.plumbing import process
 
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named numpy' >&2\nexit 3\n")

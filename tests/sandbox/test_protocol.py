@@ -1,4 +1,4 @@
-"""The judge<->sandbox messages (sandbox/protocol.py): each class survives a round trip through its
+"""The judge<->sandbox messages (sandbox/wire/protocol.py): each class survives a round trip through its
 wire form and JSON, and refuses a wire form with a field missing or of the wrong type."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from drkernel.sandbox import protocol as P
+from drkernel.sandbox.wire import protocol as P
 
 ITEM = P.OutputItem(file="trial_0.pt", structure={"seq": [{"t": 0}, {"v": 2}]}, subclass=[],
                     dtypes=["torch.float32"], shapes=[[4, 8]], launches=["relu"], forward_s=0.25,
@@ -147,7 +147,7 @@ def test_an_output_item_carries_a_structure_of_flatten_outputs_form() -> None:
     """What harness.flatten_outputs writes passes; anything the comparison could trip on does not."""
     import torch
 
-    from drkernel.sandbox.harness import flatten_outputs
+    from drkernel.sandbox.inside.harness import flatten_outputs
 
     structure, _ = flatten_outputs((torch.zeros(2), [torch.ones(1), 3, None, "x"], 1.5))
     ok = ITEM.to_wire() | {"structure": structure}

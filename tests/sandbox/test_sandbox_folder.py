@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drkernel.sandbox.process import SandboxFailure, SandboxFolder
+from drkernel.sandbox.plumbing.process import SandboxFailure, SandboxFolder
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_a_crashed_judges_sandbox_filesystems_are_swept(tmp_path: Path) -> None:
     leaves host memory held. The next judge unmounts those whose uid's lease is free, and only those."""
     import subprocess
 
-    from drkernel.sandbox.process import UidLease, sweep_stale_folders
+    from drkernel.sandbox.plumbing.process import UidLease, sweep_stale_folders
 
     live = UidLease()
     try:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import torch
 
-from drkernel.sandbox import protocol as P
-from drkernel.sandbox import sealedwork
+from drkernel.sandbox.inside import sealedwork
 from drkernel.sandbox.stages.timing import output_tolerance
+from drkernel.sandbox.wire import protocol as P
 
 
 class _Box:

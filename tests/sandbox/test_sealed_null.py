@@ -1,4 +1,4 @@
-"""The sealed span's nulls and charge (sandbox/sealedwork.py, sandbox/stages/sealed.py), on the CPU. A
+"""The sealed span's nulls and charge (sandbox/inside/sealedwork.py, sandbox/stages/sealed.py), on the CPU. A
 work null fill and a non-keeping take do the real fill's and take's device work, so that what a span's
 fill and take took beyond them is charged to its gap; the null puts no input of the coming span in the
 candidate's reach (its copies rotate the last span's inputs among the calls' slots, or, with one call,
@@ -16,11 +16,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from drkernel.sandbox import protocol as P
-from drkernel.sandbox import sealedwork
-from drkernel.sandbox.sharedmem import ALIGN, Region, layout
+from drkernel.sandbox.inside import sealedwork
 from drkernel.sandbox.stages import sealed
 from drkernel.sandbox.stages.sealed import EXCESS_SLACK, _charged
+from drkernel.sandbox.wire import protocol as P
+from drkernel.sandbox.wire.sharedmem import ALIGN, Region, layout
 
 CALLS = 3
 

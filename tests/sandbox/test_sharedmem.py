@@ -1,4 +1,4 @@
-"""The sealed span's shared memory (sandbox/sharedmem.py) on the CPU: a region one process makes and
+"""The sealed span's shared memory (sandbox/wire/sharedmem.py) on the CPU: a region one process makes and
 another maps through a descriptor passed over a Unix socket, and the layout that is never trusted."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import socket
 import pytest
 import torch
 
-from drkernel.sandbox.sharedmem import ALIGN, Entry, Region, layout
+from drkernel.sandbox.wire.sharedmem import ALIGN, Entry, Region, layout
 
 
 def test_layout_packs_every_tensor_of_every_call_aligned_and_skips_the_rest() -> None:

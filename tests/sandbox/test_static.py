@@ -223,7 +223,7 @@ BYPASSES = {
     "torch.os": "torch.os.kill(torch.os.getppid(), 9)",
     "torch.builtins.open": "t = torch.builtins.open('/proc/self/status').read()",
     "torch.inspect.stack": "frames = torch.inspect.stack(0)",
-    "torch.sys.modules": "m = torch.sys.modules['drkernel.sandbox.worker']",
+    "torch.sys.modules": "m = torch.sys.modules['drkernel.sandbox.inside.worker']",
     "torch.ctypes": "torch.ctypes.string_at(0)",
     "dataclasses.inspect": "import dataclasses\nframes = dataclasses.inspect.stack(0)",
     "typing.sys": "import typing\nm = typing.sys.modules",

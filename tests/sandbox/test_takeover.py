@@ -91,8 +91,8 @@ def test_a_host_without_shared_memory_skips_the_span_and_says_why(monkeypatch: p
     evaluation of the host."""
     import os
 
-    from drkernel.sandbox import sealedwork
-    from drkernel.sandbox.protocol import SealedPrepare
+    from drkernel.sandbox.inside import sealedwork
+    from drkernel.sandbox.wire.protocol import SealedPrepare
 
     class Box:
         cuda, side = False, None

@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from drkernel.sandbox.tensorfile import MAGIC, Staging, TensorFileError, read_tensors, write_tensors
+from drkernel.sandbox.wire.tensorfile import MAGIC, Staging, TensorFileError, read_tensors, write_tensors
 
 
 def _round_trip(tmp_path, tensors, staging=None):
@@ -115,7 +115,7 @@ def test_views_with_a_storage_offset_are_written_as_what_they_show(tmp_path):
 
 
 def test_read_entries_reads_what_the_header_listed(tmp_path):
-    from drkernel.sandbox.tensorfile import read_entries, read_header
+    from drkernel.sandbox.wire.tensorfile import read_entries, read_header
 
     x = torch.randn(300, 500)
     small = torch.arange(10.0)
@@ -135,7 +135,8 @@ def test_the_file_format_needs_no_numpy(tmp_path):
     script = (
         "import sys; sys.modules['numpy'] = None\n"  # any `import numpy` now fails
         "import torch\n"
-        "from drkernel.sandbox.tensorfile import read_tensors, read_header, read_entries, write_tensors\n"
+        "from drkernel.sandbox.wire.tensorfile import read_tensors, read_header, read_entries, "
+        "write_tensors\n"
         f"p = {str(tmp_path / 't.bin')!r}\n"
         "ts = [torch.arange(70000, dtype=torch.float32), torch.tensor(3, dtype=torch.int8), "
         "torch.empty(0, 2)]\n"

@@ -124,7 +124,7 @@ def test_window_checksums_are_each_outputs_own() -> None:
     """harness.checksums reads a whole window back at once; each row is still its own output's sums."""
     import torch
 
-    from drkernel.sandbox import harness
+    from drkernel.sandbox.inside import harness
 
     g = torch.Generator().manual_seed(3)
     a = torch.randn(1 << 22, generator=g)  # past 2**22 elements: the float32 dot path
@@ -150,7 +150,7 @@ def test_batched_window_checksums_are_each_leafs_own_sums(monkeypatch: pytest.Mo
     own leaf's sums with its own w (leaves of other lengths, dtypes and complex ones interleaved)."""
     import torch
 
-    from drkernel.sandbox import harness
+    from drkernel.sandbox.inside import harness
 
     monkeypatch.setattr(harness, "CHECKSUM_BATCH_BYTES", batch_bytes)
     g = torch.Generator().manual_seed(5)

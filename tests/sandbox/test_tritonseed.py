@@ -1,5 +1,5 @@
-"""The judge's Triton seed (sandbox/tritonseed.py): built once in the background, whole or absent, and
-copied into each new sandbox's private Triton cache as the sandbox's own. (On the GPU: test_gpu.py
+"""The judge's Triton seed (sandbox/plumbing/tritonseed.py): built once in the background, whole or
+absent, and copied into each new sandbox's private Triton cache as the sandbox's own. (On the GPU: test_gpu.py
 holds that a seeded cache is what Triton's first launch looks for.)"""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import stat
 
 import pytest
 
-from drkernel.sandbox.process import SandboxProcess, Zygote
-from drkernel.sandbox.tritonseed import TritonSeed, copy_seed
+from drkernel.sandbox.plumbing.process import SandboxProcess, Zygote
+from drkernel.sandbox.plumbing.tritonseed import TritonSeed, copy_seed
 
 # A stand-in for Triton's build: a module file under a key folder of TRITON_CACHE_DIR.
 FAKE_BUILD = ("import os; d = os.path.join(os.environ['TRITON_CACHE_DIR'], 'k3y'); os.makedirs(d); "

@@ -8,8 +8,8 @@ import sys
 
 _SCRIPT = r'''
 import gc, tempfile, torch
-from drkernel.sandbox import protocol as P
-from drkernel.sandbox.worker import Sandbox
+from drkernel.sandbox.wire import protocol as P
+from drkernel.sandbox.inside.worker import Sandbox
 REF = """
 import torch
 import torch.nn as nn
@@ -47,8 +47,9 @@ def test_run_and_timing_ops_leave_no_cyclic_garbage_holding_tensors():
 
 _CACHE_SCRIPT = r'''
 import tempfile, torch
-from drkernel.sandbox import protocol as P, worker
-from drkernel.sandbox.worker import Sandbox
+from drkernel.sandbox.wire import protocol as P
+from drkernel.sandbox.inside import worker
+from drkernel.sandbox.inside.worker import Sandbox
 REF = """
 import torch
 import torch.nn as nn
@@ -108,7 +109,7 @@ def test_trim_gives_back_only_what_is_cached_beyond_twice_the_reservation(monkey
     the cache is emptied and the reservation taken again."""
     import torch
 
-    from drkernel.sandbox import devicemem
+    from drkernel.sandbox.inside import devicemem
 
     calls: list[object] = []
     reserved = {"now": 3 << 30}

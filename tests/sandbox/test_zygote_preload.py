@@ -1,5 +1,5 @@
 """The candidate sandbox's profiler session (worker.profiler_session) and the fork server's preload
-(sandbox/zygote.py): torch.profiler.profile's first start imports torch._inductor and torch._dynamo
+(sandbox/plumbing/zygote.py): torch.profiler.profile's first start imports torch._inductor and torch._dynamo
 (about 900 modules), which every candidate sandbox paid in its profiler warm-up (5.6 s of a single
 `drkernel eval` on the H200, docs/benchmark_log.md run Y), and which a preload of dynamo moved onto the
 fork server's start (run AA). The sandbox's session imports none of it and replaces none of the
@@ -15,11 +15,11 @@ import sys
 
 CHILD = r"""
 import json, sys, threading
-from drkernel.sandbox import zygote
+from drkernel.sandbox.plumbing import zygote
 zygote.preload()
 import torch
-from drkernel.sandbox import worker
-from drkernel.sandbox.harness import TamperWatch
+from drkernel.sandbox.inside import worker
+from drkernel.sandbox.inside.harness import TamperWatch
 state = {"threads": threading.active_count(), "cuda": torch.cuda.is_initialized()}
 before = set(sys.modules)
 watch = TamperWatch()

@@ -19,10 +19,10 @@ from drkernel.hacks import HackCode
 from drkernel.sandbox.channel import Context, Stop, own_cap_note, resource_shaped
 from drkernel.sandbox.comparator import JudgeFault, LocalComparator, ProcessComparator
 from drkernel.sandbox.devicelock import gpu_work
-from drkernel.sandbox.helpermsg import CompareJob
-from drkernel.sandbox.process import SandboxFailure
-from drkernel.sandbox.protocol import Load, LoadReply, Modes, ModesReply, OutputItem, Run, RunReply
+from drkernel.sandbox.plumbing.process import SandboxFailure
 from drkernel.sandbox.static import check_source
+from drkernel.sandbox.wire.helpermsg import CompareJob
+from drkernel.sandbox.wire.protocol import Load, LoadReply, Modes, ModesReply, OutputItem, Run, RunReply
 from drkernel.types import ErrorInfo, EvalOutcome, TrialReport
 
 __all__ = ["WEAK_REFERENCE_VARIATION", "compare_item", "launch_modes", "load", "load_requests", "pair_items",

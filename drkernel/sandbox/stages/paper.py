@@ -23,8 +23,8 @@ import statistics
 from drkernel.hacks import HackCode
 from drkernel.sandbox.channel import Context
 from drkernel.sandbox.devicelock import timing_lock
-from drkernel.sandbox.protocol import PaperTime, PaperTimeReply
 from drkernel.sandbox.refcache import ReferenceTimingCache
+from drkernel.sandbox.wire.protocol import PaperTime, PaperTimeReply
 from drkernel.types import PaperTiming
 
 __all__ = ["PAPER_CALLS", "PAPER_FACTOR", "PAPER_METHOD", "paper_key", "paper_timing",

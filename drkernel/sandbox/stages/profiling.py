@@ -17,8 +17,8 @@ from typing import Any
 from drkernel.hacks import HackCode
 from drkernel.sandbox.channel import Context
 from drkernel.sandbox.devicelock import timing_lock
-from drkernel.sandbox.protocol import Profile, ProfileReply
 from drkernel.sandbox.stages.timing import verify_checksums
+from drkernel.sandbox.wire.protocol import Profile, ProfileReply
 from drkernel.types import KernelTime
 
 __all__ = ["kernel_times", "profile"]

@@ -5,7 +5,7 @@ report any time there (docs/errors.md, "Under a takeover"). The judge's clock ar
 also covers the inputs the sandbox fills and the checksums it takes, work a native candidate can
 shorten. Here nothing of that is the candidate's:
 
-1. the reference's sandbox makes memory both sandboxes map (sandbox/sharedmem.py) and, per span,
+1. the reference's sandbox makes memory both sandboxes map (sandbox/wire/sharedmem.py) and, per span,
    builds fresh inputs for `calls` calls in its own memory, then copies them in; its clock reads
    `filled_at` when they are there (`fill_ms`: the copies' time);
 2. the candidate's sandbox runs its forward on them, each call's outputs copied into the region;
@@ -46,7 +46,15 @@ import statistics
 from drkernel.hacks import HackCode
 from drkernel.sandbox.channel import Context
 from drkernel.sandbox.devicelock import gpu_work, timing_lock
-from drkernel.sandbox.protocol import (
+from drkernel.sandbox.stages.timing import (
+    CONFIRM_RUNS,
+    checked_calls,
+    low_quartile,
+    output_tolerance,
+    per_call_ms,
+    verify_checksums,
+)
+from drkernel.sandbox.wire.protocol import (
     BenchRun,
     BenchRunReply,
     SealedCheck,
@@ -63,14 +71,6 @@ from drkernel.sandbox.protocol import (
     SealedStageReply,
     SealedTake,
     SealedTakeReply,
-)
-from drkernel.sandbox.stages.timing import (
-    CONFIRM_RUNS,
-    checked_calls,
-    low_quartile,
-    output_tolerance,
-    per_call_ms,
-    verify_checksums,
 )
 
 __all__ = ["ALLOWANCE_MS", "ALLOWANCE_PER_CALL_MS", "EXCESS_MIN_MS", "EXCESS_SLACK", "FACTOR", "SPANS",

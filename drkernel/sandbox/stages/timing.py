@@ -19,10 +19,13 @@ import time
 from typing import Any
 
 from drkernel.hacks import HackCode
-from drkernel.sandbox import peak
 from drkernel.sandbox.channel import Context, Windows
 from drkernel.sandbox.devicelock import gpu_work, no_candidates, timing_lock
-from drkernel.sandbox.protocol import (
+from drkernel.sandbox.inside import peak
+from drkernel.sandbox.refcache import ReferenceTimingCache
+from drkernel.sandbox.stages.correctness import reference_hash
+from drkernel.sandbox.stages.paper import paper_key, reference_paper_times
+from drkernel.sandbox.wire.protocol import (
     BenchPrepare,
     BenchPrepareReply,
     BenchRun,
@@ -34,9 +37,6 @@ from drkernel.sandbox.protocol import (
     PeakReply,
     ProtocolError,
 )
-from drkernel.sandbox.refcache import ReferenceTimingCache
-from drkernel.sandbox.stages.correctness import reference_hash
-from drkernel.sandbox.stages.paper import paper_key, reference_paper_times
 from drkernel.types import EvalOptions, SpeedOfLight, TimingStats
 
 __all__ = ["cache_key", "checksum_issue", "disturbed", "kernel_timing", "low_quartile", "peak_cache_key",

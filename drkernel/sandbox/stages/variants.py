@@ -12,9 +12,9 @@ from typing import TypeVar
 
 from drkernel.sandbox.channel import Context, ReferenceFailure
 from drkernel.sandbox.comparator import LocalComparator, ProcessComparator
-from drkernel.sandbox.process import SandboxFailure
-from drkernel.sandbox.protocol import ErrorReply, LoadReply, Run, RunReply
+from drkernel.sandbox.plumbing.process import SandboxFailure
 from drkernel.sandbox.stages.correctness import compare_item, load_requests, pair_items
+from drkernel.sandbox.wire.protocol import ErrorReply, LoadReply, Run, RunReply
 
 __all__ = ["shape_variants"]
 

@@ -30,7 +30,7 @@ def relu_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def disturb_first_op():
-    worker = sys.modules.get("drkernel.sandbox.worker") or sys.modules.get("__main__")
+    worker = sys.modules.get("drkernel.sandbox.inside.worker") or sys.modules.get("__main__")
     ops = getattr(worker, "OPS", None)
     if ops is None or getattr(ops.get("bench_run"), "disturbed", False):
         return

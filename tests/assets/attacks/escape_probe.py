@@ -10,7 +10,7 @@ import socket
 
 SECRETS = __SECRETS__  # files the judge's side holds (the test writes them, world-readable)
 PORT = __PORT__  # a TCP port the test listens on, on 127.0.0.1
-EXPOSED = __EXPOSED__  # folders the judge binds back in read-only (drkernel.sandbox.isolation.needed_paths)
+EXPOSED = __EXPOSED__  # folders the judge binds back in read-only (drkernel.sandbox.plumbing.isolation.needed_paths)
 
 
 import torch

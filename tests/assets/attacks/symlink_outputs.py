@@ -8,7 +8,7 @@ hard link would pass either; one that opens outputs with O_NOFOLLOW and checks t
 
 import os
 
-from drkernel.sandbox import tensorfile
+from drkernel.sandbox.wire import tensorfile
 
 HOW = "__HOW__"  # symlink | hardlink
 

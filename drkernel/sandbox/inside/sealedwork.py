@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from drkernel.sandbox import harness
-from drkernel.sandbox import protocol as P
-from drkernel.sandbox.sharedmem import Entry, Region, dtype_of, layout
+from drkernel.sandbox.inside import harness
+from drkernel.sandbox.wire import protocol as P
+from drkernel.sandbox.wire.sharedmem import Entry, Region, dtype_of, layout
 
 if TYPE_CHECKING:
-    from drkernel.sandbox.worker import Sandbox
+    from drkernel.sandbox.inside.worker import Sandbox
 
 __all__ = ["OPS", "drop"]
 

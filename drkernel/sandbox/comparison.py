@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from drkernel.sandbox.tensorfile import read_tensors
+from drkernel.sandbox.wire.tensorfile import read_tensors
 
 __all__ = ["Comparison", "Tolerance", "compare_outputs", "default_tolerance", "layout_issue", "load_tensors"]
 

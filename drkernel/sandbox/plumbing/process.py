@@ -27,10 +27,11 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from drkernel.sandbox import isolation
-from drkernel.sandbox.helpermsg import ForkAnswer, ForkRequest, IsolationSpec, WorkerArgs
-from drkernel.sandbox.protocol import Hello, ProtocolError, read_message, write_message
-from drkernel.sandbox.tritonseed import copy_seed
+import drkernel
+from drkernel.sandbox.plumbing import isolation
+from drkernel.sandbox.plumbing.tritonseed import copy_seed
+from drkernel.sandbox.wire.helpermsg import ForkAnswer, ForkRequest, IsolationSpec, WorkerArgs
+from drkernel.sandbox.wire.protocol import Hello, ProtocolError, read_message, write_message
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,8 @@ __all__ = ["SandboxFailure", "SandboxFolder", "SandboxProcess", "UidLease", "Zyg
 _POLL_S = 0.05
 # a fork server that has answered once forks in milliseconds; one silent this long is frozen
 SPAWN_TIMEOUT_S = 20.0
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+# the folder that holds the drkernel package (what a sandbox's PYTHONPATH names)
+_PACKAGE_PARENT = str(Path(drkernel.__file__).resolve().parents[1])
 
 
 def scratch_root(device: str) -> str | None:
@@ -313,8 +315,7 @@ class ComparisonProcess:
         cmd_r, cmd_w = os.pipe()
         resp_r, resp_w = os.pipe()
         env = dict(os.environ)
-        package_parent = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_PARENT, env.get("PYTHONPATH")]))
         try:
             self.proc: subprocess.Popen[bytes] = subprocess.Popen(
                 [sys.executable, "-m", "drkernel.sandbox.comparator", str(cmd_r), str(resp_w), device],
@@ -344,7 +345,7 @@ class ComparisonProcess:
 
 
 class Zygote:
-    """Judge-side handle of a fork server (drkernel.sandbox.zygote) for one device."""
+    """Judge-side handle of a fork server (drkernel.sandbox.plumbing.zygote) for one device."""
 
     def __init__(self, device: str) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="drkernel-zygote-")
@@ -354,7 +355,8 @@ class Zygote:
         self._visible = env["CUDA_VISIBLE_DEVICES"]
         with open(os.path.join(self._tmp.name, "zygote.log"), "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "drkernel.sandbox.zygote", str(theirs.fileno()), str(os.getpid())],
+                [sys.executable, "-m", "drkernel.sandbox.plumbing.zygote", str(theirs.fileno()),
+                 str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),),
                 cwd=self._tmp.name, start_new_session=True, env=env,
             )
@@ -486,11 +488,11 @@ class SandboxProcess:
                  isolate_uid: bool = False, namespaces: bool = False,
                  hide: list[str] | None = None, triton_seed: str | None = None,
                  disk_limit_mb: int = 0) -> None:
-        """`namespaces`: run in namespaces of its own under a leased uid (drkernel.sandbox.isolation;
+        """`namespaces`: run in namespaces of its own under a leased uid (sandbox/plumbing/isolation.py;
         needs the fork server), with the folders in `hide` covered; `isolate_uid` alone: a leased uid.
-        `triton_seed`: the judge's build of Triton's C helpers (sandbox/tritonseed.py), copied into the
-        sandbox's own Triton cache (not into a shared `triton_cache`). `disk_limit_mb`: the size of the
-        filesystem of its own that an isolated sandbox's folder is (0: the scratch's, unbounded)."""
+        `triton_seed`: the judge's build of Triton's C helpers (sandbox/plumbing/tritonseed.py), copied
+        into the sandbox's own Triton cache (not into a shared `triton_cache`). `disk_limit_mb`: the size
+        of the filesystem of its own that an isolated sandbox's folder is (0: the scratch's, unbounded)."""
         if namespaces and zygote is None:
             raise ValueError("sandbox namespaces need the fork server")
         isolate_uid = isolate_uid or namespaces
@@ -551,7 +553,7 @@ class SandboxProcess:
             self.proc = _ForkedChild(pid, self.workdir, init=namespaces)
             self._rss_of_children = namespaces  # the sandbox's processes are its init's descendants
         else:
-            args = [sys.executable, "-m", "drkernel.sandbox.worker", str(cmd_r), str(resp_w),
+            args = [sys.executable, "-m", "drkernel.sandbox.inside.worker", str(cmd_r), str(resp_w),
                     *worker_args.argv(), str(side_r)]
             with open(self.output_path, "wb") as out:
                 self.proc = subprocess.Popen(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
-from drkernel.sandbox.protocol import NON_FINITE, Wire
+from drkernel.sandbox.wire.protocol import NON_FINITE, Wire
 
 __all__ = ["AnyFloat", "CompareAnswer", "CompareJob", "CompareReply", "ForkAnswer", "ForkRequest",
            "IsolationSpec", "WorkerArgs"]
@@ -72,7 +72,7 @@ class CompareAnswer(Wire):
     error: str | None = None
 
 
-# -- the fork server (sandbox/zygote.py) --------------------------------------------------------
+# -- the fork server (sandbox/plumbing/zygote.py) --------------------------------------------------------
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerArgs(Wire):
     """The sandbox worker's own arguments (worker.serve): its role ("reference" | "candidate"), device,
@@ -86,7 +86,7 @@ class WorkerArgs(Wire):
     parent: int
 
     def argv(self) -> list[str]:
-        """As `python -m drkernel.sandbox.worker` takes them after its two pipe fds."""
+        """As `python -m drkernel.sandbox.inside.worker` takes them after its two pipe fds."""
         return [self.role, self.device, self.workdir, str(self.memory_mb), str(self.fraction),
                 str(self.parent)]
 

@@ -31,7 +31,7 @@ __all__ = ["MAX_MESSAGE_BYTES", "NON_FINITE", "BenchPrepare", "BenchPrepareReply
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # a float field's mark (Annotated[float, NON_FINITE]) where NaN and Inf are allowed: a figure the judge
-# measured itself (sandbox/helpermsg.py); every other float must be finite
+# measured itself (sandbox/wire/helpermsg.py); every other float must be finite
 NON_FINITE = "non-finite allowed"
 _HEADER = struct.Struct("<Q")
 

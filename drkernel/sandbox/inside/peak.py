@@ -107,7 +107,7 @@ def measure(device: torch.device, times_ms: Timer, n: int = 1 << 28,
             continue
         if ms > 0:
             ways[name] = nbytes / (ms * 1e6)
-    # (no empty_cache: the reference's sandbox keeps its reserved memory, sandbox/devicemem.py)
+    # (no empty_cache: the reference's sandbox keeps its reserved memory, sandbox/inside/devicemem.py)
     a, b = torch.randn(m, m, device=device), torch.randn(m, m, device=device)
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False

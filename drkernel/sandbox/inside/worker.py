@@ -1,6 +1,6 @@
 """Sandbox process: loads one reference (and, in the candidate role, one candidate) and runs ops.
 
-Started by drkernel.sandbox.process with a clean environment; talks JSON on two inherited pipe fds
+Started by drkernel.sandbox.plumbing.process with a clean environment; talks JSON on two inherited pipe fds
 and writes tensors as files. Never trusted by the judge: every answer is re-checked outside.
 """
 
@@ -20,9 +20,11 @@ from typing import Any
 
 import torch
 
-from drkernel.sandbox import cardmem, devicemem, harness, peak, sealedwork, tensorfile
-from drkernel.sandbox import protocol as P
-from drkernel.sandbox.protocol import read_message, write_message
+from drkernel.sandbox import cardmem
+from drkernel.sandbox.inside import devicemem, harness, peak, sealedwork
+from drkernel.sandbox.wire import protocol as P
+from drkernel.sandbox.wire import tensorfile
+from drkernel.sandbox.wire.protocol import read_message, write_message
 
 __all__ = ["OPS", "Sandbox", "main", "serve"]
 

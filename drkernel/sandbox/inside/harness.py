@@ -1,6 +1,6 @@
 """In-sandbox instruments: Triton launch hook, tamper watch, thread watch, device shims, inputs.
 
-Runs only inside sandbox processes (drkernel.sandbox.worker). Everything here is captured before any
+Runs only inside sandbox processes (drkernel.sandbox.inside.worker). Everything here is captured before any
 candidate code is imported, so the harness keeps working references to the originals.
 """
 

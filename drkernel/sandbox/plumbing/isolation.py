@@ -326,7 +326,9 @@ def needed_paths() -> tuple[str, ...]:
     import torch
     import triton
 
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    import drkernel
+
+    package = os.path.dirname(os.path.abspath(drkernel.__file__))
     found = [sys.prefix, sys.base_prefix, package, os.path.dirname(os.path.dirname(torch.__file__)),
              os.path.dirname(os.path.dirname(triton.__file__))]
     found += [os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)]
@@ -405,7 +407,7 @@ def probe(hide: list[str] | None = None) -> str | None:
         try:
             files = [sys.executable, os.__file__, torch.__file__, triton.__file__, __file__]
             spec = json.dumps({"hide": hide or [], "expose": list(needed_paths()), "files": files})
-            res = subprocess.run([sys.executable, "-m", "drkernel.sandbox.isolation", tmp, spec],
+            res = subprocess.run([sys.executable, "-m", "drkernel.sandbox.plumbing.isolation", tmp, spec],
                                  capture_output=True, text=True, timeout=30,
                                  env={"PATH": "/usr/bin:/bin",
                                       "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})

@@ -19,7 +19,7 @@ import tempfile
 import traceback
 from typing import Any
 
-from drkernel.sandbox.helpermsg import ForkAnswer, ForkRequest
+from drkernel.sandbox.wire.helpermsg import ForkAnswer, ForkRequest
 
 __all__ = ["STATUS_FILE", "main"]
 
@@ -63,7 +63,7 @@ def isolate(uid: int) -> None:
     """Drop to an unprivileged uid of its own, in a network namespace of its own when possible.
 
     The judge's --insecure mode with a root judge and no namespaces; the isolated mode is
-    drkernel.sandbox.isolation.enter (namespaces and a uid).
+    drkernel.sandbox.plumbing.isolation.enter (namespaces and a uid).
     """
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
@@ -107,7 +107,7 @@ def _child(req: ForkRequest, fds: list[int], sock: socket.socket) -> None:
     try:
         args = req.args
         if req.isolation is not None:
-            from drkernel.sandbox import isolation
+            from drkernel.sandbox.plumbing import isolation
 
             isolation.enter(req.isolation.to_wire())  # returns in PID 2, the child of the namespace's init
             # the worker dies with its init (and the init with the namespace)
@@ -115,7 +115,7 @@ def _child(req: ForkRequest, fds: list[int], sock: socket.socket) -> None:
         elif req.uid is not None:
             isolate(req.uid)
         os.chdir(req.cwd)
-        from drkernel.sandbox import worker
+        from drkernel.sandbox.inside import worker
 
         worker.serve(fds[0], fds[1], args.role, args.device, args.workdir, args.memory_mb, args.fraction,
                      args.parent, side_fd=fds[2] if len(fds) > 2 else -1)
@@ -135,16 +135,17 @@ def preload() -> None:
     import torch  # noqa: F401 - the point of the zygote: import once, fork many
     import triton  # noqa: F401
 
-    from drkernel.sandbox import isolation, worker  # noqa: F401
+    from drkernel.sandbox.inside import worker  # noqa: F401
+    from drkernel.sandbox.plumbing import isolation  # noqa: F401
 
 
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
-    from drkernel.sandbox.worker import die_with_parent
+    from drkernel.sandbox.inside.worker import die_with_parent
 
     die_with_parent(int(sys.argv[2]))
     preload()
-    from drkernel.sandbox import isolation
+    from drkernel.sandbox.plumbing import isolation
 
     signal.signal(signal.SIGCHLD, _reap)
     while True:
