@@ -54,7 +54,7 @@ SANDBOX_ALL = {
     "plumbing.zygote": {"STATUS_FILE", "main"},
     "plumbing.tritonseed": {"BUILD_CODE", "TritonSeed", "copy_seed"},
     "plumbing.isolation": {"IsolationError", "enter", "install_seccomp", "needed_paths", "new_pid_namespace",
-                           "probe", "seccomp_available", "seccomp_program"},
+                           "package_folder", "probe", "seccomp_available", "seccomp_program"},
 }
 
 

@@ -146,3 +146,18 @@ def test_the_shared_uid_warning_says_what_it_means_and_names_the_unreadable_file
         assert first == str(secret)
         text = judge._SHARED_UID % first
     assert "signal or trace the judge" in text and "chmod -R o+rX" in text and str(secret) in text
+
+
+def test_a_sandbox_finds_the_package_wherever_the_plumbing_sits_in_it() -> None:
+    """The sandbox's PYTHONPATH and its isolated root name the drkernel package's folder, found from the
+    package (the plumbing once counted folders up from its own file, which a move into a subfolder
+    would have broken)."""
+    from pathlib import Path
+
+    import drkernel
+    from drkernel.sandbox.plumbing import isolation, process
+
+    package = Path(drkernel.__file__).resolve().parent
+    assert Path(isolation.package_folder()).resolve() == package
+    assert process.sandbox_env("cpu", "/t", "/h")["PYTHONPATH"] == str(package.parent)
+    assert str(package) in isolation.needed_paths()

@@ -32,8 +32,8 @@ import subprocess
 import sys
 from typing import Any
 
-__all__ = ["IsolationError", "enter", "install_seccomp", "needed_paths", "new_pid_namespace", "probe",
-           "seccomp_available", "seccomp_program"]
+__all__ = ["IsolationError", "enter", "install_seccomp", "needed_paths", "new_pid_namespace",
+           "package_folder", "probe", "seccomp_available", "seccomp_program"]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -318,6 +318,13 @@ def _read_only_tree(writable: list[str]) -> None:
         _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
 
 
+def package_folder() -> str:
+    """The drkernel package's folder, found from the package itself (loaded before any of its modules,
+    this one included, and whatever this module's depth in it): what a sandbox imports the worker from."""
+    root = sys.modules[(__package__ or "drkernel").partition(".")[0]]
+    return os.path.dirname(os.path.abspath(str(root.__file__)))
+
+
 @functools.cache
 def needed_paths() -> tuple[str, ...]:
     """Folders a sandbox must read besides the system's (SYSTEM): the Python installation, torch,
@@ -326,9 +333,7 @@ def needed_paths() -> tuple[str, ...]:
     import torch
     import triton
 
-    import drkernel
-
-    package = os.path.dirname(os.path.abspath(drkernel.__file__))
+    package = package_folder()
     found = [sys.prefix, sys.base_prefix, package, os.path.dirname(os.path.dirname(torch.__file__)),
              os.path.dirname(os.path.dirname(triton.__file__))]
     found += [os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)]

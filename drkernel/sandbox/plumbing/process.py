@@ -27,7 +27,6 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-import drkernel
 from drkernel.sandbox.plumbing import isolation
 from drkernel.sandbox.plumbing.tritonseed import copy_seed
 from drkernel.sandbox.wire.helpermsg import ForkAnswer, ForkRequest, IsolationSpec, WorkerArgs
@@ -42,7 +41,7 @@ _POLL_S = 0.05
 # a fork server that has answered once forks in milliseconds; one silent this long is frozen
 SPAWN_TIMEOUT_S = 20.0
 # the folder that holds the drkernel package (what a sandbox's PYTHONPATH names)
-_PACKAGE_PARENT = str(Path(drkernel.__file__).resolve().parents[1])
+_PACKAGE_PARENT = str(Path(isolation.package_folder()).resolve().parent)
 
 
 def scratch_root(device: str) -> str | None:
