@@ -103,3 +103,23 @@ def test_the_fork_request_round_trips_and_its_worker_arguments_match_the_workers
     with pytest.raises(ProtocolError):
         ForkAnswer.from_wire({"pid": "12", "error": None})
 
+
+
+def test_the_gpu_comparison_childs_warm_up_job_is_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_warm` runs only in a GPU judge's comparison child, before its first job: its typed job is
+    built and compared here on the CPU (the device sync stubbed), so a GPU run is not the first to
+    read it."""
+    from drkernel.sandbox import comparator
+
+    seen: list[CompareReply] = []
+    real = comparator.compare_job
+
+    def spy(job: CompareJob, device: str) -> CompareReply:
+        reply = real(job, device)
+        seen.append(reply)
+        return reply
+
+    monkeypatch.setattr(comparator, "compare_job", spy)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    comparator._warm("cpu")
+    assert len(seen) == 1 and seen[0].passed and seen[0].fingerprint is not None
