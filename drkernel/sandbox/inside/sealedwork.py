@@ -13,7 +13,8 @@ import contextlib
 import math
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 
@@ -21,12 +22,35 @@ from drkernel.sandbox.inside import harness
 from drkernel.sandbox.wire import protocol as P
 from drkernel.sandbox.wire.sharedmem import Entry, Region, dtype_of, layout
 
-if TYPE_CHECKING:
-    from drkernel.sandbox.inside.worker import Sandbox
-
-__all__ = ["OPS", "drop"]
+__all__ = ["OPS", "Box", "drop"]
 
 _perf = time.perf_counter
+
+
+class Box(Protocol):
+    """What the sealed span's ops use of the sandbox they run in (inside/worker.Sandbox, which holds to
+    it: worker._conforms). Named here, so that this module needs nothing of the worker that imports
+    its ops. `_record` and `_elapsed` exist on a GPU only, and are used there only."""
+
+    cuda: bool
+    side: socket.socket | None
+    _span: Any  # this module's _Span, or None
+
+    @property
+    def recorder(self) -> harness.LaunchRecorder: ...
+    @property
+    def watch(self) -> harness.TamperWatch: ...
+    @property
+    def threads(self) -> harness.ThreadWatch: ...
+    @property
+    def _sync(self) -> Callable[..., Any]: ...
+    @property
+    def _record(self) -> Callable[..., Any]: ...
+    @property
+    def _elapsed(self) -> Callable[..., float]: ...
+    def _fresh_inputs(self, seed: int) -> list[Any]: ...
+    def _forward(self, inputs: list[Any]) -> Any: ...
+    def _clock(self) -> tuple[Any, Any]: ...
 
 
 class _Span:
@@ -69,7 +93,7 @@ class _Span:
         self.region.close()
 
 
-def drop(box: Sandbox) -> None:
+def drop(box: Box) -> None:
     """Close the span this sandbox holds, if any (its region, and on a GPU its device memory)."""
     span = getattr(box, "_span", None)
     box._span = None
@@ -78,7 +102,7 @@ def drop(box: Sandbox) -> None:
             span.close()
 
 
-def _device(box: Sandbox) -> str:
+def _device(box: Box) -> str:
     return "cuda:0" if box.cuda else "cpu"
 
 
@@ -91,7 +115,7 @@ def _has_nested_tensor(x: Any) -> bool:
 
 
 # -- the reference's side --------------------------------------------------------------------------
-def prepare(box: Sandbox, msg: P.SealedPrepare) -> P.SealedPrepareReply:
+def prepare(box: Box, msg: P.SealedPrepare) -> P.SealedPrepareReply:
     drop(box)
     inputs = box._fresh_inputs(msg.seed)
     if any(_has_nested_tensor(x) for x in inputs):
@@ -118,7 +142,7 @@ def prepare(box: Sandbox, msg: P.SealedPrepare) -> P.SealedPrepareReply:
     return P.SealedPrepareReply(entries=shared, size=region.size, copy_ms=_copy_ms(box, span, outs), why=None)
 
 
-def _copy_ms(box: Sandbox, span: _Span, outs: list[torch.Tensor]) -> float:
+def _copy_ms(box: Box, span: _Span, outs: list[torch.Tensor]) -> float:
     """The device time of copying every call's outputs into the region (what the candidate's span does
     besides its forward): on a GPU as one CUDA graph, as the candidate's span runs where it can (copies
     launched one by one from Python would time the host's launches), warmed first (first touch)."""
@@ -146,7 +170,7 @@ def _copy_ms(box: Sandbox, span: _Span, outs: list[torch.Tensor]) -> float:
     return box._elapsed(start, end)
 
 
-def stage(box: Sandbox, msg: P.SealedStage) -> P.SealedStageReply:
+def stage(box: Box, msg: P.SealedStage) -> P.SealedStageReply:
     """The next fill's inputs, built in the reference's own memory (the candidate cannot see them)."""
     span = _span_of(box)
     if len(msg.seeds) != len(span.ins):
@@ -158,7 +182,7 @@ def stage(box: Sandbox, msg: P.SealedStage) -> P.SealedStageReply:
     return P.SealedStageReply(stage_ms=(_perf() - t0) * 1e3)
 
 
-def fill(box: Sandbox, msg: P.SealedFill) -> P.SealedFillReply:
+def fill(box: Box, msg: P.SealedFill) -> P.SealedFillReply:
     """The span's start: the region's outputs poisoned, the staged inputs copied in, the clock read once
     they are there; `fill_ms` times the copies. A null fill does the same device work (`_null_copies`)
     with no input of the coming span in the candidate's reach. A bare null fill only syncs and reads
@@ -183,7 +207,7 @@ def fill(box: Sandbox, msg: P.SealedFill) -> P.SealedFillReply:
     return P.SealedFillReply(filled_at=t1, fill_ms=(t1 - t0) * 1e3)
 
 
-def _null_copies(box: Sandbox, span: _Span) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _null_copies(box: Box, span: _Span) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(destination, source) pairs of a null fill: the real fill's bytes, between distinct places of
     device memory as the real fill's are (a small buffer written over and over would stay in the
     device's cache and time a cheaper fill), and no input of the coming span in the candidate's reach.
@@ -205,7 +229,7 @@ def _aligned(nbytes: int) -> int:
     return -(-nbytes // 256) * 256
 
 
-def _scratch(box: Sandbox, span: _Span) -> torch.Tensor:
+def _scratch(box: Box, span: _Span) -> torch.Tensor:
     """The reference's own bytes that a one-call null fill copies into: one call's inputs, made once."""
     if span.scratch is None:
         size = sum(_aligned(t.nbytes) for t in span.ins[0].values()) if span.ins else 0
@@ -213,7 +237,7 @@ def _scratch(box: Sandbox, span: _Span) -> torch.Tensor:
     return span.scratch
 
 
-def take(box: Sandbox, msg: P.SealedTake) -> P.SealedTakeReply:
+def take(box: Box, msg: P.SealedTake) -> P.SealedTakeReply:
     """The span's end: the clock read first, then every call's outputs copied out of the region, to the
     end of that device work (`take_ms`), whether kept for the check or not; a bare take only reads the
     clock. Device work still queued behind the span lands in `take_ms`, which the judge compares with a
@@ -233,7 +257,7 @@ def take(box: Sandbox, msg: P.SealedTake) -> P.SealedTakeReply:
     return P.SealedTakeReply(taken_at=t0, take_ms=take_ms)
 
 
-def check(box: Sandbox, msg: P.SealedCheck) -> P.SealedCheckReply:
+def check(box: Box, msg: P.SealedCheck) -> P.SealedCheckReply:
     """Each call's outputs, as taken, against the reference's own of the same staged inputs: per
     output, [||taken - own||, ||own||] (-1 where their NaN and Inf entries differ).
 
@@ -265,14 +289,14 @@ def check(box: Sandbox, msg: P.SealedCheck) -> P.SealedCheckReply:
     return P.SealedCheckReply(diffs=diffs, dtypes=dtypes)
 
 
-def _own(box: Sandbox, x: list[Any], leaves: int) -> list[torch.Tensor]:
+def _own(box: Box, x: list[Any], leaves: int) -> list[torch.Tensor]:
     own = harness.flatten_outputs(box._forward(x))[1]
     if len(own) != leaves:
         raise RuntimeError(f"{len(own)} outputs of the reference's where the region holds {leaves}")
     return own
 
 
-def _norms(box: Sandbox, x: list[Any], got: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[str]]:
+def _norms(box: Box, x: list[Any], got: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[str]]:
     """Per output of one call, [||taken - own||, ||own||] on the device, and the outputs' dtypes; the
     reference's own outputs are let go on return."""
     own = _own(box, x, len(got))
@@ -283,7 +307,7 @@ def _norms(box: Sandbox, x: list[Any], got: list[torch.Tensor]) -> tuple[list[to
     return norms, [str(w.dtype) for w in own]
 
 
-def _careful_call(box: Sandbox, x: list[Any], got: list[torch.Tensor],
+def _careful_call(box: Box, x: list[Any], got: list[torch.Tensor],
                   pairs: list[list[float]]) -> list[list[float]]:
     """`pairs` of one call, each that is not finite replaced by the careful comparison, with the
     reference's outputs made again from the same inputs."""
@@ -311,7 +335,7 @@ def _careful(g: torch.Tensor, w: torch.Tensor) -> list[float]:
     return [d, q] if math.isfinite(d) and math.isfinite(q) else [-1.0, 0.0]
 
 
-def _span_of(box: Sandbox) -> _Span:
+def _span_of(box: Box) -> _Span:
     span = getattr(box, "_span", None)
     if span is None:
         raise RuntimeError("no sealed span prepared")
@@ -319,7 +343,7 @@ def _span_of(box: Sandbox) -> _Span:
 
 
 # -- the candidate's side --------------------------------------------------------------------------
-def map_region(box: Sandbox, msg: P.SealedMap) -> P.SealedMapReply | P.ErrorReply:
+def map_region(box: Box, msg: P.SealedMap) -> P.SealedMapReply | P.ErrorReply:
     drop(box)
     side = box.side
     if side is None:
@@ -358,7 +382,7 @@ def map_region(box: Sandbox, msg: P.SealedMap) -> P.SealedMapReply | P.ErrorRepl
                             threads=box.threads.extra())
 
 
-def _capture(box: Sandbox, work: Any) -> Any:
+def _capture(box: Box, work: Any) -> Any:
     """The span's work as one CUDA graph, or None where it cannot be captured (then run eagerly)."""
     try:
         side = torch.cuda.Stream()
@@ -379,7 +403,7 @@ def _capture(box: Sandbox, work: Any) -> Any:
         return None
 
 
-def run(box: Sandbox, msg: P.SealedRun) -> P.SealedRunReply:
+def run(box: Box, msg: P.SealedRun) -> P.SealedRunReply:
     span = _span_of(box)
     t0 = _perf()
     start, end = box._clock()
