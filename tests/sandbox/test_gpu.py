@@ -502,9 +502,9 @@ def _first_launch_builds(cache: str, script: str) -> list[str]:
 
 def test_the_judges_triton_seed_is_what_a_first_launch_finds(tmp_path: Path) -> None:
     """Issue 14: the judge builds Triton's driver utilities once (sandbox/plumbing/tritonseed.py); a
-    process whose Triton cache starts as a copy of that build compiles no `cuda_utils` of its own at its first
-    launch, where one with an empty cache does (the control). A judge's spares spawned once the seed
-    exists are seeded, and an honest kernel is judged `ok` in one of them."""
+    process whose Triton cache starts as a copy of that build compiles no `cuda_utils` of its own at its
+    first launch, where one with an empty cache does (the control). A judge's spares spawned once the
+    seed exists are seeded, and an honest kernel is judged `ok` in one of them."""
     from drkernel.sandbox.plumbing.tritonseed import copy_seed
 
     with Judge(device="cuda", cache_path=None, spares=1) as judge:

@@ -1,6 +1,6 @@
 """The judge's Triton seed (sandbox/plumbing/tritonseed.py): built once in the background, whole or
-absent, and copied into each new sandbox's private Triton cache as the sandbox's own. (On the GPU: test_gpu.py
-holds that a seeded cache is what Triton's first launch looks for.)"""
+absent, and copied into each new sandbox's private Triton cache as the sandbox's own. (On the GPU:
+test_gpu.py holds that a seeded cache is what Triton's first launch looks for.)"""
 
 from __future__ import annotations
 
