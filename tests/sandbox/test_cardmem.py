@@ -149,6 +149,22 @@ def test_a_candidate_within_its_share_when_the_card_ran_short_is_not_blamed() ->
     assert cand.killed  # it had to go for the retry alone
 
 
+REGION_OOM = "MemoryError: cuMemCreate failed: out of memory (CUresult 2)"  # wire/sharedmem.py's words
+
+
+def test_a_region_the_driver_could_not_make_is_weighed_by_the_card_as_any_device_oom() -> None:
+    """Run BO (six judges on one H100): the sealed span's region could not be made, the reference
+    passed alone, and honest candidates holding a few GiB were blamed (`resource_exhaustion`) for
+    the other judges' spans, because the driver's words were not read as device memory."""
+    ch, cand, _ = channel(REGION_OOM, Card(40 << 20, 2 * GiB))
+    with pytest.raises(ReferenceFailure, match="within its share") as info:
+        ch.ref(LOAD, LoadReply)
+    assert "not blamed" in str(info.value) and cand.killed
+    ch, _, _ = channel(REGION_OOM, Card(40 << 20, 60 * GiB))
+    with pytest.raises(SandboxFailure, match="beyond its share"):
+        ch.ref(LOAD, LoadReply)
+
+
 def test_the_slack_over_the_share_is_the_candidates_context_not_a_grab() -> None:
     share = 12 * GiB
     ch, _, _ = channel(NEW_STYLE.format(free="300.00 MiB"), Card(300 << 20, share + SLACK_BYTES), share=share)
