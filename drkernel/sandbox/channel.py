@@ -9,6 +9,7 @@ the EvalResult under construction: hack findings, and the early stop with an out
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import time
@@ -350,6 +351,9 @@ class Context:
     # window are checked: None for all); a stage takes its own out once
     checksums_ahead: dict[str, tuple[Windows, Windows, list[Any], Windows | None]] = field(
         default_factory=dict)
+    # what the evaluation holds until its candidate's sandbox is gone (Evaluation.close): the sealed
+    # span's share of the card, whose region the candidate keeps mapped while it lives
+    leases: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     @property
     def opts(self) -> EvalOptions:

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 
 from drkernel.device import gpu_key, lock_dir
 
-__all__ = ["candidate_alive", "counting_waits", "gpu_work", "no_candidates",
-           "timing_lock"]
+__all__ = ["MEMORY_UNIT", "SPAN_SHARE", "candidate_alive", "card_memory", "counting_waits", "gpu_work",
+           "no_candidates", "timing_lock"]
 
 _held = threading.local()  # .timing: this thread holds a timing lock; .waits: its counters, or None
 
@@ -67,6 +67,75 @@ def gpu_work(device: str, what: str = "") -> Iterator[None]:
     """Hold the device shared for the block: it waits for timing windows, and timing windows for it."""
     with _device_lock(device, exclusive=False, what=what):
         yield
+
+
+# The card's memory for the judges' sealed spans, host-wide (`card_memory`): a span's region, its inputs
+# staged and its outputs taken are the largest device memory a judge holds (8-9 GiB a reference at
+# 2048^2, 128 calls). Six judges on one 80 GB H100, each spanning at once, filled the card: honest
+# kernels came back out-of-memory runtime errors, starved references, even a wrong sealed output
+# (run BO). Spans beyond SPAN_SHARE of the card wait for one to end instead.
+SPAN_SHARE = 0.5
+MEMORY_UNIT = 256 << 20  # one slot file: the budget's grain
+
+
+@contextlib.contextmanager
+def card_memory(device: str, nbytes: int, card_bytes: int, share: float = SPAN_SHARE,
+                timeout_s: float = 600.0) -> Iterator[float]:
+    """Hold `nbytes` of the judges' budget on the card behind `device` (`share` of its `card_bytes`) for
+    the block; yields the seconds it waited. Nothing on a CPU device or with an unknown card size."""
+    key = gpu_key(device)
+    if key is None or nbytes <= 0 or card_bytes <= 0:
+        yield 0.0
+        return
+    with memory_lease(key, nbytes, max(1, int(card_bytes * share) // MEMORY_UNIT), timeout_s) as waited:
+        yield waited
+
+
+@contextlib.contextmanager
+def memory_lease(key: str, nbytes: int, slots: int, timeout_s: float = 600.0,
+                 poll_s: float = 0.005) -> Iterator[float]:
+    """`nbytes` (in MEMORY_UNIT slots, at most all `slots`) of the budget named `key`, for the block.
+
+    Each slot is a file flocked exclusively by its holder: a holder that dies gives its slots back with
+    its descriptors, as the device locks do. One taker at a time holds the gate while it gathers its
+    slots (holders only give back, so a taker that waits with some slots in hand blocks nobody for
+    good), and a large lease is never starved by a stream of small ones. After `timeout_s` of waiting
+    the block runs with what it has (a frozen holder is the pool's to replace; the judge does not stop
+    for it). Seconds waited go to counting_waits' `wait_memory`."""
+    want = min(slots, max(1, -(-nbytes // MEMORY_UNIT)))
+    held: list[int] = []
+    gate = _open(key, "memgate")
+    t0 = time.monotonic()
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            deadline = t0 + timeout_s
+            while len(held) < want:
+                for i in range(slots):
+                    if len(held) == want:
+                        break
+                    fd = _open(key, f"mem{i}")
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        os.close(fd)
+                        continue
+                    held.append(fd)
+                if len(held) < want:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(poll_s)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        waited = time.monotonic() - t0
+        waits = getattr(_held, "waits", None)
+        if waits is not None:
+            waits["wait_memory"] = waits.get("wait_memory", 0.0) + waited
+        yield waited
+    finally:
+        for fd in held:
+            os.close(fd)  # closing a descriptor drops its flock
+        os.close(gate)
 
 
 HOST_KEY = "host-candidates"  # one per host, whatever the device: a candidate's CPUs and disk are the host's

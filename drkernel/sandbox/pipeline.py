@@ -76,7 +76,9 @@ class Evaluation:
         self._alive.enter_context(candidate_alive())
 
     def close(self) -> None:
-        """The candidate's sandbox is gone: let go of the host's candidates lock."""
+        """The candidate's sandbox is gone: let go of what the stages held for it (the sealed span's
+        share of the card) and of the host's candidates lock."""
+        self.ctx.leases.close()
         self._alive.close()
 
     def run(self) -> EvalResult:

@@ -123,3 +123,55 @@ def test_waits_and_exclusive_holds_are_counted_per_thread(tmp_path: Path,
     with timing_lock("cuda:0"):  # outside the block: the counters stay as they were
         pass
     assert 0.3 <= waits["held_exclusive"] < 1.0
+
+
+_LEASE = ("import sys, time\nfrom drkernel.sandbox.devicelock import memory_lease\n"
+          "with memory_lease('gpu-9', int(sys.argv[1]), int(sys.argv[2])):\n"
+          "    print('held', flush=True)\n    time.sleep(float(sys.argv[3]))\n")
+
+
+def _leaseholder(nbytes: int, slots: int, seconds: float) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _LEASE, str(nbytes), str(slots), str(seconds)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_the_cards_memory_budget_makes_a_span_wait_for_room_across_processes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run BO: six judges' spans at once filled an H100. Leases of the card's span budget (here 4
+    slots) run side by side while they fit, and one that does not fit waits for a holder to end."""
+    from drkernel.sandbox.devicelock import MEMORY_UNIT, memory_lease
+
+    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
+    other = _leaseholder(3 * MEMORY_UNIT, 4, 1.5)  # 3 of the 4 slots, for 1.5 s
+    with memory_lease("gpu-9", MEMORY_UNIT, 4) as waited:  # the fourth: no wait
+        assert waited < 0.5
+    t0 = time.monotonic()
+    with counting_waits() as waits, memory_lease("gpu-9", 2 * MEMORY_UNIT, 4) as waited:
+        assert time.monotonic() - t0 > 0.8  # waited for the other process's three
+    other.wait(timeout=10)
+    assert waited > 0.8 and waits["wait_memory"] == pytest.approx(waited)
+
+
+def test_a_dead_holder_gives_its_share_back_and_an_oversized_span_takes_the_whole_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from drkernel.sandbox.devicelock import MEMORY_UNIT, memory_lease
+
+    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
+    other = _leaseholder(4 * MEMORY_UNIT, 4, 60)
+    other.kill()  # a judge that crashed holding its lease
+    other.wait(timeout=10)
+    with memory_lease("gpu-9", 100 * MEMORY_UNIT, 4) as waited:  # larger than the budget: all of it
+        assert waited < 0.5
+        with memory_lease("gpu-9", 1, 4, timeout_s=0.3) as second:  # nothing left: waits, then runs
+            assert second >= 0.3
+
+
+def test_the_cards_budget_is_nothing_on_the_cpu_or_an_unknown_card() -> None:
+    from drkernel.sandbox.devicelock import card_memory
+
+    with card_memory("cpu", 1 << 40, 1 << 40) as waited:
+        assert waited == 0.0
+    with card_memory("cuda:0", 1 << 30, 0) as waited:
+        assert waited == 0.0

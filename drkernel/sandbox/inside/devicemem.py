@@ -47,15 +47,15 @@ def reserve(device: torch.device, nbytes: int, small_bytes: int = 64 << 20) -> i
     return kept
 
 
-def trim(device: torch.device, nbytes: int) -> bool:
+def trim(device: torch.device, nbytes: int, over: float = TRIM_OVER) -> bool:
     """Give what this process's allocator caches back to the device once it caches more than
-    TRIM_OVER x `nbytes` (a large problem is done with), then keep `nbytes` again. Memory that live
+    `over` x `nbytes` (a large problem is done with), then keep `nbytes` again. Memory that live
     tensors hold stays theirs. True when it gave memory back.
 
     Without it, the largest problem a trusted process ever saw stays cached in it: after a 4 GiB
     problem the comparison child kept tens of GiB, and a later candidate sandbox found 0.2 GiB of an
     H200 free (run BH, KernelBench L1/5)."""
-    if torch.cuda.memory_reserved(device) <= TRIM_OVER * nbytes:
+    if torch.cuda.memory_reserved(device) <= over * nbytes:
         return False
     torch.cuda.empty_cache()
     reserve(device, nbytes)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
-from drkernel.sandbox.inside import harness
+from drkernel.sandbox.inside import devicemem, harness
 from drkernel.sandbox.wire import protocol as P
 from drkernel.sandbox.wire.sharedmem import Entry, Region, dtype_of, layout
 
@@ -100,6 +100,16 @@ def drop(box: Box) -> None:
     if span is not None:
         with contextlib.suppress(Exception):
             span.close()
+
+
+def drop_op(box: Box, msg: P.SealedDrop) -> P.Reply:
+    """The span's end (the judge's `sealed_drop`): the span let go, and on a GPU what the allocator
+    cached for its staged inputs and taken outputs given back beyond the reference's reservation, so
+    that the card holds no more of it than the judge's budget says (devicelock.card_memory)."""
+    drop(box)
+    if box.cuda:
+        devicemem.trim(torch.device(_device(box)), devicemem.REFERENCE_BYTES, over=1.0)
+    return P.Reply()
 
 
 def _device(box: Box) -> str:
@@ -427,4 +437,4 @@ def run(box: Box, msg: P.SealedRun) -> P.SealedRunReply:
 
 OPS: dict[str, Any] = {"sealed_prepare": prepare, "sealed_stage": stage, "sealed_fill": fill,
                        "sealed_take": take, "sealed_check": check, "sealed_map": map_region,
-                       "sealed_run": run}
+                       "sealed_run": run, "sealed_drop": drop_op}

@@ -44,8 +44,8 @@ import os
 import statistics
 
 from drkernel.hacks import HackCode
-from drkernel.sandbox.channel import Context
-from drkernel.sandbox.devicelock import gpu_work, timing_lock
+from drkernel.sandbox.channel import Context, Stop
+from drkernel.sandbox.devicelock import card_memory, gpu_work, timing_lock
 from drkernel.sandbox.stages.timing import (
     CONFIRM_RUNS,
     checked_calls,
@@ -57,8 +57,10 @@ from drkernel.sandbox.stages.timing import (
 from drkernel.sandbox.wire.protocol import (
     BenchRun,
     BenchRunReply,
+    Reply,
     SealedCheck,
     SealedCheckReply,
+    SealedDrop,
     SealedFill,
     SealedFillReply,
     SealedMap,
@@ -74,7 +76,7 @@ from drkernel.sandbox.wire.protocol import (
 )
 
 __all__ = ["ALLOWANCE_MS", "ALLOWANCE_PER_CALL_MS", "EXCESS_MIN_MS", "EXCESS_SLACK", "FACTOR", "SPANS",
-           "sealed_span", "span_calls"]
+           "sealed_span", "span_bytes", "span_calls"]
 
 SPANS = 3  # spans per run; the smallest gap is kept
 # What an honest candidate's span holds besides its device work, left out of the bound: per span, its
@@ -112,9 +114,37 @@ def sealed_span(ctx: Context) -> None:
     kernel, ref = ctx.result.kernel_timing, ctx.result.reference_timing
     if kernel is None or ref is None or not ctx.opts.sealed_span:
         return
+    out_bytes, in_bytes = int(ctx.output_bytes or 0), int(ref.input_bytes or 0)
+    calls = span_calls(ctx.cuda, per_call_ms(ref), in_bytes + out_bytes)
+    info = ctx.channel.ref_proc.info
+    # the span's share of the card, until the candidate that maps its region is gone (ctx.leases)
+    ctx.leases.enter_context(card_memory(ctx.device, span_bytes(calls, in_bytes, out_bytes),
+                                         int(info.device_total) if info is not None else 0))
+    try:
+        _sealed(ctx, calls)
+    except Stop:
+        _drop(ctx)
+        raise
+    _drop(ctx)
+
+
+def span_bytes(calls: int, in_bytes: int, out_bytes: int) -> int:
+    """The device memory a span of `calls` takes in the reference's sandbox: its region (every call's
+    inputs and outputs), the next fill's inputs staged, and the outputs taken out."""
+    return calls * (2 * in_bytes + 2 * out_bytes)
+
+
+def _drop(ctx: Context) -> None:
+    """The reference lets go of the span and gives its memory back (beside no timing window)."""
+    with gpu_work(ctx.device, "sealed_drop"):
+        ctx.channel.ref(SealedDrop(), Reply)
+
+
+def _sealed(ctx: Context, calls: int) -> None:
+    """The region made and mapped, the spans run and the bound set (see sealed_span)."""
+    kernel = ctx.result.kernel_timing
+    assert kernel is not None
     kind = "cuda" if ctx.cuda else "cpu"
-    out_bytes = int(ctx.output_bytes or 0)
-    calls = span_calls(ctx.cuda, per_call_ms(ref), int(ref.input_bytes or 0) + out_bytes)
     channel = ctx.channel
     # the region, the copies' timing and the candidate's span graph: device work beside which no other
     # judge's window runs (held shared)

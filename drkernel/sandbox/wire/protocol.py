@@ -341,6 +341,15 @@ class SealedCheck(Request):
     OP: ClassVar[str] = "sealed_check"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SealedDrop(Request):
+    """Reference: let go of the span (its region, staged inputs and taken outputs) and give the memory
+    its allocator cached for them back to the device: the span's share of the card ends with its
+    stage (sandbox/devicelock.card_memory)."""
+
+    OP: ClassVar[str] = "sealed_drop"
+
+
 # -- replies --------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, slots=True)
 class WireError(Wire):
@@ -568,11 +577,12 @@ REPLIES: dict[str, type[Reply]] = {"load": LoadReply, "run": RunReply, "modes": 
                                    "sealed_prepare": SealedPrepareReply, "sealed_map": SealedMapReply,
                                    "sealed_fill": SealedFillReply, "sealed_run": SealedRunReply,
                                    "sealed_take": SealedTakeReply, "sealed_stage": SealedStageReply,
-                                   "sealed_check": SealedCheckReply, "paper_time": PaperTimeReply}
+                                   "sealed_check": SealedCheckReply, "sealed_drop": Reply,
+                                   "paper_time": PaperTimeReply}
 REQUESTS: dict[str, type[Request]] = {c.OP: c for c in (Load, Run, Modes, BenchPrepare, BenchRun, Checksums,
                                                         Profile, Peak, SealedPrepare, SealedMap, SealedFill,
                                                         SealedRun, SealedTake, SealedStage, SealedCheck,
-                                                        PaperTime)}
+                                                        SealedDrop, PaperTime)}
 
 
 def parse_reply(request: Request, data: dict[str, Any]) -> Reply | ErrorReply:
