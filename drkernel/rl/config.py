@@ -337,7 +337,7 @@ SHORTHANDS = {"rl.advantage": "estimator"}
 
 
 def _moved(data: dict[str, Any]) -> dict[str, Any]:
-    """A RunConfig dict with the moved keys where they live now (a copy where anything moved)."""
+    """A copy of a RunConfig dict with the moved keys where they live now (the input is never changed)."""
     out = json.loads(json.dumps(data))
     for key, field_name in SHORTHANDS.items():
         *parents, last = key.split(".")
