@@ -382,13 +382,44 @@ def _throughput_row(n: int, judges: int, wall: float, parts: list[list[tuple[str
                                  for k in sorted({k for x in sealed or [] for k in x})}, **load}
 
 
+# what a process on the GPU is, from its command line: the judge's helpers start as modules; a sandbox
+# is forked by the fork server and keeps its command line (so reference and candidate look alike)
+_KINDS = (("drkernel.sandbox.plumbing.zygote", "sandbox"), ("drkernel.sandbox.comparator", "comparison"),
+          ("drkernel.sandbox.inside.worker", "sandbox"), ("drkernel.executors", "judge host"))
+
+
+def process_kind(pid: int) -> str:
+    """The judge's part `pid` is (see _KINDS); "other" for any other program, "gone" once it exited."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "gone"
+    return next((kind for mark, kind in _KINDS if mark in cmd), "other")
+
+
+def gpu_memory_by_process() -> list[tuple[int, int]]:
+    """(pid, MiB) of every process holding memory on GPU 0, as nvidia-smi reads the driver."""
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                          "--format=csv,noheader,nounits", "-i", "0"],
+                         capture_output=True, text=True, timeout=5).stdout
+    rows = []
+    for line in out.splitlines():
+        pid, _, mib = line.partition(",")
+        if pid.strip().isdigit() and mib.strip().isdigit():
+            rows.append((int(pid), int(mib)))
+    return rows
+
+
 class Busy:
     """How busy the host's CPUs (/proc/stat) and the GPU (nvidia-smi, every 0.2 s) were meanwhile:
-    which of the two bounds the throughput."""
+    which of the two bounds the throughput. Each second it also reads which processes hold the GPU's
+    memory, and keeps the fullest reading: where a card's memory goes when its judges fill it (run BP:
+    eight judges on an 80 GB H100 ran it out)."""
 
     def __init__(self) -> None:
         self.cpu0 = self._cpu()
         self.samples: list[float] = []
+        self.memory_peak: list[tuple[int, str]] = []  # (MiB, kind of process) at the fullest reading
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
@@ -403,23 +434,41 @@ class Busy:
         return sum(fields), idle
 
     def _sample(self) -> None:
+        tick = 0
         while not self.done.wait(0.2):
+            tick += 1
             try:
                 out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu",
                                       "--format=csv,noheader,nounits", "-i", "0"],
                                      capture_output=True, text=True, timeout=5).stdout
                 self.samples.append(float(out.split()[0]))
+                if tick % 5 == 0:
+                    rows = gpu_memory_by_process()
+                    if sum(m for _, m in rows) > sum(m for m, _ in self.memory_peak):
+                        self.memory_peak = [(m, process_kind(pid)) for pid, m in rows]
             except (OSError, ValueError, IndexError, subprocess.SubprocessError):
                 return
 
-    def stop(self) -> dict[str, float | None]:
+    def memory(self) -> dict[str, Any] | None:
+        """The fullest reading of the GPU's memory by process: the total, and per kind of process the
+        count and MiB each (largest first)."""
+        if not self.memory_peak:
+            return None
+        kinds: dict[str, list[int]] = {}
+        for mib, kind in self.memory_peak:
+            kinds.setdefault(kind, []).append(mib)
+        return {"total_mib": sum(sum(v) for v in kinds.values()),
+                "by_kind_mib": {k: sorted(v, reverse=True) for k, v in sorted(kinds.items())}}
+
+    def stop(self) -> dict[str, Any]:
         self.done.set()
         self.thread.join(timeout=10)
         cpu1, cpu = self._cpu(), None
         if self.cpu0 and cpu1 and cpu1[0] > self.cpu0[0]:
             cpu = 1.0 - (cpu1[1] - self.cpu0[1]) / (cpu1[0] - self.cpu0[0])
         gpu = statistics.mean(self.samples) / 100 if self.samples else None
-        return {"host_cpu_busy": cpu, "gpu_util": gpu, "cpus": os.cpu_count()}
+        return {"host_cpu_busy": cpu, "gpu_util": gpu, "cpus": os.cpu_count(),
+                "gpu_memory_peak": self.memory()}
 
 
 def main() -> None:
@@ -468,6 +517,11 @@ def main() -> None:
               + ", ".join(f"{k} {v:.2f}"
                           for k, v in sorted(t["stage_s_median"].items(), key=lambda kv: -kv[1])
                           if v >= 0.01))
+        peak = t.get("gpu_memory_peak")
+        if peak:
+            kinds = peak["by_kind_mib"].items()
+            print(f"  the GPU's memory at its fullest: {peak['total_mib']} MiB; by process (MiB): "
+                  + "; ".join(f"{k} x{len(v)}: {', '.join(map(str, v))}" for k, v in kinds))
         if t.get("sealed_ms_median"):
             print("  the sealed span (median ms, and calls a span): "
                   + ", ".join(f"{k} {v:g}" for k, v in t["sealed_ms_median"].items()))
