@@ -1,4 +1,5 @@
-"""Devices: which one a user's `--device` means, the host-wide name of a GPU, and the lock folder.
+"""Devices: which one a user's `--device` means, the host-wide name of a GPU, its memory, how many
+judges it holds, and the lock folder.
 
 The one owner of these answers: the judge, its host-wide locks (`sandbox/devicelock.py`), the judge
 processes' GPU lock (`executors/judge_host.py`) and the trainers that place models all ask here.
@@ -8,12 +9,19 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import tempfile
 from pathlib import Path
 
 from drkernel.errors import ConfigError
 
-__all__ = ["gpu_key", "lock_dir", "resolve_device"]
+__all__ = ["JUDGE_CARD_BYTES", "card_memory_bytes", "gpu_key", "judges_that_fit", "lock_dir",
+           "resolve_device"]
+
+# Of a GPU's memory, what one judge may need at 2048^2: its reference with a sealed span (8-9 GiB), its
+# candidate, its comparison child and its warm spares. Judge processes on one H100 80GB judged every honest
+# kernel with four, and ran the card out of memory with six and eight (runs BO-BP, docs/service.md).
+JUDGE_CARD_BYTES = 18 << 30
 
 
 def resolve_device(device: str | None) -> str:
@@ -56,3 +64,26 @@ def gpu_key(device: str, visible: str | None = None) -> str | None:
 def lock_dir() -> Path:
     """The host-wide folder of the device locks (DRKERNEL_LOCK_DIR, else the temporary folder's)."""
     return Path(os.environ.get("DRKERNEL_LOCK_DIR") or Path(tempfile.gettempdir()) / "drkernel-locks")
+
+
+def card_memory_bytes(device: str) -> int | None:
+    """The memory of the physical GPU behind `device` (cuda:N), as nvidia-smi reads it from the driver
+    (no CUDA context in this process); None on the CPU or where nvidia-smi cannot say."""
+    key = gpu_key(device)
+    if key is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits",
+                              "-i", key.removeprefix("gpu-")], capture_output=True, text=True, timeout=10)
+        return int(float(out.stdout.split()[0]) * (1 << 20)) if out.returncode == 0 else None
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+def judges_that_fit(card_bytes: int) -> int:
+    """How many judges a GPU of `card_bytes` holds at 2048^2 (JUDGE_CARD_BYTES each; at least one).
+
+    >>> judges_that_fit(81_559 << 20), judges_that_fit(143_771 << 20)
+    (4, 7)
+    """
+    return max(1, card_bytes // JUDGE_CARD_BYTES)

@@ -8,10 +8,12 @@ judge breaks, dies or freezes is rebuilt and its task retried, a bounded number 
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from drkernel.device import card_memory_bytes, judges_that_fit
 from drkernel.errors import ConfigError
 from drkernel.executors.judge_host import (
     JudgeFactory,
@@ -27,6 +29,8 @@ from drkernel.types import EvalRequest, EvalResult
 
 __all__ = ["LocalExecutor", "detect_devices"]
 
+log = logging.getLogger(__name__)
+
 
 def _gpu_count() -> int:
     """Visible NVIDIA GPUs, without importing torch or touching CUDA in this process."""
@@ -37,6 +41,18 @@ def _gpu_count() -> int:
         return present
     entries = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
     return min(len(entries), present) if present else 0
+
+
+def _warn_if_crowded(devices: tuple[str, ...], judges_per_gpu: int) -> None:
+    """Say so where `judges_per_gpu` judges are more than a GPU's memory holds (device.judges_that_fit):
+    they all start, but a card they overfill makes out-of-memory failures of honest kernels."""
+    for device in sorted({d for d in devices if d.startswith("cuda")}):
+        total = card_memory_bytes(device)
+        if total is not None and judges_per_gpu > judges_that_fit(total):
+            log.warning("%d judges share %s, a GPU of %.0f GiB: it holds about %d at 2048^2 (one H100 80GB "
+                        "judged every honest kernel with four, and ran out of memory with six; "
+                        "docs/service.md). Expect infra_error where the card runs short.",
+                        judges_per_gpu, device, total / (1 << 30), judges_that_fit(total))
 
 
 def detect_devices(num_cpu_workers: int | None = None) -> tuple[str, ...]:
@@ -110,6 +126,8 @@ class LocalExecutor(SlotPool):
         if self.config.isolation == "process":
             reap_orphan_judges()  # a crashed server's stopped judges, before ours start
         devices = self.config.devices or detect_devices(self.config.num_cpu_workers)
+        if k > 1:
+            _warn_if_crowded(devices, k)
         devices = tuple(d for d in devices for _ in range(k if d.startswith("cuda") else 1))
         self._init_pool([Slot(f"local-{i}", d) for i, d in enumerate(devices)],
                         first_ready=self.config.ready == "first")
