@@ -33,7 +33,8 @@ class _Box:
 
 def _check(staged: list[torch.Tensor], taken: list[torch.Tensor]) -> P.SealedCheckReply:
     box = _Box(staged, [[t] for t in taken])
-    reply = sealedwork.check(box, P.SealedCheck())  # type: ignore[arg-type]
+    calls = list(range(len(taken)))
+    reply = sealedwork.check(box, P.SealedCheck(calls=calls))  # type: ignore[arg-type]
     assert box._span.taken == [], "the taken outputs are let go once checked"
     assert P.SealedCheckReply.from_wire(reply.to_wire()) == reply  # what the wire carries back
     return reply
@@ -105,4 +106,32 @@ def test_integer_and_bool_outputs_are_compared_exactly() -> None:
 def test_a_check_with_nothing_taken_is_the_judges_error_not_a_pass() -> None:
     box = _Box([torch.zeros(4)], [])
     with pytest.raises(RuntimeError, match="no outputs taken"):
-        sealedwork.check(box, P.SealedCheck())  # type: ignore[arg-type]
+        sealedwork.check(box, P.SealedCheck(calls=[0]))  # type: ignore[arg-type]
+
+
+def test_only_the_drawn_calls_are_checked_in_the_order_drawn() -> None:
+    """The judge draws the calls to check after the take (stages/sealed.CHECKED_CALLS): the reference
+    answers those, in that order, and runs its forward for no other."""
+    xs = [torch.randn(512) for _ in range(6)]
+    taken = [[x * 2] for x in xs]
+    taken[4] = [xs[4] * 3]  # call 4 wrong
+    box = _Box(xs, taken)
+    seen: list[int] = []
+    forward = box._forward
+
+    def counted(inputs: list[Any]) -> Any:
+        seen.append(next(i for i, x in enumerate(xs) if x is inputs[0]))
+        return forward(inputs)
+
+    box._forward = counted  # type: ignore[method-assign]
+    reply = sealedwork.check(box, P.SealedCheck(calls=[4, 1]))  # type: ignore[arg-type]
+    assert len(reply.diffs) == 2 and seen == [4, 1]
+    assert not _passes(reply, 0) and _passes(reply, 1)
+
+
+@pytest.mark.parametrize("calls", [[], [0, 0], [6], [-1]])
+def test_calls_to_check_must_be_distinct_calls_of_the_span(calls: list[int]) -> None:
+    xs = [torch.randn(8) for _ in range(6)]
+    box = _Box(xs, [[x * 2] for x in xs])
+    with pytest.raises(ValueError, match="not distinct calls"):
+        sealedwork.check(box, P.SealedCheck(calls=calls))  # type: ignore[arg-type]

@@ -268,8 +268,9 @@ def take(box: Box, msg: P.SealedTake) -> P.SealedTakeReply:
 
 
 def check(box: Box, msg: P.SealedCheck) -> P.SealedCheckReply:
-    """Each call's outputs, as taken, against the reference's own of the same staged inputs: per
-    output, [||taken - own||, ||own||] (-1 where their NaN and Inf entries differ).
+    """The outputs of the calls `msg.calls`, as taken, against the reference's own of the same staged
+    inputs: per checked call and output, [||taken - own||, ||own||] (-1 where their NaN and Inf entries
+    differ). Every call's outputs were taken; which are checked the judge drew after the take.
 
     Both sets of outputs are in this process, so they are compared directly: three device ops a
     leaf, one read back for all. The reference's own outputs live one call at a time; a call whose
@@ -280,18 +281,22 @@ def check(box: Box, msg: P.SealedCheck) -> P.SealedCheckReply:
     taken, span.taken = span.taken, []
     if not taken or len(span.staged) != len(taken):
         raise RuntimeError("no outputs taken to check")
+    picks = list(msg.calls)
+    if not picks or len(set(picks)) != len(picks) or not all(0 <= c < len(taken) for c in picks):
+        raise ValueError(f"calls to check {picks[:8]} are not distinct calls of {len(taken)}")
+    staged, taken = [span.staged[c] for c in picks], [taken[c] for c in picks]
     norms: list[torch.Tensor] = []
     counts: list[int] = []  # leaves per call
     dtypes: list[str] = []
     with torch.no_grad():
-        for x, got in zip(span.staged, taken, strict=True):
+        for x, got in zip(staged, taken, strict=True):
             leaves, dtypes = _norms(box, x, got)
             norms.extend(leaves)
             counts.append(len(leaves))
         values = torch.stack(norms).tolist() if norms else []
         diffs: list[list[list[float]]] = []
         at = 0
-        for x, got, n in zip(span.staged, taken, counts, strict=True):
+        for x, got, n in zip(staged, taken, counts, strict=True):
             pairs, at = values[at:at + n], at + n
             if not all(math.isfinite(v) for pair in pairs for v in pair):
                 pairs = _careful_call(box, x, got, pairs)

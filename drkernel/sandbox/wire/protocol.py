@@ -335,10 +335,12 @@ class SealedTake(Request):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SealedCheck(Request):
-    """Reference: compare the outputs the last take kept with its own outputs of the staged inputs.
-    Outside the timing lock, like the stage."""
+    """Reference: compare the outputs the last take kept, of the span's calls `calls` (indices, drawn
+    by the judge after the take), with its own outputs of the same staged inputs. Outside the timing
+    lock, like the stage."""
 
     OP: ClassVar[str] = "sealed_check"
+    calls: list[int]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -564,8 +566,8 @@ class SealedTakeReply(Reply):
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SealedCheckReply(Reply):
-    """Per call, per output: [||taken - reference's||, ||reference's||] (the first -1 where their NaN
-    and Inf entries differ); `dtypes`: each output's dtype."""
+    """Per checked call (in the request's order), per output: [||taken - reference's||, ||reference's||]
+    (the first -1 where their NaN and Inf entries differ); `dtypes`: each output's dtype."""
 
     diffs: list[list[list[float]]]
     dtypes: list[str]
