@@ -175,3 +175,29 @@ def test_the_cards_budget_is_nothing_on_the_cpu_or_an_unknown_card() -> None:
         assert waited == 0.0
     with card_memory("cuda:0", 1 << 30, 0) as waited:
         assert waited == 0.0
+
+
+def test_a_waiting_lease_keeps_the_slots_it_has_and_asks_less_often(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lease that waits holds what it gathered: it opens no slot it holds again, and it polls the
+    others at a falling rate (a span lasts about a second; 200 polls a second over 160 slot files
+    was the judge's own load)."""
+    from drkernel.sandbox import devicelock
+    from drkernel.sandbox.devicelock import MEMORY_UNIT, memory_lease
+
+    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
+    other = _leaseholder(3 * MEMORY_UNIT, 4, 1.0)  # slots 0-2 for a second
+    opened: list[str] = []
+    real_open = devicelock._open
+
+    def counting(key: str, kind: str) -> int:
+        opened.append(kind)
+        return real_open(key, kind)
+
+    monkeypatch.setattr(devicelock, "_open", counting)
+    with memory_lease("gpu-9", 2 * MEMORY_UNIT, 4) as waited:  # slot 3 at once, then one of 0-2
+        assert waited > 0.5
+    other.wait(timeout=10)
+    assert opened.count("mem3") == 1, "the slot held while waiting was opened again"
+    polls = opened.count("mem0")
+    assert 2 <= polls <= 20, f"{polls} polls over a second's wait"
