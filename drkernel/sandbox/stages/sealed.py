@@ -100,12 +100,12 @@ MAX_BYTES = {"cuda": 4 << 30, "cpu": 64 << 20}
 # device's switch from the candidate's context to the reference's before a span's take (a null's has none).
 EXCESS_SLACK = 0.1
 EXCESS_MIN_MS = {"cuda": 0.05, "cpu": 0.5}
-# Outputs checked per span: every call's outputs are taken, the calls checked are drawn by the judge
-# after the take, so a candidate cannot know which. Skipping work moves the bound only as far as the
-# skipped share of the calls, and FACTOR lets 20 % pass anyway: a span that skipped a fifth of 128 calls
-# goes unseen with a chance of (1 - 1/5)^32 = 8e-4, and it must do so in every run that is flagged.
-# The check is the reference's forward and two norms a call, launched from Python under the device
-# lock (shared): all 128 calls' took about 30 ms a span at 2048^2.
+# Outputs checked per span: every call's outputs are taken; the calls checked (the last, and others
+# drawn by the judge) are drawn after the take, so a candidate cannot know which. Skipping work moves
+# the bound only as far as the skipped share of the calls, and FACTOR lets 20 % pass anyway: a span
+# that skipped a fifth of 128 calls goes unseen with a chance of (1 - 1/5)^32 = 8e-4, and one span
+# caught is replayed_output at once. The check is the reference's forward and two norms a call,
+# launched from Python under the device lock (shared): all 128 calls' took about 30 ms a span at 2048^2.
 CHECKED_CALLS = 32
 
 
@@ -217,7 +217,7 @@ def _run(ctx: Context, calls: int) -> dict[str, float]:
     for span in range(SPANS + 1):
         with gpu_work(ctx.device, "sealed_work"):
             if span:  # the calls checked, drawn now that the span's outputs are taken (CHECKED_CALLS)
-                picks = sorted(ctx.rng.sample(range(calls), min(calls, CHECKED_CALLS)))
+                picks = _picks(ctx, calls)
                 t0 = time.perf_counter()
                 _check_outputs(ctx, picks, ref(SealedCheck(calls=picks), SealedCheckReply))
                 checks.append((time.perf_counter() - t0) * 1e3)
@@ -233,6 +233,20 @@ def _run(ctx: Context, calls: int) -> dict[str, float]:
     return parts | {"gap_ms": min(r["gap_ms"] for r in rows), "charged_ms": charged,
                     "null_ms": parts["bare_null_ms"], "stage_ms": statistics.median(stages),
                     "check_ms": statistics.median(checks)}
+
+
+def _picks(ctx: Context, calls: int) -> list[int]:
+    """The calls whose outputs are checked: the last call (the one a span answered early, its work
+    still queued in order, leaves unwritten) and CHECKED_CALLS - 1 others drawn by the judge.
+
+    >>> import random; from types import SimpleNamespace
+    >>> picks = _picks(SimpleNamespace(rng=random.Random(0)), 128)  # type: ignore[arg-type]
+    >>> len(picks), picks[-1], len(set(picks)), _picks(SimpleNamespace(rng=random.Random(0)), 3)
+    (32, 127, 32, [0, 1, 2])
+    """
+    if calls <= CHECKED_CALLS:
+        return list(range(calls))
+    return sorted(ctx.rng.sample(range(calls - 1), CHECKED_CALLS - 1)) + [calls - 1]
 
 
 def _nulls_and_span(ctx: Context) -> dict[str, float]:
