@@ -29,7 +29,7 @@ _perf = time.perf_counter
 
 class Box(Protocol):
     """What the sealed span's ops use of the sandbox they run in (inside/worker.Sandbox, which holds to
-    it: worker._conforms). Named here, so that this module needs nothing of the worker that imports
+    it: worker._conforms_sealed). Named here, so that this module needs nothing of the worker that imports
     its ops. `_record` and `_elapsed` exist on a GPU only, and are used there only."""
 
     cuda: bool
