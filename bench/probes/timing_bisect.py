@@ -2,9 +2,9 @@
 
 The judge times relu(x + bias) at 1024² at 0.80-0.83 of the device-time ratio that CUDA-graph replay
 gives (runs Q, T), while every part of its window, rebuilt in bench/probes/timing_probe.py, costs at most
-2.5 %. This bench runs the judge's own timing code, the sandbox worker's bench_prepare and bench_run
-ops (drkernel.sandbox.inside.worker.Sandbox), in fresh plain processes: no fork server, no namespaces, no
-seccomp, no spare sandboxes starting beside it, no comparison process. One process times the
+2.5 %. This bench runs the judge's own timing code, the sandbox's bench_prepare and bench_run ops
+(drkernel.sandbox.inside.timingwork on a worker's Sandbox), in fresh plain processes: no fork server, no
+namespaces, no seccomp, no spare sandboxes starting beside it, no comparison process. One process times the
 reference, another the candidate, as in the judge, with the judge's window (the reference's choice of
 calls, 15 windows). If the ratio here matches graph replay, the bias comes from around the timing code
 (the pool, isolation, neighbours on the GPU); if it matches the judge, from the timing code itself.
@@ -30,6 +30,7 @@ CHILD = r"""
 import json, os, statistics, sys, tempfile
 import torch
 from drkernel.sandbox.wire import protocol as P
+from drkernel.sandbox.inside import timingwork
 from drkernel.sandbox.inside.worker import Sandbox
 
 role, device, ref_path, cand_path, calls_arg, windows, seed, variants = sys.argv[1:9]
@@ -44,14 +45,14 @@ assert reply.ok, reply
 cuda = device.startswith("cuda")
 for variant in variants.split(","):
     calls = given.get(variant) or (int(variant[5:]) if variant.startswith("calls") else None)
-    prep = box.bench_prepare(P.BenchPrepare(seed=seed + 1, calls=calls, warmup=3, warmup_s=0.1,
-                                            graph=cuda, compile=False, window_ms=1.0))
+    prep = timingwork.bench_prepare(box, P.BenchPrepare(seed=seed + 1, calls=calls, warmup=3, warmup_s=0.1,
+                                                        graph=cuda, compile=False, window_ms=1.0))
     assert prep.ok, prep
     bench = box._bench
     if variant == "noflush":
         bench["flush"] = None
     if variant == "spin1ms" and cuda:
-        bench["spin_cycles"] = box._spin_cycles(1.0)
+        bench["spin_cycles"] = timingwork._spin_cycles(box, 1.0)
     if variant == "b2b" and cuda and bench["graph"] is not None:  # graph replay back to back, no window
         g, per_call = bench["graph"], []
         for _ in range(windows):
@@ -60,7 +61,7 @@ for variant in variants.split(","):
             per_call.append(s.elapsed_time(e) / prep.calls)
     else:
         rows = [[seed * 1000 + w * prep.calls + c for c in range(prep.calls)] for w in range(windows)]
-        run = box.bench_run(P.BenchRun(seeds=rows, wseeds=rows))
+        run = timingwork.bench_run(box, P.BenchRun(seeds=rows, wseeds=rows))
         assert run.ok, run
         per_call = [w / prep.calls for w in run.window_ms]
     print(json.dumps({"variant": variant, "role": role, "calls": prep.calls, "graph": prep.graph,

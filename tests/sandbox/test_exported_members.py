@@ -78,8 +78,9 @@ def test_worker_declares_its_public_names() -> None:
 
 
 def test_every_judge_module_starts_with_a_contract_docstring() -> None:
-    for module in [*SANDBOX_ALL, "inside.worker", "inside.sealedwork", "inside.peak", "wire.sharedmem",
-                   "inside", "wire", "plumbing", "stages"]:
+    for module in [*SANDBOX_ALL, "inside.worker", "inside.trialwork", "inside.timingwork",
+                   "inside.profilework", "inside.sealedwork", "inside.failure", "inside.peak",
+                   "wire.sharedmem", "inside", "wire", "plumbing", "stages"]:
         doc = importlib.import_module(f"drkernel.sandbox.{module}").__doc__
         assert doc and len(doc.strip().splitlines()) >= 1, module
 

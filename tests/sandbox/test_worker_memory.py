@@ -9,6 +9,7 @@ import sys
 _SCRIPT = r'''
 import gc, tempfile, torch
 from drkernel.sandbox.wire import protocol as P
+from drkernel.sandbox.inside import timingwork, trialwork
 from drkernel.sandbox.inside.worker import Sandbox
 REF = """
 import torch
@@ -28,11 +29,12 @@ assert sb.load(P.Load(reference_code=REF, size_snippet="", reference_hash="h", i
 gc.collect()
 gc.disable()
 gc.set_debug(gc.DEBUG_SAVEALL)
-assert isinstance(sb.run(P.Run(seeds=[0, 1, 2], tag="trial")), P.RunReply)
-assert isinstance(sb.bench_prepare(P.BenchPrepare(seed=5, calls=2, warmup=1, warmup_s=0.0, graph=False,
-                                                  compile=False, window_ms=1.0)), P.BenchPrepareReply)
-assert isinstance(sb.bench_run(P.BenchRun(seeds=[[7, 8], [9, 10]], wseeds=[[1, 2], [3, 4]])), P.BenchRunReply)
-assert isinstance(sb.checksums(P.Checksums(seeds=[[7, 8]], wseeds=[[1, 2]])), P.ChecksumsReply)
+assert isinstance(trialwork.run(sb, P.Run(seeds=[0, 1, 2], tag="trial")), P.RunReply)
+prepare = P.BenchPrepare(seed=5, calls=2, warmup=1, warmup_s=0.0, graph=False, compile=False, window_ms=1.0)
+assert isinstance(timingwork.bench_prepare(sb, prepare), P.BenchPrepareReply)
+assert isinstance(timingwork.bench_run(sb, P.BenchRun(seeds=[[7, 8], [9, 10]], wseeds=[[1, 2], [3, 4]])),
+                  P.BenchRunReply)
+assert isinstance(timingwork.checksums(sb, P.Checksums(seeds=[[7, 8]], wseeds=[[1, 2]])), P.ChecksumsReply)
 del sb._bench
 gc.collect()
 print("CYCLIC_TENSORS", sum(isinstance(o, torch.Tensor) for o in gc.garbage))

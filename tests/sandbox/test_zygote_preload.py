@@ -1,4 +1,4 @@
-"""The candidate sandbox's profiler session (worker.profiler_session) and the fork server's preload
+"""The candidate sandbox's profiler session (profilework.profiler_session) and the fork server's preload
 (sandbox/plumbing/zygote.py): torch.profiler.profile's first start imports torch._inductor and torch._dynamo
 (about 900 modules), which every candidate sandbox paid in its profiler warm-up (5.6 s of a single
 `drkernel eval` on the H200, docs/benchmark_log.md run Y), and which a preload of dynamo moved onto the
@@ -18,14 +18,14 @@ import json, sys, threading
 from drkernel.sandbox.plumbing import zygote
 zygote.preload()
 import torch
-from drkernel.sandbox.inside import worker
+from drkernel.sandbox.inside import profilework
 from drkernel.sandbox.inside.harness import TamperWatch
 state = {"threads": threading.active_count(), "cuda": torch.cuda.is_initialized()}
 before = set(sys.modules)
 watch = TamperWatch()
 watch.add_defaults(False)
 session = sys.argv[1]
-with (worker.profiler_session(False) if session == "sandbox" else
+with (profilework.profiler_session(False) if session == "sandbox" else
       torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])) as prof:
     (torch.randn(8) + 1).sum().item()
 events = prof.function_events if session == "sandbox" else prof.events()

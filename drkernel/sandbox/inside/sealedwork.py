@@ -13,7 +13,6 @@ import contextlib
 import math
 import socket
 import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -29,25 +28,19 @@ _perf = time.perf_counter
 
 class Box(Protocol):
     """What the sealed span's ops use of the sandbox they run in (inside/worker.Sandbox, which holds to
-    it: worker._conforms). Named here, so that this module needs nothing of the worker that imports
+    it: worker._conforms_sealed). Named here, so that this module needs nothing of the worker that imports
     its ops. `_record` and `_elapsed` exist on a GPU only, and are used there only."""
 
     cuda: bool
     side: socket.socket | None
     _span: Any  # this module's _Span, or None
+    recorder: harness.LaunchRecorder
+    watch: harness.TamperWatch
+    threads: harness.ThreadWatch
 
-    @property
-    def recorder(self) -> harness.LaunchRecorder: ...
-    @property
-    def watch(self) -> harness.TamperWatch: ...
-    @property
-    def threads(self) -> harness.ThreadWatch: ...
-    @property
-    def _sync(self) -> Callable[..., Any]: ...
-    @property
-    def _record(self) -> Callable[..., Any]: ...
-    @property
-    def _elapsed(self) -> Callable[..., float]: ...
+    def _sync(self) -> None: ...
+    def _record(self, event: Any, /) -> None: ...
+    def _elapsed(self, start: Any, end: Any, /) -> float: ...
     def _fresh_inputs(self, seed: int) -> list[Any]: ...
     def _forward(self, inputs: list[Any]) -> Any: ...
     def _clock(self) -> tuple[Any, Any]: ...

@@ -131,7 +131,7 @@ def _child(req: ForkRequest, fds: list[int], sock: socket.socket) -> None:
 
 def preload() -> None:
     """What every sandbox imports, imported once here and inherited through fork. (Not torch._dynamo:
-    the sandbox's profiler session, worker.profiler_session, does not import it.)"""
+    the sandbox's profiler session, profilework.profiler_session, does not import it.)"""
     import torch  # noqa: F401 - the point of the zygote: import once, fork many
     import triton  # noqa: F401
 
