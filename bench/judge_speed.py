@@ -312,7 +312,7 @@ def throughput_processes(n: int, judges: int) -> dict:
     for d in results:
         if d.outcome.value != "ok":
             print(f"throughput: NOT OK: {d.outcome.value} {d.hack_details} {d.error}", flush=True)
-    rows = [(d.outcome.value, {**dict(d.stage_s or {}), "wall": d.wall_s or 0.0}) for d in results]
+    rows = [(d.outcome.value, _stages(d)) for d in results]
     return _throughput_row(n, judges, wall, [rows], load, [_sealed(d) for d in results]) | {"processes": True}
 
 
@@ -343,7 +343,7 @@ def throughput(n: int, judges: int) -> dict:
                                                  kernel_code=KERNEL.format(cols=2048, salt=k + 1)))
                 if d.outcome.value != "ok":
                     print(f"throughput: NOT OK: {d.outcome.value} {d.hack_details} {d.error}", flush=True)
-                outcomes.append((d.outcome.value, {**dict(d.stage_s or {}), "wall": d.wall_s or 0.0}))
+                outcomes.append((d.outcome.value, _stages(d)))
                 sealed.append(_sealed(d))
             return outcomes
 
@@ -357,6 +357,13 @@ def throughput(n: int, judges: int) -> dict:
         for j in pool:
             j.close()
     return _throughput_row(n, judges, wall, parts, load, sealed)
+
+
+def _stages(d: Any) -> dict[str, float]:
+    """One evaluation's seconds: by stage (with the device lock's waits and holds), its wall, and by op
+    inside each sandbox ("op:reference sealed_stage")."""
+    return {**dict(d.stage_s or {}), "wall": d.wall_s or 0.0,
+            **{f"op:{k}": v for k, v in (getattr(d, "op_s", None) or {}).items()}}
 
 
 def _sealed(result: object) -> dict[str, float]:
@@ -516,7 +523,12 @@ def main() -> None:
               "seconds per evaluation (median), by stage: "
               + ", ".join(f"{k} {v:.2f}"
                           for k, v in sorted(t["stage_s_median"].items(), key=lambda kv: -kv[1])
-                          if v >= 0.01))
+                          if v >= 0.01 and not k.startswith("op:")))
+        ops = sorted(((k[3:], v) for k, v in t["stage_s_median"].items() if k.startswith("op:")),
+                     key=lambda kv: -kv[1])
+        if ops:
+            print("  seconds per evaluation (median) inside the sandboxes, by op: "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in ops if v >= 0.001))
         peak = t.get("gpu_memory_peak")
         if peak:
             kinds = peak["by_kind_mib"].items()

@@ -386,6 +386,9 @@ class EvalResult:
     isolation: str | None = None
     wall_s: float | None = None
     stage_s: dict[str, float] = field(default_factory=dict)  # wall seconds per pipeline stage
+    # seconds inside a sandbox per op, "<reference|sandbox> <Op>" (the candidate's are its own word):
+    # where a stage's time goes, for people and benchmarks; nothing is judged on it
+    op_s: dict[str, float] = field(default_factory=dict)
     task_id: str | None = None
     judge_retries: int = 0  # evaluations redone after a fault of the judge's own (fresh device state)
     speed_of_light: SpeedOfLight | None = None  # GPU: achieved bandwidth (and FLOP rate) against the peak
@@ -394,6 +397,21 @@ class EvalResult:
     @property
     def status(self) -> EvalStatus:
         return self.outcome.status
+
+    def add_stage(self, name: str, seconds: float) -> None:
+        """Count `seconds` to stage `name` in `stage_s` (a stage run twice sums).
+
+        >>> r = EvalResult(outcome=EvalOutcome.OK); r.add_stage("timing", 0.25); r.add_stage("timing", 0.5)
+        >>> r.stage_s
+        {'timing': 0.75}
+        """
+        self.stage_s[name] = round(self.stage_s.get(name, 0.0) + seconds, 4)
+
+    def add_op(self, who: str, op: str, seconds: float) -> None:
+        """Count `seconds` of op `op` inside `who`'s sandbox, in `op_s` and in `stage_s[who]`."""
+        self.add_stage(who, seconds)
+        key = f"{who} {op}"
+        self.op_s[key] = round(self.op_s.get(key, 0.0) + seconds, 4)
 
     @property
     def held_out_passed(self) -> bool | None:
@@ -430,6 +448,7 @@ class EvalResult:
             "isolation": self.isolation,
             "wall_s": self.wall_s,
             "stage_s": dict(self.stage_s),
+            "op_s": dict(self.op_s),
             "task_id": self.task_id,
             "judge_retries": self.judge_retries,
             "speed_of_light": self.speed_of_light.to_dict() if self.speed_of_light else None,
@@ -469,6 +488,7 @@ class EvalResult:
             isolation=d.get("isolation"),
             wall_s=d.get("wall_s"),
             stage_s=dict(d.get("stage_s") or {}),
+            op_s=dict(d.get("op_s") or {}),
             task_id=d.get("task_id"),
             judge_retries=int(d.get("judge_retries") or 0),
             speed_of_light=SpeedOfLight(**_known(SpeedOfLight, d["speed_of_light"]))

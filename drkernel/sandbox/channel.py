@@ -203,7 +203,7 @@ class Channel:
                 raise
             ref_reply = exc
         reply = self._parse_cand(cand_req, self.cand_proc.receive(self.deadline))
-        self._account("sandbox", reply)
+        self._account("sandbox", cand_req, reply)
         if isinstance(reply, ErrorReply):
             return ref_reply, reply
         self.verdict.check_flags(reply)
@@ -212,7 +212,7 @@ class Channel:
     # -- replies ----------------------------------------------------------------------------------
     def _cand_reply(self, request: Request, kind: type[R]) -> R:
         reply = self._parse_cand(request, self.cand_proc.receive(self.deadline))
-        self._account("sandbox", reply)
+        self._account("sandbox", request, reply)
         if isinstance(reply, ErrorReply):
             err = reply.error
             message = err.message[:4000]
@@ -252,7 +252,7 @@ class Channel:
             reply = parse_reply(request, data)
         except ProtocolError as exc:
             raise ReferenceFailure("reference_protocol", f"malformed reply to {request.OP}: {exc}") from None
-        self._account("reference", reply)
+        self._account("reference", request, reply)
         if isinstance(reply, ErrorReply):
             err = reply.error
             raise ReferenceFailure(err.kind if err.kind == "unsupported_dtype" else "reference_error",
@@ -318,9 +318,8 @@ class Channel:
         return Held(held, False,
                     f"that sandbox held {_gib(held)} of the card, beyond its share of {_gib(share)}")
 
-    def _account(self, who: str, reply: Reply | ErrorReply) -> None:
-        stages = self.verdict.result.stage_s
-        stages[who] = round(stages.get(who, 0.0) + reply.op_s, 4)
+    def _account(self, who: str, request: Request, reply: Reply | ErrorReply) -> None:
+        self.verdict.result.add_op(who, request.OP, reply.op_s)
 
 
 def _expect(reply: Reply, kind: type[R], who: str) -> R:

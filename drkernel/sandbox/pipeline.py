@@ -88,7 +88,7 @@ class Evaluation:
                 for name, step in self.steps():
                     t0 = time.monotonic()
                     step()
-                    result.stage_s[name] = round(result.stage_s.get(name, 0.0) + time.monotonic() - t0, 4)
+                    result.add_stage(name, time.monotonic() - t0)
             except Stop:
                 pass
         if self.ctx.cuda:  # the device lock's share of the stages' time (sandbox/devicelock.py)

@@ -66,6 +66,15 @@ def test_anchor_probe_1_honest_fused_kernel(judge: Judge) -> None:
     # where the time went: the first call (kernel compile or cache load) and the wait for a warm sandbox
     assert 0 < result.stage_s["first_call"] < result.wall_s
     assert 0 <= result.stage_s["spare_wait"] < result.wall_s
+    # and inside the sandboxes, op by op: each sandbox's ops add up to its stage_s entry
+    ops = {who: {k.split(" ", 1)[1]: v for k, v in result.op_s.items() if k.startswith(who + " ")}
+           for who in ("reference", "sandbox")}
+    assert {"load", "run", "bench_run"} <= set(ops["sandbox"]), result.op_s
+    assert "load" in ops["reference"] and "run" in ops["reference"], result.op_s
+    for who, times in ops.items():
+        assert all(v >= 0 for v in times.values())
+        assert sum(times.values()) == pytest.approx(result.stage_s[who], abs=1e-3 * len(times))
+    assert EvalResult.from_dict(result.to_dict()).op_s == result.op_s
 
 
 def test_shared_kernel_is_recorded_once_by_name(judge: Judge) -> None:

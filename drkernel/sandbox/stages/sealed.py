@@ -150,8 +150,7 @@ def _drop(ctx: Context) -> None:
     waited behind, with six judges on one GPU (run BP)."""
     t0 = time.perf_counter()
     ctx.channel.ref(SealedDrop(), Reply)
-    stages = ctx.result.stage_s
-    stages["sealed_drop"] = round(stages.get("sealed_drop", 0.0) + time.perf_counter() - t0, 4)
+    ctx.result.add_stage("sealed_drop", time.perf_counter() - t0)
 
 
 def _sealed(ctx: Context, calls: int) -> None:
