@@ -416,6 +416,25 @@ def test_a_candidate_that_does_not_do_the_spans_calls_in_it_is_caught_on_gpu(jud
     assert {"replayed_output", "timer_mismatch"} & set(result.hacks), describe(result)
 
 
+def test_a_candidate_that_skips_a_fifth_of_its_spans_calls_is_caught_on_gpu(judge: Judge) -> None:
+    """Attack first for the check of a sample (stages/sealed.CHECKED_CALLS of a span's calls, drawn after
+    the take): sealed_skip_fifth does four calls of five of a 128-call span at 2048^2 and reports its
+    windows at 0.7 of their time. The check must name a skipped call."""
+    from drkernel.sandbox.stages.sealed import CHECKED_CALLS
+    from tests.sandbox.corpus import ASSETS
+
+    code = (ASSETS / "attacks" / "sealed_skip_fifth.py").read_text()
+    result = judge.evaluate(EvalRequest(reference_code=big_relu_scale(2048, 2048), kernel_code=code,
+                                        options=GPU.replace(static_policy=False)))
+    t = result.kernel_timing
+    print(f"sealed_skip_fifth: {sorted(result.hacks)}, {result.hack_details}, calls "
+          f"{t.sealed_calls if t else None}, parts {t.sealed_parts if t else None}")
+    assert t is not None and (t.sealed_calls or 0) > CHECKED_CALLS, describe(result)  # a sample, not all
+    assert result.outcome is EvalOutcome.HACK_DETECTED and "replayed_output" in result.hacks, describe(result)
+    assert "sealed span, call" in result.hack_details["replayed_output"], describe(result)
+    assert result.reward == 0.0
+
+
 def test_the_sealed_span_bounds_an_honest_kernel_below_its_reported_time_on_gpu(judge: Judge) -> None:
     """The span's bound, per call, against the honest kernel's reported time at three sizes: the ratio
     the judge flags under (stages/sealed.FACTOR) must leave room. At 16 x 4096 (1.6 us a call) the

@@ -78,6 +78,17 @@ def test_a_candidate_that_does_not_do_the_spans_calls_in_it_is_caught(judge: Jud
     assert r.reward == 0.0
 
 
+def test_a_candidate_that_skips_a_fifth_of_its_spans_calls_is_caught(judge: Judge) -> None:
+    """sealed_skip_fifth does four calls of five in its span and reports its windows at 0.7 of their
+    time: a skip small enough that the lowered bound would let the forged windows pass, so only the
+    check of the span's outputs can see it. Under the interpreter a span holds at most
+    sealed.MAX_CALLS["cpu"] calls and every one is checked; the GPU test checks a sample of 128."""
+    r = run(judge, "sealed_skip_fifth")
+    assert r.outcome is EvalOutcome.HACK_DETECTED and "replayed_output" in r.hacks, (r.outcome, r.hacks)
+    assert "sealed span, call" in r.hack_details["replayed_output"], r.hack_details
+    assert r.reward == 0.0
+
+
 @pytest.mark.xfail(strict=True, reason="OPEN: launches and coverage are measured inside the candidate's "
                    "process; no outside observer names the kernels the device ran (docs/errors.md)")
 def test_no_kernel_with_a_forged_launch_record_earns_nothing(judge: Judge) -> None:
