@@ -7,15 +7,16 @@ processes' GPU lock (`executors/judge_host.py`) and the trainers that place mode
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
-import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 from drkernel.errors import ConfigError
 
-__all__ = ["JUDGE_CARD_BYTES", "card_memory_bytes", "gpu_key", "judges_that_fit", "lock_dir",
+__all__ = ["JUDGE_CARD_BYTES", "card_memory", "card_memory_bytes", "gpu_key", "judges_that_fit", "lock_dir",
            "resolve_device"]
 
 # Of a GPU's memory, what one judge may need at 2048^2: its reference with a sealed span (8-9 GiB), its
@@ -66,18 +67,58 @@ def lock_dir() -> Path:
     return Path(os.environ.get("DRKERNEL_LOCK_DIR") or Path(tempfile.gettempdir()) / "drkernel-locks")
 
 
+class _Memory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+_nvml_lock = threading.Lock()
+_nvml: ctypes.CDLL | None = None
+_nvml_failed = False
+
+
+def _nvml_library() -> ctypes.CDLL | None:
+    """NVML, the driver's management library, loaded once with ctypes (no CUDA context, no package);
+    None where it cannot be (no driver: the CPU, CI)."""
+    global _nvml, _nvml_failed
+    with _nvml_lock:
+        if _nvml is None and not _nvml_failed:
+            try:
+                lib = ctypes.CDLL("libnvidia-ml.so.1")
+                if lib.nvmlInit_v2() != 0:
+                    raise OSError("nvmlInit_v2 failed")
+                _nvml = lib
+            except (OSError, AttributeError):
+                _nvml_failed = True
+        return _nvml
+
+
+def card_memory(card: str) -> tuple[int, int] | None:
+    """(free, total) bytes of the card `card` names, as the driver sees it: its UUID ("GPU-...", as NVML
+    writes it), its PCI bus id ("0000:19:00.0") or its physical index ("3"); None where NVML cannot say.
+    The one reader of a card's memory: the executor's judges-per-GPU warning and the judge's witness of
+    who ran a card short (sandbox/cardmem.py) both ask here."""
+    lib = _nvml_library() if card else None
+    if lib is None:
+        return None
+    handle, key = ctypes.c_void_p(), card.encode()
+    if card.startswith(("GPU-", "MIG-")):
+        found = lib.nvmlDeviceGetHandleByUUID(key, ctypes.byref(handle))
+    elif card.isdigit():
+        found = lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(int(card)), ctypes.byref(handle))
+    else:
+        found = lib.nvmlDeviceGetHandleByPciBusId_v2(key, ctypes.byref(handle))
+    memory = _Memory()
+    if found != 0 or lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0:
+        return None
+    return int(memory.free), int(memory.total)
+
+
 def card_memory_bytes(device: str) -> int | None:
-    """The memory of the physical GPU behind `device` (cuda:N), as nvidia-smi reads it from the driver
-    (no CUDA context in this process); None on the CPU or where nvidia-smi cannot say."""
+    """The memory of the physical GPU behind `device` (cuda:N, through CUDA_VISIBLE_DEVICES as `gpu_key`
+    resolves it); None on the CPU or where the driver cannot say."""
     key = gpu_key(device)
-    if key is None:
-        return None
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits",
-                              "-i", key.removeprefix("gpu-")], capture_output=True, text=True, timeout=10)
-        return int(float(out.stdout.split()[0]) * (1 << 20)) if out.returncode == 0 else None
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-        return None
+    memory = card_memory(key.removeprefix("gpu-")) if key is not None else None
+    return memory[1] if memory is not None else None
 
 
 def judges_that_fit(card_bytes: int) -> int:

@@ -20,12 +20,12 @@ judge keeps the older rule (a failure that passes with the candidate gone is the
 
 from __future__ import annotations
 
-import ctypes
 import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from drkernel.device import card_memory
 
 __all__ = ["SLACK_BYTES", "CardWitness", "card_free", "card_identity", "oom_numbers"]
 
@@ -55,47 +55,11 @@ def oom_numbers(message: str) -> tuple[int, int] | None:
     return _bytes(*tried.groups()), _bytes(*free.groups())
 
 
-class _Memory(ctypes.Structure):
-    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-
-_lock = threading.Lock()
-_nvml: ctypes.CDLL | None = None
-_nvml_failed = False
-
-
-def _library() -> ctypes.CDLL | None:
-    global _nvml, _nvml_failed
-    with _lock:
-        if _nvml is None and not _nvml_failed:
-            try:
-                lib = ctypes.CDLL("libnvidia-ml.so.1")
-                if lib.nvmlInit_v2() != 0:
-                    raise OSError("nvmlInit_v2 failed")
-                _nvml = lib
-            except (OSError, AttributeError):
-                _nvml_failed = True
-        return _nvml
-
-
 def card_free(device_id: str) -> int | None:
     """The free bytes of the card `device_id` names (its UUID, "GPU-..." as NVML writes it, or its
-    PCI bus id "0000:19:00.0"), as the driver sees it; None where NVML cannot say."""
-    if not device_id:
-        return None
-    lib = _library()
-    if lib is None:
-        return None
-    handle = ctypes.c_void_p()
-    key = device_id.encode()
-    found = (lib.nvmlDeviceGetHandleByPciBusId_v2(key, ctypes.byref(handle)) if not device_id.startswith(
-        ("GPU-", "MIG-")) else lib.nvmlDeviceGetHandleByUUID(key, ctypes.byref(handle)))
-    if found != 0:
-        return None
-    memory = _Memory()
-    if lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0:
-        return None
-    return int(memory.free)
+    PCI bus id "0000:19:00.0"), as the driver sees it; None where NVML cannot say (drkernel.device)."""
+    memory = card_memory(device_id) if device_id else None
+    return memory[0] if memory is not None else None
 
 
 def card_identity() -> tuple[str, int]:

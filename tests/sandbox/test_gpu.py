@@ -612,6 +612,12 @@ def test_the_judges_nvml_reading_of_the_card_matches_torchs() -> None:
     seen = torch.cuda.mem_get_info(0)[0]
     print(f"card {name}: NVML free {free}, CUDA free {seen}")
     assert free is not None and abs(free - seen) < (512 << 20), (free, seen)
+    # the executor's reader of the card's size (by physical index) reads the same card
+    from drkernel.device import card_memory_bytes
+
+    size = card_memory_bytes("cuda:0")
+    print(f"card cuda:0: NVML total {size}, CUDA total {total}")
+    assert size is not None and abs(size - total) < (2 << 30), (size, total)
 
 
 def test_a_candidate_that_takes_the_card_is_blamed_for_starving_the_judge() -> None:
