@@ -6,7 +6,9 @@ from drkernel.reward.speedup import (
     preset_config,
     result_reward,
     reward_config,
+    reward_options,
     turn_reward,
 )
 
-__all__ = ["REWARD_PRESETS", "RewardConfig", "preset_config", "result_reward", "reward_config", "turn_reward"]
+__all__ = ["REWARD_PRESETS", "RewardConfig", "preset_config", "result_reward", "reward_config",
+           "reward_options", "turn_reward"]

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from drkernel.errors import ConfigError
 from drkernel.types import EvalOptions, EvalOutcome, EvalResult
 
-__all__ = ["RewardConfig", "REWARD_PRESETS", "preset_config", "result_reward", "reward_config", "turn_reward"]
+__all__ = ["RewardConfig", "REWARD_PRESETS", "preset_config", "result_reward", "reward_config",
+           "reward_options", "turn_reward"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +91,34 @@ def reward_config(options: EvalOptions) -> RewardConfig:
     preset = preset_config(options.reward_preset)
     return dataclasses.replace(preset, speedup_cap=options.speedup_cap,
                                coverage_weight=preset.coverage_weight * options.coverage_weight)
+
+
+def reward_options(config: RewardConfig) -> dict[str, Any] | None:
+    """The reward fields of an EvalOptions (`reward_preset`, `speedup_cap`, `coverage_weight`) that ask
+    a judge for `config`: reward_config's inverse, a preset itself before one with a factor on its
+    coverage weight; None where no preset says it (other weights or scale).
+
+    >>> reward_options(REWARD_PRESETS["released"])
+    {'reward_preset': 'released', 'speedup_cap': 3.0, 'coverage_weight': 1.0}
+    >>> reward_options(RewardConfig(coverage_weight=0.5, speedup_cap=5.0))
+    {'reward_preset': 'paper', 'speedup_cap': 5.0, 'coverage_weight': 0.5}
+    """
+    for exact in (True, False):
+        for name, preset in REWARD_PRESETS.items():
+            if exact:
+                factor = 1.0
+            elif preset.coverage_weight:
+                factor = config.coverage_weight / preset.coverage_weight
+            else:
+                continue
+            try:
+                options = EvalOptions(reward_preset=name, speedup_cap=config.speedup_cap,
+                                      coverage_weight=factor)
+            except ConfigError:  # a weight that is not finite
+                continue
+            if reward_config(options) == config:
+                return {"reward_preset": name, "speedup_cap": config.speedup_cap, "coverage_weight": factor}
+    return None
 
 
 def result_reward(result: EvalResult, config: RewardConfig) -> float:
