@@ -34,6 +34,10 @@ Messages = list[dict[str, str]]
 class EnvConfig:
     max_turns: int = 3  # docs/paper_spec.md §2.7, §11
     eval_options: EvalOptions = field(default_factory=EvalOptions)
+    # the turn reward; None: the one eval_options ask for (drkernel.reward.reward_config: bench and
+    # optimize). A training run passes its own (RunConfig.reward): it then replaces the `reward` the judge
+    # reports under eval_options' reward fields
+    reward: RewardConfig | None = None
     prompts: PromptConfig = field(default_factory=PromptConfig)
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
@@ -88,7 +92,7 @@ class KernelEnv:
         self.model = model
         self._templates = self.config.prompts.build()
         self._context = ContextManager(self.config.context, count_tokens)
-        self._reward = reward_config(self.config.eval_options)
+        self._reward = self.config.reward or reward_config(self.config.eval_options)
         self.trajectory: Trajectory | None = None
         self._obs: Messages = []
         self._obs_context: list[int] | None = None
