@@ -24,13 +24,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from drkernel.agent.cli_bench import run_bench
-from drkernel.agent.cli_options import executor_config_from_flags
 from drkernel.agent.env import EnvConfig
 from drkernel.agent.loop import LoopConfig
 from drkernel.agent.policy import ScriptedPolicy
 from drkernel.agent.report import render_table
 from drkernel.agent.trajectories import iter_jsonl
-from drkernel.executors.build import build_executor
+from drkernel.executors.build import build_executor, client_executor_config
 from drkernel.problems.suite import builtin_solution, load_builtin_suite
 from drkernel.types import EvalOptions, Problem
 
@@ -224,7 +223,7 @@ def main() -> int:
         concurrency=args.concurrency,
         model="scripted-demo",
     )
-    executor = build_executor(executor_config_from_flags(
+    executor = build_executor(client_executor_config(
         args.executor, server=args.server, device=args.device, workers=args.workers))
     out = Path(args.out)
     script = DemoScript(problems, plans)

@@ -104,7 +104,8 @@ def judge_speedups(client: Client, n: int, size: int, options: EvalOptions,
 
 def train(url: str, device: str, steps: int, hidden: int, run_dir: Path) -> dict[str, float]:
     """`drkernel train rl` through the service; its median generation + update seconds a step."""
-    sets = [f"model.device={device}", "judge.executor=http", f"judge.server={url}", f"trainer.steps={steps}",
+    sets = [f"model.device={device}", "judge.executor=http", f"judge.base_url={url}",
+            f"trainer.steps={steps}",
             f"model.tiny.hidden_size={hidden}", "model.tiny.layers=8", "model.tiny.heads=8",
             "trainer.validate_every=0", "log.tensorboard=false", "log.wandb=off"]
     cmd = [sys.executable, "-m", "drkernel.cli", "train", "rl", "--recipe", "debug_cpu",

@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from drkernel.errors import ConfigError
+from drkernel.executors.http import HttpExecutor
+from drkernel.executors.local import LocalExecutor
+from drkernel.reward import REWARD_PRESETS
 from drkernel.rl.advantages import AdvantageConfig
 from drkernel.rl.config import (
     DataConfig,
-    JudgeConfig,
     LogConfig,
     ModelConfig,
     OptimConfig,
@@ -93,12 +95,11 @@ def _paper_run(name: str, model_path: str) -> RunConfig:
             max_prompt_tokens=10240,  # docs/paper_spec.md §9.3: prompt length
             concurrency=32,  # docs/paper_spec.md §3.1: client max concurrency 32
         ),
-        judge=JudgeConfig(
-            executor="http",  # docs/paper_spec.md §9.3: KernelGym workers on separate GPUs (drkernel serve)
-            # docs/paper_spec.md §4.2: 0.5·(C + C·min(s,3) + C·PR), what lr 1e-6 was tuned with
-            reward="released",
-            eval=EvalOptions.paper(num_perf_trials=100, timeout_s=300.0),  # docs/paper_spec.md §11, §3.1
-        ),
+        # docs/paper_spec.md §9.3: KernelGym workers on separate GPUs (drkernel serve); set judge.base_url
+        judge=HttpExecutor.Config(),
+        eval=EvalOptions.paper(num_perf_trials=100, timeout_s=300.0),  # docs/paper_spec.md §11, §3.1
+        # docs/paper_spec.md §4.2: 0.5·(C + C·min(s,3) + C·PR), what lr 1e-6 was tuned with
+        reward=REWARD_PRESETS["released"],
         rl=_paper_rl(),
         optim=OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0, warmup_ratio=0.0),  # §5.5, §9.3
         trainer=TrainerConfig(
@@ -144,13 +145,9 @@ def debug_cpu() -> RunConfig:
             concurrency=2,
             cache_evaluations=True,  # each distinct kernel is judged once (CPU judging takes seconds)
         ),
-        judge=JudgeConfig(
-            executor="local",
-            device="cpu",
-            workers=1,
-            reward="paper",
-            eval=EvalOptions(num_correct_trials=2, num_perf_trials=1, num_warmup=1, timeout_s=120.0),
-        ),
+        judge=LocalExecutor.Config(devices=("cpu",), num_cpu_workers=1),  # one judge, on the CPU
+        eval=EvalOptions(num_correct_trials=2, num_perf_trials=1, num_warmup=1, timeout_s=120.0),
+        reward=REWARD_PRESETS["paper"],
         rl=RLConfig(
             mrs=base.rl.mrs,
             prs=base.rl.prs,

@@ -29,15 +29,12 @@ from drkernel.types import REWARD_PRESET_NAMES, EvalOptions
 
 if TYPE_CHECKING:
     from drkernel.executors.base import Executor
-    from drkernel.executors.build import ExecutorConfig
 
 __all__ = [
-    "AGENT_EXECUTORS",
     "add_run_options",
     "build_loop_config",
     "build_policy",
     "close_policy",
-    "executor_config_from_flags",
     "max_model_len",
     "prompt_budget",
     "reward_preset",
@@ -48,7 +45,6 @@ __all__ = [
 TTS_TURNS = 14  # docs/paper_spec.md §10: 5 turns, then 9 iterations of +1 turn
 TTS_BUDGET = 20480  # docs/paper_spec.md §11: the authors' eval max prompt length
 PAPER_PERF_TRIALS = 10  # docs/paper_spec.md §3.2: timed calls in the released eval scripts
-AGENT_EXECUTORS = CLIENT_EXECUTORS  # --executor: local | http | fake
 
 
 MAX_TOKENS = 8192  # --max-tokens' default: the authors' eval answer length (docs/paper_spec.md §11)
@@ -99,7 +95,7 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g.add_argument("--feedback-chars", type=int, default=3000)
     g.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     g = p.add_argument_group("judge")
-    g.add_argument("--executor", choices=AGENT_EXECUTORS, default="local")
+    g.add_argument("--executor", choices=CLIENT_EXECUTORS, default="local")
     g.add_argument("--server", help="drkernel server URL for --executor http")
     g.add_argument("--server-token-env", default=None,
                    help="name of the environment variable holding the server's bearer token")
@@ -216,7 +212,7 @@ def start_policy_and_executor(args: argparse.Namespace) -> tuple[Policy, Executo
         check = getattr(policy, "check_endpoint", None)
         if callable(check):
             check()
-        executor = build_executor(executor_config_from_flags(
+        executor = build_executor(client_executor_config(
             args.executor, server=args.server, device=args.device, workers=args.workers,
             token=server_token(args)))
     except BaseException:
@@ -250,19 +246,6 @@ def build_policy(args: argparse.Namespace) -> Policy:
         max_concurrency=max(args.concurrency, 1),
         tokenizer=args.tokenizer,
     ).build()
-
-
-def executor_config_from_flags(
-    kind: str = "local",
-    *,
-    server: str | None = None,
-    device: str | None = None,
-    workers: int | None = None,
-    token: str | None = None,
-) -> ExecutorConfig:
-    """--executor and its flags: "local" (a judge pool here), "http" (a drkernel server) or "fake"
-    (executors/build.client_executor_config, which `drkernel train` uses too)."""
-    return client_executor_config(kind, server=server, device=device, workers=workers, token=token)
 
 
 def server_token(args: argparse.Namespace) -> str | None:

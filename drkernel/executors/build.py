@@ -1,8 +1,9 @@
 """One executor config, one builder: the name -> config table that serve, bench/optimize and train share.
 
-Input: an executor's own Config (a union, `ExecutorConfig`), or a name of `EXECUTORS` and its fields;
-output: the Executor, picked by the config's type. A command that takes fewer names (`drkernel serve`:
-local|ray; bench, optimize and train: local|http|fake) checks its own vocabulary before looking here.
+Input: an executor's own Config (a union, `ExecutorConfig`), a name of `EXECUTORS` and its fields, or
+a client command's flags (`client_executor_config`); output: the Executor, picked by the config's type.
+`drkernel serve` takes local|ray; bench, optimize and train judge through local|http|fake
+(`ClientExecutorConfig`, which is also the type of a run config's `judge`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from drkernel.executors.judge_host import JudgeFactory
 from drkernel.executors.local import LocalExecutor
 from drkernel.executors.ray import RayExecutor
 
-__all__ = ["CLIENT_EXECUTORS", "EXECUTORS", "ExecutorConfig", "build_executor", "client_executor_config",
-           "executor_config"]
+__all__ = ["CLIENT_EXECUTORS", "EXECUTORS", "ClientExecutorConfig", "ExecutorConfig", "build_executor",
+           "client_executor_config", "executor_config", "executor_name"]
 
 ExecutorConfig: TypeAlias = (
     LocalExecutor.Config | RayExecutor.Config | HttpExecutor.Config | FakeExecutor.Config
@@ -44,27 +45,39 @@ def executor_config(name: str, **fields: Any) -> ExecutorConfig:
         raise ConfigError(f"executor.{name}: {exc}") from None
 
 
-CLIENT_EXECUTORS = ("local", "http", "fake")  # what bench, optimize and train judge through
+def executor_name(config: ExecutorConfig) -> str:
+    """The EXECUTORS name of a config: what `--executor` and a run config's `judge.executor` say.
+
+    >>> executor_name(FakeExecutor.Config())
+    'fake'
+    """
+    for name, cls in EXECUTORS.items():
+        if type(config) is cls:
+            return name
+    raise ConfigError(f"executor: {type(config).__name__} is not one of {' | '.join(EXECUTORS)}")
+
+
+# what bench, optimize and train judge through (a run config's `judge` is one of these)
+ClientExecutorConfig: TypeAlias = LocalExecutor.Config | HttpExecutor.Config | FakeExecutor.Config
+CLIENT_EXECUTORS = ("local", "http", "fake")
 
 
 def client_executor_config(kind: str = "local", *, server: str | None = None, device: str | None = None,
-                           workers: int | None = None, token: str | None = None,
-                           names: tuple[str, str] = ("--executor", "--server URL")) -> ExecutorConfig:
-    """The judge a client command runs through (bench, optimize: their flags; train: its `judge`
-    section): "local" (a pool of sandboxed judges here, `workers` of them on `device`), "http" (a
-    drkernel server at `server`, with `token`) or "fake". `names`: how the command names the choice
-    and the server in its errors."""
-    choice, server_name = names
+                           workers: int | None = None, token: str | None = None) -> ClientExecutorConfig:
+    """The judge a client command's flags choose (`--executor`, `--server`, `--device`, `--workers`;
+    bench, optimize and the scripts of bench/ call this, and so does the reading of a run config saved
+    with the old `judge.device`/`judge.workers` keys): "local" (a pool of sandboxed judges here,
+    `workers` of them on `device`), "http" (a drkernel server at `server`, with `token`) or "fake"."""
     if kind not in CLIENT_EXECUTORS:
         raise ConfigError(f"unknown executor {kind!r} ({' | '.join(CLIENT_EXECUTORS)})")
     if kind == "fake":
-        return executor_config("fake")
+        return FakeExecutor.Config()
     if kind == "http":
         if not server:
-            raise ConfigError(f"{choice} http needs {server_name}")
-        return executor_config("http", base_url=server, token=token)
+            raise ConfigError("--executor http needs --server URL")
+        return HttpExecutor.Config(base_url=server, token=token)
     devices = (device,) * (workers or 1) if device is not None else None
-    return executor_config("local", devices=devices, num_cpu_workers=workers)
+    return LocalExecutor.Config(devices=devices, num_cpu_workers=workers)
 
 
 def build_executor(config: ExecutorConfig, judge_factory: JudgeFactory | None = None) -> Executor:

@@ -10,20 +10,16 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from drkernel.errors import ConfigError
-from drkernel.rl.config import DataConfig, JudgeConfig, ModelConfig, RolloutConfig
+from drkernel.rl.config import DataConfig, ModelConfig, RolloutConfig
 from drkernel.rl.rollout import ModelSampler, PolicySampler, Sampler
 from drkernel.types import Problem
-
-if TYPE_CHECKING:
-    from drkernel.executors.build import ExecutorConfig
 
 __all__ = [
     "build_model",
     "build_sampler",
-    "judge_executor_config",
     "load_pretrained",
     "load_problems",
     "load_tokenizer",
@@ -175,15 +171,6 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False, local_files_on
             return PreTrainedTokenizerFast.from_pretrained(path)
     return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
                                          local_files_only=local_files_only)
-
-
-def judge_executor_config(cfg: JudgeConfig) -> ExecutorConfig:
-    """The judge: a local pool of sandboxed judges, a drkernel server over HTTP, or the fake (the same
-    choice as bench's and optimize's --executor: executors/build.client_executor_config)."""
-    from drkernel.executors.build import client_executor_config
-
-    return client_executor_config(cfg.executor, server=cfg.server, device=cfg.device, workers=cfg.workers,
-                                  names=("judge.executor", "judge.server (a drkernel server URL)"))
 
 
 def build_sampler(cfg: RolloutConfig, model: Any, tokenizer: Any) -> Sampler:

@@ -99,7 +99,8 @@ def _check_resume(cfg: RunConfig, run_dir: Path, force: bool) -> None:
     saved = run_dir / "config.json"
     if not saved.exists() or not (run_dir / "checkpoints").exists() or force:
         return
-    old, new = _flatten(json.loads(saved.read_text())), _flatten(to_dict(cfg))
+    # read as load_config reads it: a config.json of an older layout compares in today's
+    old, new = _flatten(to_dict(load_config(saved))), _flatten(to_dict(cfg))
     diff = [k for k in sorted(set(old) | set(new))
             if old.get(k) != new.get(k) and not k.startswith(_RESUMABLE)]
     if diff:

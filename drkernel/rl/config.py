@@ -2,6 +2,8 @@
 
 A recipe (drkernel.recipes) returns a RunConfig; `apply_overrides(cfg, ["rl.advantage=grpo"])`
 type-checks and applies `--set key=value` edits; `to_dict`/`from_dict` round-trip run_dir/config.json.
+The sections nest their owners' configs: `judge` is the executor's (picked by `judge.executor`), `reward`
+the reward's (drkernel.reward.RewardConfig), `rl.advantage` the estimator's.
 """
 
 from __future__ import annotations
@@ -15,16 +17,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from drkernel.errors import ConfigError
-from drkernel.reward import RewardConfig, reward_config
+from drkernel.executors.build import (
+    CLIENT_EXECUTORS,
+    EXECUTORS,
+    ClientExecutorConfig,
+    client_executor_config,
+    executor_name,
+)
+from drkernel.executors.local import LocalExecutor
+from drkernel.reward import REWARD_PRESETS, RewardConfig, preset_config, reward_config, reward_options
 from drkernel.rl.advantages import AdvantageConfig
 from drkernel.rl.filters import DynamicSamplingConfig
 from drkernel.rl.losses import LossConfig
 from drkernel.rl.rejection import MismatchConfig, ProfilingRejectionConfig
-from drkernel.types import REWARD_PRESET_NAMES, EvalOptions
+from drkernel.types import EvalOptions
 
 __all__ = [
     "DataConfig",
-    "JudgeConfig",
     "LogConfig",
     "ModelConfig",
     "OptimConfig",
@@ -117,31 +126,6 @@ class RolloutConfig:
                 raise ConfigError(f"rollout.{name}: must be >= 1")
         if not 0 < self.top_p <= 1 or self.temperature < 0:
             raise ConfigError("rollout: need temperature >= 0 and top_p in (0, 1]")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class JudgeConfig:
-    executor: Literal["local", "http", "fake"] = "local"
-    server: str | None = None  # executor "http": a drkernel server URL
-    device: str | None = None  # None: cuda when present
-    workers: int | None = None  # judge workers (CPU: default cores // 2)
-    reward: str = "paper"  # a drkernel.types.REWARD_PRESET_NAMES name; docs/paper_spec.md §4
-    # every request's options; their reward_preset is replaced by `reward`, their speedup_cap and
-    # coverage_weight are kept (see eval_options)
-    eval: EvalOptions = field(default_factory=EvalOptions)
-
-    def __post_init__(self) -> None:
-        if self.reward not in REWARD_PRESET_NAMES:
-            raise ConfigError(f"judge.reward: {self.reward!r} is not one of {', '.join(REWARD_PRESET_NAMES)}")
-
-    def eval_options(self) -> EvalOptions:
-        """The options every request of the run carries: `eval` with `reward` as its preset."""
-        return self.eval.replace(reward_preset=self.reward)
-
-    def reward_config(self) -> RewardConfig:
-        """The turn reward the run trains on: the one the judge and the agent report for the same
-        options (drkernel.reward.reward_config: the preset, eval.speedup_cap, eval.coverage_weight)."""
-        return reward_config(self.eval_options())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -241,21 +225,64 @@ class RunConfig:
     model: ModelConfig = field(default_factory=lambda: ModelConfig(path="Qwen/Qwen3-8B-Base"))
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    # the executor the run judges through, its own config: `judge.executor` (local | http | fake) picks
+    # it, the other `judge.*` keys are its fields (`judge.devices`, `judge.base_url`, ...). Its secret,
+    # an http judge's `token`, is never written to config.json (see to_dict)
+    judge: ClientExecutorConfig = field(default_factory=LocalExecutor.Config)
+    # every request's options, but for the reward's fields (eval_options() fills them from `reward`)
+    eval: EvalOptions = field(default_factory=EvalOptions)
+    # the turn reward the run trains on (docs/paper_spec.md §4); `--set reward=released` sets a preset
+    reward: RewardConfig = field(default_factory=RewardConfig)
     rl: RLConfig = field(default_factory=RLConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     log: LogConfig = field(default_factory=LogConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.judge, CLIENT_CONFIGS):
+            raise ConfigError(f"judge: {type(self.judge).__name__} is not the config of one of "
+                              f"{' | '.join(CLIENT_EXECUTORS)}")
+        for name in EVAL_REWARD_FIELDS:  # the reward has one place: `reward`
+            if getattr(self.eval, name) != getattr(_PLAIN_OPTIONS, name):
+                raise ConfigError(f"eval.{name}: {RETIRED_KEYS[f'eval.{name}']}")
+
+    def eval_options(self) -> EvalOptions:
+        """The options every request of the run carries: `eval`, with the reward fields that ask the
+        judge to report `reward` (drkernel.reward.reward_options). Where no preset says it, the fields
+        stay the defaults: the judge's own `reward` then differs, and the agent's environment, which
+        rewards each turn with `reward`, replaces it."""
+        return self.eval.replace(**(reward_options(self.reward) or {}))
+
+
+CLIENT_CONFIGS = tuple(EXECUTORS[name] for name in CLIENT_EXECUTORS)
+EVAL_REWARD_FIELDS = ("reward_preset", "speedup_cap", "coverage_weight")
+_PLAIN_OPTIONS = EvalOptions()
+SECRET_KEYS = ("judge.token",)  # written to config.json as null: give them again to resume
+
 
 # -- (de)serialisation ---------------------------------------------------------------------------
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """A JSON-ready dict (tuples become lists)."""
-    out = json.loads(json.dumps(dataclasses.asdict(cfg)))
-    return out  # type: ignore[no-any-return]
+    """A JSON-ready dict (tuples become lists). A RunConfig's `judge` says its `executor` first, its
+    secrets (SECRET_KEYS) are null, and its `eval` leaves out the reward's fields (they are `reward`)."""
+    out: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    if isinstance(cfg, RunConfig):
+        out["judge"] = _judge_dict(cfg.judge)
+        for name in EVAL_REWARD_FIELDS:
+            del out["eval"][name]
+    return out
+
+
+def _judge_dict(config: ClientExecutorConfig) -> dict[str, Any]:
+    """`{"executor": NAME, its fields...}`, the secrets (SECRET_KEYS) null."""
+    out: dict[str, Any] = {"executor": executor_name(config),
+                           **json.loads(json.dumps(dataclasses.asdict(config)))}
+    for key in SECRET_KEYS:
+        if key.removeprefix("judge.") in out:
+            out[key.removeprefix("judge.")] = None
+    return out
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -269,6 +296,8 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        if _executor_choices(tp):
+            return _executor_config(value, args, key)
         errors = []
         for arg in (a for a in args if a is not type(None)):
             try:
@@ -313,13 +342,32 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
-def from_dict(cls: type[Any], data: dict[str, Any], prefix: str = "") -> Any:
-    """Build dataclass `cls` from a dict such as to_dict() wrote; unknown keys raise ConfigError."""
+def _executor_config(value: Any, choices: tuple[Any, ...], key: str) -> Any:
+    """An executor config from `{"executor": NAME, its fields...}` (NAME: one of `choices`' names)."""
+    if isinstance(value, choices):
+        return value
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping with {key}.executor, got {value!r}")
+    fields = dict(value)
+    name = fields.pop("executor", "local")
+    names = [n for n, cls in EXECUTORS.items() if cls in choices]
+    if name not in names:
+        raise ConfigError(f"{key}.executor: {name!r} is not one of {' | '.join(names)}")
+    return from_dict(EXECUTORS[name], fields, key, f" (of {key}.executor={name})")
+
+
+def from_dict(cls: type[Any], data: dict[str, Any], prefix: str = "", where: str = "") -> Any:
+    """Build dataclass `cls` from a dict such as to_dict() wrote; unknown keys raise ConfigError, and
+    so do keys that are no longer there (RETIRED_KEYS: the message says where they went)."""
     hints = _hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    for name in data:
+        moved = RETIRED_KEYS.get(f"{prefix}.{name}" if prefix else name)
+        if moved:
+            raise ConfigError(f"{prefix}.{name}: {moved}" if prefix else f"{name}: {moved}")
     unknown = set(data) - names
     if unknown:
-        raise ConfigError(f"{prefix or cls.__name__}: unknown key(s) {', '.join(sorted(unknown))}")
+        raise ConfigError(f"{prefix or cls.__name__}: unknown key(s) {', '.join(sorted(unknown))}{where}")
     kwargs = {k: _convert(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
     return cls(**kwargs)
 
@@ -333,12 +381,74 @@ MOVED_KEYS = {
     "rl.grpo_scale_by_std": "rl.advantage.grpo_scale_by_std",
 }
 # a section that a plain value may set: `rl.advantage=grpo` sets `rl.advantage.estimator`
-SHORTHANDS = {"rl.advantage": "estimator"}
+SHORTHANDS = {"rl.advantage": "estimator", "judge": "executor"}
+
+# keys that are gone since `judge` became the executor's own config and `reward` the reward's: the old
+# key -> where its setting lives now. A `--set`, or a config.json of today's layout, naming one is a
+# ConfigError saying so; a config.json of the old layout is translated (_old_judge).
+RETIRED_KEYS = {
+    "judge.server": "moved to judge.base_url (with judge.executor=http)",
+    "judge.device": "moved to judge.devices (with judge.executor=local): one device per judge, "
+                    "e.g. judge.devices=cpu,cpu",
+    "judge.workers": "moved to judge.num_cpu_workers (with judge.executor=local; on GPUs, judge.devices "
+                     "lists one device per judge)",
+    "judge.reward": "moved to reward: a preset (reward=released) or its fields (reward.*)",
+    "judge.eval": "moved to eval (and its reward fields to reward.*)",
+    "judge.eval.reward_preset": "moved to reward: a preset (reward=released) or its fields (reward.*)",
+    "judge.eval.speedup_cap": "moved to reward.speedup_cap",
+    "judge.eval.coverage_weight": "moved to reward.coverage_weight (the weight itself, no longer a "
+                                  "factor on the preset's)",
+    "eval.reward_preset": "the run's reward is reward: a preset (reward=released) or its fields (reward.*)",
+    "eval.speedup_cap": "the run's reward is reward: set reward.speedup_cap",
+    "eval.coverage_weight": "the run's reward is reward: set reward.coverage_weight (the weight itself)",
+}
+# a section that a name may set whole: `reward=released` is that preset's RewardConfig
+PRESETS = {"reward": preset_config}
+_OLD_JUDGE_KEYS = {"server", "device", "workers", "reward", "eval"}
+
+
+def _preset(key: str, name: str) -> Any:
+    try:
+        return PRESETS[key](name)
+    except ConfigError:
+        raise ConfigError(f"{key}: {name!r} is not one of {', '.join(REWARD_PRESETS)}") from None
+
+
+def _retired(key: str) -> str | None:
+    """Where a retired key went: RETIRED_KEYS, and judge.eval.NAME -> eval.NAME for the rest."""
+    if key in RETIRED_KEYS:
+        return RETIRED_KEYS[key]
+    if key.startswith("judge.eval."):
+        return f"moved to eval.{key.removeprefix('judge.eval.')}"
+    return None
+
+
+def _old_judge(data: dict[str, Any]) -> dict[str, Any]:
+    """A RunConfig dict whose `judge` section is of the layout before it nested the executor's config
+    (executor, server, device, workers, reward, eval), in today's: `judge` the executor config that
+    `--executor`, `--server`, `--device`, `--workers` give (executors/build.client_executor_config),
+    `eval` the options, and `reward` the preset with the options' speedup_cap and coverage_weight."""
+    judge = data.get("judge")
+    if not isinstance(judge, dict) or not _OLD_JUDGE_KEYS & set(judge):
+        return data
+    options = dict(judge.get("eval") or {})
+    fields = {name: options.pop(name) for name in EVAL_REWARD_FIELDS if name in options}
+    fields["reward_preset"] = judge.get("reward", "paper")  # judge.reward replaced the options' own
+    try:
+        reward = reward_config(EvalOptions(**fields))
+        executor = client_executor_config(str(judge.get("executor", "local")), server=judge.get("server"),
+                                          device=judge.get("device"), workers=judge.get("workers"))
+    except (ConfigError, TypeError) as exc:
+        raise ConfigError(f"judge (the layout with judge.server and judge.reward): {exc}") from None
+    return {**data, "judge": _judge_dict(executor), "eval": options, "reward": dataclasses.asdict(reward)}
 
 
 def _moved(data: dict[str, Any]) -> dict[str, Any]:
     """A copy of a RunConfig dict with the moved keys where they live now (the input is never changed)."""
-    out = json.loads(json.dumps(data))
+    out = _old_judge(json.loads(json.dumps(data)))
+    for key in PRESETS:
+        if isinstance(out.get(key), str):
+            out[key] = dataclasses.asdict(_preset(key, out[key]))
     for key, field_name in SHORTHANDS.items():
         *parents, last = key.split(".")
         section = _section(out, parents)
@@ -415,10 +525,16 @@ def _coerce_text(value: Any, tp: Any) -> Any:
 
 
 def config_keys(cls: type[Any] = RunConfig, prefix: str = "") -> list[str]:
-    """Every settable dotted key of a config class (nested dataclasses expanded)."""
+    """Every settable dotted key of a config class (nested dataclasses expanded; an executor config's
+    `executor` and the fields of each executor it may be)."""
     keys: list[str] = []
     for name, tp in _hints(cls).items():
         key = f"{prefix}{name}"
+        if _executor_choices(tp):
+            keys.append(key + ".executor")
+            for choice in _executor_choices(tp).values():
+                keys.extend(k for k in config_keys(choice, key + ".") if k not in keys)
+            continue
         inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)] or (
             [tp] if dataclasses.is_dataclass(tp) else []
         )
@@ -426,7 +542,33 @@ def config_keys(cls: type[Any] = RunConfig, prefix: str = "") -> list[str]:
             keys.extend(config_keys(inner[0], key + "."))  # type: ignore[arg-type]
         else:
             keys.append(key)
-    return keys
+    return [k for k in keys if _retired(k) is None]
+
+
+def _executor_choices(tp: Any) -> dict[str, type[Any]]:
+    """{name: Config} of an annotation that is a union of executor configs ({} for any other)."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType) or not all(
+            a in EXECUTORS.values() for a in args):
+        return {}
+    return {name: cls for name, cls in EXECUTORS.items() if cls in args}
+
+
+def _set_executor(config: Any, choices: dict[str, type[Any]], path: list[str], raw: str, full: str) -> Any:
+    """`--set judge.executor=NAME` (a fresh config of NAME, unless it is NAME's already), or a field of
+    the executor the config is now."""
+    section = ".".join(full.split(".")[: -len(path)])
+    if path == ["executor"]:
+        name = _parse_text(raw)
+        if name not in choices:
+            raise ConfigError(f"--set {full}: {name!r} is not one of {' | '.join(choices)}")
+        return config if type(config) is choices[name] else choices[name]()
+    if path[0] not in _hints(type(config)):
+        having = [n for n, cls in choices.items() if path[0] in _hints(cls)]
+        first = f"; set {section}.executor={' or '.join(having)} first" if having else ""
+        raise ConfigError(f"--set {full}: {section}.executor={executor_name(config)} has no key "
+                          f"{path[0]!r}{first}")
+    return _set(config, path, raw, full)
 
 
 def _set(obj: Any, path: list[str], raw: str, full: str) -> Any:
@@ -439,6 +581,10 @@ def _set(obj: Any, path: list[str], raw: str, full: str) -> Any:
     if len(path) == 1:
         value = _convert(_coerce_text(_parse_text(raw), tp), tp, full)
         return dataclasses.replace(obj, **{name: value})
+    executors = _executor_choices(tp)
+    if executors:
+        return dataclasses.replace(obj, **{name: _set_executor(getattr(obj, name), executors, path[1:], raw,
+                                                                full)})
     child = getattr(obj, name)
     if child is None:
         dc = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
@@ -461,9 +607,15 @@ def apply_overrides(cfg: RunConfig, overrides: list[str] | tuple[str, ...]) -> R
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected key=value")
         key = MOVED_KEYS.get(key.strip(), key.strip())
+        retired = _retired(key)
+        if retired:
+            raise ConfigError(f"--set {key}: {retired}")
         if key in SHORTHANDS and isinstance(_parse_text(raw), str):
             key = f"{key}.{SHORTHANDS[key]}"
         try:
+            if key in PRESETS and isinstance(_parse_text(raw), str):
+                cfg = dataclasses.replace(cfg, **{key: _preset(key, _parse_text(raw))})
+                continue
             cfg = _set(cfg, key.split("."), raw, key)
         except TypeError as exc:  # a constructor rejected the combination
             raise ConfigError(f"--set {item}: {exc}") from None

@@ -2,8 +2,8 @@
 
 The turn reward is drkernel.reward.result_reward (docs/paper_spec.md §4: the paper's
 R = C(1 + min(s, 3) + PR), the released 0.5-scaled variant, and the correctness-plus-speedup reward used
-at evaluation), with the RewardConfig the trainer passes: JudgeConfig.reward_config() (the agent uses the
-same; the judge writes the same formula out, docs/rl.md).
+at evaluation), with the RewardConfig the trainer passes: the run config's `reward` (the agent's environment
+uses the same; the judge writes the same formula out, docs/rl.md).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def turn_rewards(
 ) -> TurnRewards:
     """One row per trajectory, one column per turn; a None result or a missing turn is padding.
 
-    `config` is a RewardConfig (a run's: `JudgeConfig.reward_config()`, with its speedup cap and
+    `config` is a RewardConfig (a run's: `RunConfig.reward`, with its speedup cap and
     coverage weight) or a name of drkernel.types.REWARD_PRESET_NAMES, which is that preset as it
     is. A hacked or failed result is incorrect and earns 0.
 

@@ -61,7 +61,7 @@ def prepare_step(
 ) -> StepTensors:
     rl, turns = cfg.rl, cfg.rollout.max_turns
     b = len(batch.trajectories)
-    tr = turn_rewards(batch.results(), cfg.judge.reward_config(), max_turns=turns)
+    tr = turn_rewards(batch.results(), cfg.reward, max_turns=turns)
     aborted = torch.tensor(batch.aborted(), dtype=torch.bool)
     valid = void_turn_mask(tr.rewards, tr.present, aborted, mask_void_turn=rl.mask_void_turn)
     returns = reward_to_go(tr.rewards, valid, gamma=rl.advantage.gamma)

@@ -28,7 +28,6 @@ from drkernel.executors.caching import CachingExecutor
 from drkernel.rl.build import (
     build_model,
     build_sampler,
-    judge_executor_config,
     load_pretrained,
     training_problems,
     validation_problems,
@@ -96,14 +95,15 @@ class Trainer:
             log.info("resumed from %s (step %d)", ckpt, self.state.step)
         executor = given.executor
         if executor is None:
-            executor = build_executor(judge_executor_config(cfg.judge))
+            executor = build_executor(cfg.judge)
         if cfg.rollout.cache_evaluations:
             executor = CachingExecutor(executor, self.run_dir / "eval_cache.jsonl")
         self.executor = executor
         self.sampler = given.sampler or build_sampler(cfg.rollout, self.model, self.tokenizer)
         self.env_config = EnvConfig(
             max_turns=cfg.rollout.max_turns,
-            eval_options=cfg.judge.eval_options(),
+            eval_options=cfg.eval_options(),
+            reward=cfg.reward,
             feedback=FeedbackConfig(max_chars=cfg.rollout.feedback_chars),
         )
         self.runlog = RunLog(self.run_dir, resume_step=self.state.step, tensorboard=cfg.log.tensorboard,
@@ -195,7 +195,7 @@ class Trainer:
         """Trajectories [B] whose prompt group survives the dynamic-sampling filter."""
         ds = self.config.rl.dynamic_sampling
         tr = turn_rewards(
-            batch.results(), self.config.judge.reward_config(), max_turns=self.config.rollout.max_turns
+            batch.results(), self.config.reward, max_turns=self.config.rollout.max_turns
         )
         alive = ~torch.tensor(batch.aborted(), dtype=torch.bool)
         if not ds.enabled:

@@ -80,11 +80,11 @@ def run_config(args: argparse.Namespace, estimator: str, seed: int, opts: EvalOp
         f"trainer.prompts_per_step={2}", f"rollout.n={args.n}", f"rollout.max_turns={args.turns}",
         "rollout.max_new_tokens=3", "rollout.cache_evaluations=false", "trainer.validate_every=0",
         f"trainer.save_every={args.steps}", f"optim.lr={args.lr}", "log.tensorboard=false",
-        f"model.device={args.device}", "judge.reward=paper",
+        f"model.device={args.device}", "reward=paper",
     ])  # fmt: skip
     from dataclasses import replace
 
-    return replace(cfg, judge=replace(cfg.judge, eval=opts))
+    return replace(cfg, eval=opts)
 
 
 def variant_of(code: str | None, sources: dict[str, str]) -> str:

@@ -14,7 +14,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 OVERRIDES=(
   trainer.use_v1=true trainer.v1.trainer_mode=drkernel
   "+drkernel.recipe=${RECIPE}"
-  "+drkernel.overrides=['judge.executor=http','judge.server=${JUDGE_URL}','judge.reward=paper']"
+  "+drkernel.overrides=['judge.executor=http','judge.base_url=${JUDGE_URL}','reward=paper']"
   "data.train_files=${TRAIN}" "data.val_files=${VAL}"
   data.train_batch_size=16 data.max_prompt_length=10240 data.max_response_length=8192
   "actor_rollout_ref.model.path=${MODEL}" actor_rollout_ref.model.enable_gradient_checkpointing=true

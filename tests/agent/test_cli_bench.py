@@ -5,14 +5,13 @@ import json
 import pytest
 
 from drkernel.agent.cli_bench import run_bench
-from drkernel.agent.cli_options import executor_config_from_flags
 from drkernel.agent.env import EnvConfig
 from drkernel.agent.loop import LoopConfig
 from drkernel.agent.policy import ScriptedPolicy
 from drkernel.agent.trajectories import load_trajectories
 from drkernel.cli import main
 from drkernel.errors import ConfigError
-from drkernel.executors.build import build_executor
+from drkernel.executors.build import build_executor, client_executor_config
 from drkernel.executors.fake import FakeExecutor
 from drkernel.problems.loaders import load_suite
 from tests.agent.agent_fixtures import RELU_REF
@@ -100,13 +99,13 @@ def test_suite_specs_the_bench_relies_on(tmp_path):
 
 def test_executor_errors():
     with pytest.raises(ConfigError, match="--executor http needs --server URL"):
-        executor_config_from_flags("http")
+        client_executor_config("http")
     with pytest.raises(ConfigError, match=r"unknown executor 'quantum' \(local \| http \| fake\)"):
-        executor_config_from_flags("quantum")
+        client_executor_config("quantum")
     with pytest.raises(ConfigError, match="unknown executor 'ray'"):  # serve's, not bench's
-        executor_config_from_flags("ray")
-    assert build_executor(executor_config_from_flags("fake")).evaluate([]) == []
-    http = build_executor(executor_config_from_flags("http", server="http://127.0.0.1:9"))  # not contacted
+        client_executor_config("ray")
+    assert build_executor(client_executor_config("fake")).evaluate([]) == []
+    http = build_executor(client_executor_config("http", server="http://127.0.0.1:9"))  # not contacted
     assert type(http).__name__ == "HttpExecutor"
     http.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import typing
 from typing import Any
 
 import pytest
@@ -20,33 +21,47 @@ from drkernel.types import EvalOptions, EvalOutcome, EvalRequest
 
 
 def test_exported_names_and_the_one_table() -> None:
-    assert build.__all__ == ["CLIENT_EXECUTORS", "EXECUTORS", "ExecutorConfig", "build_executor",
-                             "client_executor_config", "executor_config"]
+    assert build.__all__ == ["CLIENT_EXECUTORS", "EXECUTORS", "ClientExecutorConfig", "ExecutorConfig",
+                             "build_executor", "client_executor_config", "executor_config", "executor_name"]
     assert EXECUTORS == {"local": LocalExecutor.Config, "ray": RayExecutor.Config,
                          "http": HttpExecutor.Config, "fake": FakeExecutor.Config}
     assert set(build.CLIENT_EXECUTORS) <= set(EXECUTORS) and "ray" not in build.CLIENT_EXECUTORS
+    assert set(typing.get_args(build.ClientExecutorConfig)) == {EXECUTORS[n] for n in build.CLIENT_EXECUTORS}
+    for name, cls in EXECUTORS.items():
+        assert build.executor_name(cls()) == name
+    with pytest.raises(ConfigError, match="not one of local"):
+        build.executor_name("local")  # type: ignore[arg-type]
 
 
-def test_a_client_commands_judge_is_chosen_in_one_place_and_named_as_its_user_wrote_it() -> None:
-    from drkernel.agent.cli_options import executor_config_from_flags
-    from drkernel.errors import ConfigError
-    from drkernel.rl.build import judge_executor_config
-    from drkernel.rl.config import JudgeConfig
-
+def test_a_client_commands_judge_is_chosen_in_one_place() -> None:
     choose = build.client_executor_config
     assert choose("local", device="cpu", workers=2) == LocalExecutor.Config(devices=("cpu", "cpu"),
                                                                               num_cpu_workers=2)
+    assert choose() == LocalExecutor.Config()
     http = HttpExecutor.Config(base_url="http://h:1", token="t")
     assert choose("http", server="http://h:1", token="t") == http
-    # bench's flags and train's judge section give the same config for the same choice
-    assert executor_config_from_flags("local", device="cpu", workers=3) == \
-        judge_executor_config(JudgeConfig(device="cpu", workers=3))
+    assert choose("fake") == FakeExecutor.Config()
     with pytest.raises(ConfigError, match="--executor http needs --server URL"):
-        executor_config_from_flags("http")
-    with pytest.raises(ConfigError, match="judge.executor http needs judge.server"):
-        judge_executor_config(JudgeConfig(executor="http"))
-    with pytest.raises(ConfigError, match="unknown executor 'ray'"):
+        choose("http")
+    with pytest.raises(ConfigError, match="unknown executor 'ray'"):  # serve's, not a client's
         choose("ray")
+
+
+def test_bench_optimize_and_the_scripts_call_the_one_function() -> None:
+    """No command keeps a translation of its own: bench/optimize (cli_options), the scripts of bench/
+    and a run config's old judge keys (rl/config.py) all reach client_executor_config."""
+    from pathlib import Path
+
+    import drkernel.agent.cli_options as cli_options
+
+    root = Path(__file__).resolve().parents[2]
+    assert cli_options.client_executor_config is build.client_executor_config
+    assert not hasattr(cli_options, "executor_config_from_flags")
+    for path in ("drkernel/agent/cli_options.py", "drkernel/rl/config.py", "bench/agent_gpu_demo.py"):
+        assert "client_executor_config(" in (root / path).read_text(), path
+    users = [p for p in root.glob("drkernel/**/*.py") if "executor_config_from_flags" in p.read_text()
+             or "judge_executor_config" in p.read_text()]
+    assert users == []
 
 
 def test_executor_config_by_name_with_fields_and_defaults() -> None:

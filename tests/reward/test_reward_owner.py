@@ -144,16 +144,15 @@ def test_cli_set_refuses_an_unknown_preset():
     from drkernel.recipes import debug_cpu
     from drkernel.rl.config import apply_overrides
 
-    with pytest.raises(ConfigError, match="reward_preset"):
-        apply_overrides(debug_cpu(), ["judge.eval.reward_preset=papr"])
-    with pytest.raises(ConfigError, match="judge.reward: 'papr' is not one of paper, released"):
-        apply_overrides(debug_cpu(), ["judge.reward=papr"])
+    with pytest.raises(ConfigError, match="reward: 'papr' is not one of paper, released"):
+        apply_overrides(debug_cpu(), ["reward=papr"])
     for name in REWARD_PRESETS:  # every preset, the one added last included
-        assert apply_overrides(debug_cpu(), [f"judge.reward={name}"]).judge.reward == name
+        assert apply_overrides(debug_cpu(), [f"reward={name}"]).reward == REWARD_PRESETS[name]
     with pytest.raises(ConfigError, match="speedup_cap"):
-        apply_overrides(debug_cpu(), ["judge.eval.speedup_cap=0"])
-    cfg = apply_overrides(debug_cpu(), ["judge.eval.speedup_cap=5", "judge.eval.coverage_weight=0.5"])
-    assert cfg.judge.eval.speedup_cap == 5.0 and cfg.judge.eval.coverage_weight == 0.5
+        apply_overrides(debug_cpu(), ["reward.speedup_cap=0"])
+    cfg = apply_overrides(debug_cpu(), ["reward.speedup_cap=5", "reward.coverage_weight=0.5"])
+    assert cfg.reward.speedup_cap == 5.0 and cfg.reward.coverage_weight == 0.5
+    assert (cfg.eval_options().speedup_cap, cfg.eval_options().coverage_weight) == (5.0, 0.5)
 
 
 def test_reward_config_is_a_plain_reward_config():

@@ -42,7 +42,7 @@ def test_paper_recipes_carry_the_paper_values(name):
     assert cfg.data.validation_levels == (2,)
     assert (cfg.sft.lr, cfg.sft.batch_size, cfg.sft.epochs, cfg.sft.max_length) == (
         2e-5, 64, 4, 18432)  # §9.2
-    assert cfg.judge.eval.num_perf_trials == 100 and cfg.judge.eval.atol == 1e-2  # §11
+    assert cfg.eval.num_perf_trials == 100 and cfg.eval.atol == 1e-2  # §11
 
 
 def test_variants_derive_with_dataclasses_replace():
@@ -55,12 +55,12 @@ def test_overrides_are_type_checked_and_nested():
     cfg = apply_overrides(
         shipped.debug_cpu(),
         ["rl.advantage=grpo", "rl.mrs.bounds=0.99,1.01", "optim.lr=3e-4", "rl.mrs.veto=none",
-         "data.problems=101_ReLU", "judge.eval.num_perf_trials=5", "log.tensorboard=false"],
+         "data.problems=101_ReLU", "eval.num_perf_trials=5", "log.tensorboard=false"],
     )
     assert cfg.rl.advantage.estimator == "grpo" and cfg.rl.mrs.bounds == (0.99, 1.01)
     assert cfg.rl.mrs.veto is None
     assert cfg.optim.lr == 3e-4 and cfg.data.problems == ("101_ReLU",)
-    assert cfg.judge.eval.num_perf_trials == 5 and cfg.log.tensorboard is False
+    assert cfg.eval.num_perf_trials == 5 and cfg.log.tensorboard is False
     for bad, words in [
         ("rl.advantage=ppo", "not one of"),
         ("trainer.steps=1.5", "integer"),

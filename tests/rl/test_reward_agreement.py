@@ -12,7 +12,7 @@ from drkernel.agent.env import EnvConfig, KernelEnv
 from drkernel.agent.policy import Completion
 from drkernel.executors.fake import FakeExecutor, scripted_result
 from drkernel.recipes import debug_cpu
-from drkernel.reward import reward_config
+from drkernel.reward import REWARD_PRESETS, reward_config
 from drkernel.rl import turn_rewards
 from drkernel.rl.config import TinyModelConfig, apply_overrides
 from drkernel.rl.step import prepare_step
@@ -49,7 +49,8 @@ def test_the_agent_and_the_trainer_agree_with_a_cap_of_5(tmp_path, preset):
     cfg = apply_overrides(debug_cpu(), [
         "rollout.n=2", "trainer.prompts_per_step=1", "trainer.steps=1", "trainer.validate_every=0",
         "judge.executor=fake", "rollout.cache_evaluations=false", "log.tensorboard=false",
-        f"judge.reward={preset}", "judge.eval.speedup_cap=5", "judge.eval.coverage_weight=0.5",
+        f"reward={preset}", "reward.speedup_cap=5",
+        f"reward.coverage_weight={REWARD_PRESETS[preset].coverage_weight * 0.5}",
     ])
     model, tok = build_tiny(TinyModelConfig(), {"x": {"honest": "class ModelNew: pass"}}, seed=0)
     executor = FakeExecutor()
@@ -61,7 +62,7 @@ def test_the_agent_and_the_trainer_agree_with_a_cap_of_5(tmp_path, preset):
     # what the judge (here the fake executor) reports for each request the agent sent
     judged = [scripted_result(r) for r in executor.calls]
     assert sorted({r.reward for r in judged}) == sorted({0.0, want})
-    assert all(r.options.speedup_cap == 5.0 and r.options.coverage_weight == 0.5 for r in executor.calls)
+    assert all(reward_config(r.options) == cfg.reward for r in executor.calls)
     assert {r.options.reward_preset for r in executor.calls} == {preset}
     # what the agent sees (result.reward, the turn's reward) and what the trainer trains on
     for i, traj in enumerate(batch.trajectories):
@@ -71,7 +72,7 @@ def test_the_agent_and_the_trainer_agree_with_a_cap_of_5(tmp_path, preset):
             assert t.rewards.rewards[i, j].item() == pytest.approx(turn.reward, abs=1e-6)
     assert t.rewards.rewards.max().item() == pytest.approx(want, abs=1e-6)
     # the run's RewardConfig is the one the judge's options give
-    assert cfg.judge.reward_config() == reward_config(cfg.judge.eval_options())
+    assert cfg.reward == reward_config(cfg.eval_options())
     if preset == "paper":  # the old recomputation (preset only: cap 3, weight 1) trained on 5.0
         assert turn_rewards(batch.results(), "paper").rewards.max().item() == 5.0
 

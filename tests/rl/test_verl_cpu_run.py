@@ -281,7 +281,7 @@ class RecordingTrainer(DrKernelTrainer):
 
 def _overrides(model_dir: Path, data: Path, judge_url: str) -> list[str]:
     keep = [o for o in recipe_overrides("run_8b.sh") if not o.startswith("+drkernel.")]
-    drk = ",".join(f"'{o}'" for o in ["judge.executor=http", f"judge.server={judge_url}",
+    drk = ",".join(f"'{o}'" for o in ["judge.executor=http", f"judge.base_url={judge_url}",
                                       f"rollout.max_turns={TURNS}", "rl.dynamic_sampling.enabled=false",
                                       "trainer.seed=3"])
     return [

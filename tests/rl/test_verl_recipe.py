@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from drkernel.executors.http import HttpExecutor
+from drkernel.reward import REWARD_PRESETS
+
 pytest.importorskip("verl")
 pytest.importorskip("hydra")
 
@@ -74,7 +77,8 @@ def test_the_recipe_composes_and_passes_verls_validation(script):
     assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (2, 8)
     run = run_config(cfg)  # the drkernel block: the recipe plus the judge overrides, as the workers read it
     assert run.name == ("dr_kernel_8b" if "8b" in script else "dr_kernel_14b")
-    assert (run.judge.executor, run.judge.server, run.judge.reward) == ("http", ENV["JUDGE_URL"], "paper")
+    assert run.judge == HttpExecutor.Config(base_url=ENV["JUDGE_URL"])
+    assert run.reward == REWARD_PRESETS["paper"]
     # the recipe's verl values agree with the drkernel recipe the trainer reads
     assert arr.rollout.n == run.rollout.n and cfg.data.train_batch_size == run.trainer.prompts_per_step
     assert (arr.rollout.prompt_length, arr.rollout.response_length) == (
@@ -102,7 +106,7 @@ def test_the_script_passes_hydras_command_line_parser():
     proc = subprocess.run(["bash", str(ROOT / "recipes" / "verl" / "run_8b.sh"), "--cfg", "job"], env=_env(),
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "trainer_mode: drkernel" in proc.stdout and "judge.server=http://judge-0:8000" in proc.stdout
+    assert "trainer_mode: drkernel" in proc.stdout and "judge.base_url=http://judge-0:8000" in proc.stdout
 
 
 def test_the_script_needs_its_inputs():

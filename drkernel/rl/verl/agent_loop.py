@@ -98,7 +98,8 @@ class KernelAgentLoop(AgentLoopBase):
         ro = self.run_cfg.rollout
         self.env_config = EnvConfig(
             max_turns=ro.max_turns,
-            eval_options=self.run_cfg.judge.eval_options(),
+            eval_options=self.run_cfg.eval_options(),
+            reward=self.run_cfg.reward,
             feedback=FeedbackConfig(max_chars=ro.feedback_chars),
         )
 
@@ -191,7 +192,7 @@ class KernelAgentLoop(AgentLoopBase):
             traj.error = error
         max_turns = self.env_config.max_turns
         tr = turn_rewards(
-            [[t.result for t in traj.turns]], self.run_cfg.judge.reward_config(), max_turns=max_turns
+            [[t.result for t in traj.turns]], self.run_cfg.reward, max_turns=max_turns
         )
         n = len(turns)
         last_reward = float(tr.rewards[0, n - 1]) if n else 0.0

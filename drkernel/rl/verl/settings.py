@@ -1,7 +1,7 @@
 """The `drkernel:` block of a verl config -> drkernel's RunConfig, and the judge each worker process shares.
 
 In a verl run: `+drkernel.recipe=dr_kernel_8b` (any drkernel recipe name) and
-`+drkernel.overrides='[judge.executor=http,judge.server=http://judge:8000]'` (drkernel's own
+`+drkernel.overrides='[judge.executor=http,judge.base_url=http://judge:8000]'` (drkernel's own
 key=value overrides). The RL settings (MRS, PRS, group filter, TRLOO, loss) come from this
 RunConfig, the same one the own trainer reads, so both engines run one recipe.
 """
@@ -14,13 +14,14 @@ from typing import Any
 
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
+from drkernel.executors.build import ClientExecutorConfig
 from drkernel.recipes import get_recipe
 from drkernel.rl.config import RunConfig, apply_overrides
 
 __all__ = ["run_config", "shared_executor"]
 
 _lock = threading.Lock()
-_executors: dict[tuple[str, str | None], Executor] = {}
+_executors: dict[ClientExecutorConfig, Executor] = {}
 
 
 def run_config(verl_config: Any) -> RunConfig:
@@ -43,12 +44,10 @@ def run_config(verl_config: Any) -> RunConfig:
 
 
 def shared_executor(cfg: RunConfig) -> Executor:
-    """One judge client per (executor, server) per process: agent loops are built per episode."""
+    """One judge client per judge config per process: agent loops are built per episode."""
     from drkernel.executors.build import build_executor
-    from drkernel.rl.build import judge_executor_config
 
-    key = (cfg.judge.executor, cfg.judge.server)
     with _lock:
-        if key not in _executors:
-            _executors[key] = build_executor(judge_executor_config(cfg.judge))
-        return _executors[key]
+        if cfg.judge not in _executors:
+            _executors[cfg.judge] = build_executor(cfg.judge)
+        return _executors[cfg.judge]
