@@ -3,7 +3,8 @@
 A recipe (drkernel.recipes) returns a RunConfig; `apply_overrides(cfg, ["rl.advantage=grpo"])`
 type-checks and applies `--set key=value` edits; `to_dict`/`from_dict` round-trip run_dir/config.json.
 The sections nest their owners' configs: `judge` is the executor's (picked by `judge.executor`), `reward`
-the reward's (drkernel.reward.RewardConfig), `rl.advantage` the estimator's.
+the reward's (drkernel.reward.RewardConfig), `rl.advantage` the estimator's. Which keys moved or
+retired, and how an older config.json is read, is drkernel.rl.config_layout.
 """
 
 from __future__ import annotations
@@ -17,16 +18,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 from drkernel.errors import ConfigError
-from drkernel.executors.build import (
-    CLIENT_EXECUTORS,
-    EXECUTORS,
-    ClientExecutorConfig,
-    client_executor_config,
-    executor_name,
-)
+from drkernel.executors.build import CLIENT_EXECUTORS, EXECUTORS, ClientExecutorConfig, executor_name
 from drkernel.executors.local import LocalExecutor
-from drkernel.reward import REWARD_PRESETS, RewardConfig, preset_config, reward_config, reward_options
+from drkernel.reward import RewardConfig, reward_options
 from drkernel.rl.advantages import AdvantageConfig
+from drkernel.rl.config_layout import (
+    EVAL_REWARD_FIELDS,
+    MOVED_KEYS,
+    PRESETS,
+    RETIRED_KEYS,
+    SHORTHANDS,
+    judge_dict,
+    moved,
+    preset,
+    retired,
+)
 from drkernel.rl.filters import DynamicSamplingConfig
 from drkernel.rl.losses import LossConfig
 from drkernel.rl.rejection import MismatchConfig, ProfilingRejectionConfig
@@ -256,9 +262,7 @@ class RunConfig:
 
 
 CLIENT_CONFIGS = tuple(EXECUTORS[name] for name in CLIENT_EXECUTORS)
-EVAL_REWARD_FIELDS = ("reward_preset", "speedup_cap", "coverage_weight")
 _PLAIN_OPTIONS = EvalOptions()
-SECRET_KEYS = ("judge.token",)  # written to config.json as null: give them again to resume
 
 
 # -- (de)serialisation ---------------------------------------------------------------------------
@@ -266,22 +270,13 @@ SECRET_KEYS = ("judge.token",)  # written to config.json as null: give them agai
 
 def to_dict(cfg: Any) -> dict[str, Any]:
     """A JSON-ready dict (tuples become lists). A RunConfig's `judge` says its `executor` first, its
-    secrets (SECRET_KEYS) are null, and its `eval` leaves out the reward's fields (they are `reward`)."""
+    secrets (config_layout.SECRET_KEYS) are null, and its `eval` leaves out the reward's fields (they
+    are `reward`)."""
     out: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(cfg)))
     if isinstance(cfg, RunConfig):
-        out["judge"] = _judge_dict(cfg.judge)
+        out["judge"] = judge_dict(cfg.judge)
         for name in EVAL_REWARD_FIELDS:
             del out["eval"][name]
-    return out
-
-
-def _judge_dict(config: ClientExecutorConfig) -> dict[str, Any]:
-    """`{"executor": NAME, its fields...}`, the secrets (SECRET_KEYS) null."""
-    out: dict[str, Any] = {"executor": executor_name(config),
-                           **json.loads(json.dumps(dataclasses.asdict(config)))}
-    for key in SECRET_KEYS:
-        if key.removeprefix("judge.") in out:
-            out[key.removeprefix("judge.")] = None
     return out
 
 
@@ -362,9 +357,9 @@ def from_dict(cls: type[Any], data: dict[str, Any], prefix: str = "", where: str
     hints = _hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for name in data:
-        moved = RETIRED_KEYS.get(f"{prefix}.{name}" if prefix else name)
-        if moved:
-            raise ConfigError(f"{prefix}.{name}: {moved}" if prefix else f"{name}: {moved}")
+        went = RETIRED_KEYS.get(f"{prefix}.{name}" if prefix else name)
+        if went:
+            raise ConfigError(f"{prefix}.{name}: {went}" if prefix else f"{name}: {went}")
     unknown = set(data) - names
     if unknown:
         raise ConfigError(f"{prefix or cls.__name__}: unknown key(s) {', '.join(sorted(unknown))}{where}")
@@ -372,117 +367,12 @@ def from_dict(cls: type[Any], data: dict[str, Any], prefix: str = "", where: str
     return cls(**kwargs)
 
 
-# keys that moved when a section came to nest its owner's config: the old dotted key -> the new one.
-# A config.json written before, and a `--set` with the old key, still mean what they meant.
-MOVED_KEYS = {
-    "rl.gamma": "rl.advantage.gamma",
-    "rl.singleton": "rl.advantage.singleton",
-    "rl.baseline_members": "rl.advantage.baseline_members",
-    "rl.grpo_scale_by_std": "rl.advantage.grpo_scale_by_std",
-}
-# a section that a plain value may set: `rl.advantage=grpo` sets `rl.advantage.estimator`
-SHORTHANDS = {"rl.advantage": "estimator", "judge": "executor"}
-
-# keys that are gone since `judge` became the executor's own config and `reward` the reward's: the old
-# key -> where its setting lives now. A `--set`, or a config.json of today's layout, naming one is a
-# ConfigError saying so; a config.json of the old layout is translated (_old_judge).
-RETIRED_KEYS = {
-    "judge.server": "moved to judge.base_url (with judge.executor=http)",
-    "judge.device": "moved to judge.devices (with judge.executor=local): one device per judge, "
-                    "e.g. judge.devices=cpu,cpu",
-    "judge.workers": "moved to judge.num_cpu_workers (with judge.executor=local; on GPUs, judge.devices "
-                     "lists one device per judge)",
-    "judge.reward": "moved to reward: a preset (reward=released) or its fields (reward.*)",
-    "judge.eval": "moved to eval (and its reward fields to reward.*)",
-    "judge.eval.reward_preset": "moved to reward: a preset (reward=released) or its fields (reward.*)",
-    "judge.eval.speedup_cap": "moved to reward.speedup_cap",
-    "judge.eval.coverage_weight": "moved to reward.coverage_weight (the weight itself, no longer a "
-                                  "factor on the preset's)",
-    "eval.reward_preset": "the run's reward is reward: a preset (reward=released) or its fields (reward.*)",
-    "eval.speedup_cap": "the run's reward is reward: set reward.speedup_cap",
-    "eval.coverage_weight": "the run's reward is reward: set reward.coverage_weight (the weight itself)",
-}
-# a section that a name may set whole: `reward=released` is that preset's RewardConfig
-PRESETS = {"reward": preset_config}
-_OLD_JUDGE_KEYS = {"server", "device", "workers", "reward", "eval"}
-
-
-def _preset(key: str, name: str) -> Any:
-    try:
-        return PRESETS[key](name)
-    except ConfigError:
-        raise ConfigError(f"{key}: {name!r} is not one of {', '.join(REWARD_PRESETS)}") from None
-
-
-def _retired(key: str) -> str | None:
-    """Where a retired key went: RETIRED_KEYS, and judge.eval.NAME -> eval.NAME for the rest."""
-    if key in RETIRED_KEYS:
-        return RETIRED_KEYS[key]
-    if key.startswith("judge.eval."):
-        return f"moved to eval.{key.removeprefix('judge.eval.')}"
-    return None
-
-
-def _old_judge(data: dict[str, Any]) -> dict[str, Any]:
-    """A RunConfig dict whose `judge` section is of the layout before it nested the executor's config
-    (executor, server, device, workers, reward, eval), in today's: `judge` the executor config that
-    `--executor`, `--server`, `--device`, `--workers` give (executors/build.client_executor_config),
-    `eval` the options, and `reward` the preset with the options' speedup_cap and coverage_weight."""
-    judge = data.get("judge")
-    if not isinstance(judge, dict) or not _OLD_JUDGE_KEYS & set(judge):
-        return data
-    options = dict(judge.get("eval") or {})
-    fields = {name: options.pop(name) for name in EVAL_REWARD_FIELDS if name in options}
-    fields["reward_preset"] = judge.get("reward", "paper")  # judge.reward replaced the options' own
-    try:
-        reward = reward_config(EvalOptions(**fields))
-        executor = client_executor_config(str(judge.get("executor", "local")), server=judge.get("server"),
-                                          device=judge.get("device"), workers=judge.get("workers"))
-    except (ConfigError, TypeError) as exc:
-        raise ConfigError(f"judge (the layout with judge.server and judge.reward): {exc}") from None
-    return {**data, "judge": _judge_dict(executor), "eval": options, "reward": dataclasses.asdict(reward)}
-
-
-def _moved(data: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a RunConfig dict with the moved keys where they live now (the input is never changed)."""
-    out = _old_judge(json.loads(json.dumps(data)))
-    for key in PRESETS:
-        if isinstance(out.get(key), str):
-            out[key] = dataclasses.asdict(_preset(key, out[key]))
-    for key, field_name in SHORTHANDS.items():
-        *parents, last = key.split(".")
-        section = _section(out, parents)
-        if section is not None and isinstance(section.get(last), str):
-            section[last] = {field_name: section[last]}
-    for old, new in MOVED_KEYS.items():
-        *old_parents, old_last = old.split(".")
-        section = _section(out, old_parents)
-        if section is None or old_last not in section:
-            continue
-        *new_parents, new_last = new.split(".")
-        target = out
-        for name in new_parents:
-            if not isinstance(target.get(name), dict):
-                target[name] = {}
-            target = target[name]
-        target.setdefault(new_last, section.pop(old_last))
-    return out
-
-
-def _section(data: dict[str, Any], path: list[str]) -> dict[str, Any] | None:
-    for name in path:
-        data = data.get(name)  # type: ignore[assignment]
-        if not isinstance(data, dict):
-            return None
-    return data
-
-
 def save_config(cfg: RunConfig, path: str | Path) -> None:
     Path(path).write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
 
 
 def load_config(path: str | Path) -> RunConfig:
-    cfg = from_dict(RunConfig, _moved(json.loads(Path(path).read_text())))
+    cfg = from_dict(RunConfig, moved(json.loads(Path(path).read_text())))
     assert isinstance(cfg, RunConfig)
     return cfg
 
@@ -542,7 +432,7 @@ def config_keys(cls: type[Any] = RunConfig, prefix: str = "") -> list[str]:
             keys.extend(config_keys(inner[0], key + "."))  # type: ignore[arg-type]
         else:
             keys.append(key)
-    return [k for k in keys if _retired(k) is None]
+    return [k for k in keys if retired(k) is None]
 
 
 def _executor_choices(tp: Any) -> dict[str, type[Any]]:
@@ -607,14 +497,14 @@ def apply_overrides(cfg: RunConfig, overrides: list[str] | tuple[str, ...]) -> R
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected key=value")
         key = MOVED_KEYS.get(key.strip(), key.strip())
-        retired = _retired(key)
-        if retired:
-            raise ConfigError(f"--set {key}: {retired}")
+        went = retired(key)
+        if went:
+            raise ConfigError(f"--set {key}: {went}")
         if key in SHORTHANDS and isinstance(_parse_text(raw), str):
             key = f"{key}.{SHORTHANDS[key]}"
         try:
             if key in PRESETS and isinstance(_parse_text(raw), str):
-                cfg = dataclasses.replace(cfg, **{key: _preset(key, _parse_text(raw))})
+                cfg = dataclasses.replace(cfg, **{key: preset(key, _parse_text(raw))})
                 continue
             cfg = _set(cfg, key.split("."), raw, key)
         except TypeError as exc:  # a constructor rejected the combination

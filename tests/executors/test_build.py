@@ -49,7 +49,7 @@ def test_a_client_commands_judge_is_chosen_in_one_place() -> None:
 
 def test_bench_optimize_and_the_scripts_call_the_one_function() -> None:
     """No command keeps a translation of its own: bench/optimize (cli_options), the scripts of bench/
-    and a run config's old judge keys (rl/config.py) all reach client_executor_config."""
+    and a run config's old judge keys (rl/config_layout.py) all reach client_executor_config."""
     from pathlib import Path
 
     import drkernel.agent.cli_options as cli_options
@@ -57,7 +57,7 @@ def test_bench_optimize_and_the_scripts_call_the_one_function() -> None:
     root = Path(__file__).resolve().parents[2]
     assert cli_options.client_executor_config is build.client_executor_config
     assert not hasattr(cli_options, "executor_config_from_flags")
-    for path in ("drkernel/agent/cli_options.py", "drkernel/rl/config.py", "bench/agent_gpu_demo.py"):
+    for path in ("drkernel/agent/cli_options.py", "drkernel/rl/config_layout.py", "bench/agent_gpu_demo.py"):
         assert "client_executor_config(" in (root / path).read_text(), path
     users = [p for p in root.glob("drkernel/**/*.py") if "executor_config_from_flags" in p.read_text()
              or "judge_executor_config" in p.read_text()]
