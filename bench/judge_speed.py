@@ -116,82 +116,116 @@ class Load:
 
 class Trace:
     """--trace: what every judge thread of this process did, stamped with the host's monotonic clock:
-    the evaluation stages, sandboxes spawned (to ready) and killed, and the device lock's holds. For
-    each precision evaluation, what the other judges did while its timed windows ran (`overlaps`)."""
+    the evaluation stages, each sandbox op (its seconds as the sandbox timed them, ending when the judge
+    read the reply), sandboxes spawned (to ready) and killed, and the device lock's holds, shared and
+    exclusive. For each precision evaluation, what the other judges did while its timed windows ran
+    (`overlaps`). `close()` puts back what it wrapped."""
 
     def __init__(self) -> None:
-        from drkernel.sandbox import pipeline
+        from drkernel.sandbox import channel, pipeline
         from drkernel.sandbox.plumbing import process
-        from drkernel.sandbox.stages import timing
+        from drkernel.sandbox.stages import correctness, paper, profiling, sealed, timing
 
         self.events: list[tuple[str, str, float, float]] = []  # (thread, what, start, end)
         self.lock = threading.Lock()
+        self._undo: list[tuple[Any, str, Any]] = []  # (owner, name, original)
         trace = self
 
-        def add(what: str, t0: float) -> None:
+        def add(what: str, t0: float, t1: float | None = None) -> None:
             with trace.lock:
-                trace.events.append((threading.current_thread().name, what, t0, time.monotonic()))
+                trace.events.append((threading.current_thread().name, what, t0,
+                                     time.monotonic() if t1 is None else t1))
 
-        steps = pipeline.Evaluation.steps
+        def wrap(owner: Any, name: str, make: Any) -> None:
+            original = getattr(owner, name)
+            self._undo.append((owner, name, original))
+            setattr(owner, name, make(original))
 
-        def traced_steps(ev: Any) -> list[tuple[str, Any]]:
-            def wrap(name: str, fn: Any) -> Any:
-                def run() -> None:
-                    t0 = time.monotonic()
-                    try:
-                        fn()
-                    finally:
-                        add(f"stage {name}", t0)
-                return run
-            return [(name, wrap(name, fn)) for name, fn in steps(ev)]
+        def traced_steps(steps: Any) -> Any:
+            def run_steps(ev: Any) -> list[tuple[str, Any]]:
+                def timed(name: str, fn: Any) -> Any:
+                    def run() -> None:
+                        t0 = time.monotonic()
+                        try:
+                            fn()
+                        finally:
+                            add(f"stage {name}", t0)
+                    return run
+                return [(name, timed(name, fn)) for name, fn in steps(ev)]
+            return run_steps
 
-        pipeline.Evaluation.steps = traced_steps  # type: ignore[method-assign]
-        init, ready, kill = (process.SandboxProcess.__init__, process.SandboxProcess.wait_ready,
-                             process.SandboxProcess.kill)
+        def traced_account(account: Any) -> Any:
+            def run(ch: Any, who: str, request: Any, reply: Any) -> None:
+                account(ch, who, request, reply)
+                op_s = getattr(reply, "op_s", None)
+                if op_s:
+                    now = time.monotonic()
+                    add(f"{who} {request.OP}", now - op_s, now)
+            return run
+
         # each sandbox: [thread, role, forked at, ready at (None until known)]. A spare is waited on
         # only when taken, so its ready time is its fork plus its own start-up (the CUDA context)
         # plus 0.15 s for the fork server and namespaces; one never taken counts 0.6 s.
         self.spawned: dict[int, list[Any]] = {}
 
-        def traced_init(proc: Any, role: str, *a: Any, **k: Any) -> None:
-            init(proc, role, *a, **k)
-            with trace.lock:
-                trace.spawned[id(proc)] = [threading.current_thread().name, role, proc.started_at, None]
+        def traced_init(init: Any) -> Any:
+            def run(proc: Any, role: str, *a: Any, **k: Any) -> None:
+                init(proc, role, *a, **k)
+                with trace.lock:
+                    trace.spawned[id(proc)] = [threading.current_thread().name, role, proc.started_at, None]
+            return run
 
-        def wait_ready(proc: Any) -> Any:
-            info = ready(proc)
-            entry = trace.spawned.get(id(proc))
-            if entry is not None and entry[3] is None:
-                entry[3] = min(time.monotonic(),
-                               proc.started_at + max((info.startup_s or {}).values(), default=0.0) + 0.15)
-            return info
+        def traced_ready(ready: Any) -> Any:
+            def run(proc: Any) -> Any:
+                info = ready(proc)
+                entry = trace.spawned.get(id(proc))
+                if entry is not None and entry[3] is None:
+                    entry[3] = min(time.monotonic(),
+                                   proc.started_at + max((info.startup_s or {}).values(), default=0.0) + 0.15)
+                return info
+            return run
 
-        def traced_kill(proc: Any) -> None:
-            t0 = time.monotonic()
-            try:
-                kill(proc)
-            finally:
-                add(f"{proc.role} sandbox kill", t0)
-
-        process.SandboxProcess.__init__ = traced_init  # type: ignore[method-assign]
-        process.SandboxProcess.wait_ready = wait_ready  # type: ignore[method-assign]
-        process.SandboxProcess.kill = traced_kill  # type: ignore[method-assign]
-        lock = timing.timing_lock
-
-        @contextlib.contextmanager
-        def timing_lock(device: str, what: str = "") -> Any:
-            with lock(device, what):
+        def traced_kill(kill: Any) -> Any:
+            def run(proc: Any) -> None:
                 t0 = time.monotonic()
                 try:
-                    yield
+                    kill(proc)
                 finally:
-                    add(f"exclusive {what}", t0)
+                    add(f"{proc.role} sandbox kill", t0)
+            return run
 
-        timing.timing_lock = timing_lock  # type: ignore[assignment]
+        def traced_lock(kind: str) -> Any:
+            def make(lock: Any) -> Any:
+                @contextlib.contextmanager
+                def held(device: str, what: str = "", *a: Any, **k: Any) -> Any:
+                    with lock(device, what, *a, **k):
+                        t0 = time.monotonic()
+                        try:
+                            yield
+                        finally:
+                            add(f"{kind} {what}", t0)
+                return held
+            return make
+
+        wrap(pipeline.Evaluation, "steps", traced_steps)
+        wrap(channel.Channel, "_account", traced_account)
+        wrap(process.SandboxProcess, "__init__", traced_init)
+        wrap(process.SandboxProcess, "wait_ready", traced_ready)
+        wrap(process.SandboxProcess, "kill", traced_kill)
+        for module in (timing, sealed, profiling, paper):  # each stage's own binding of the lock
+            wrap(module, "timing_lock", traced_lock("exclusive"))
+        for module in (timing, sealed, correctness):
+            wrap(module, "gpu_work", traced_lock("shared"))
+
+    def close(self) -> None:
+        """Put back every function the trace wrapped."""
+        while self._undo:
+            owner, name, original = self._undo.pop()
+            setattr(owner, name, original)
 
     def overlaps(self, thread: str) -> list[dict[str, Any]]:
-        """Each of `thread`'s timed ops, and the events that overlapped it: other threads' (stages, lock
-        holds, sandboxes started and killed) and its own sandboxes' ("own ...")."""
+        """Each of `thread`'s timed ops, and the events that overlapped it: other threads' (stages, ops,
+        lock holds, sandboxes started and killed) and its own sandboxes' starts and kills ("own ...")."""
         with self.lock:
             events = list(self.events) + [(n, f"{role} sandbox start", t0, t1 if t1 is not None else t0 + 0.6)
                                           for n, role, t0, t1 in self.spawned.values()]
@@ -201,7 +235,9 @@ class Trace:
                 continue
             others: dict[str, int] = {}
             for n2, w2, a2, b2 in events:
-                if a2 < b and b2 > a and not (n2 == thread and w2.startswith(("exclusive", "stage"))):
+                if n2 == thread and not w2.endswith(("sandbox start", "sandbox kill")):
+                    continue  # its own stages, ops and holds: the timed op itself and what holds it
+                if a2 < b and b2 > a:
                     key = w2 if n2 != thread else f"own {w2}"
                     others[key] = others.get(key, 0) + 1
             rows.append({"start": a, "took_ms": round((b - a) * 1e3, 1), "others": others})
@@ -498,8 +534,12 @@ def main() -> None:
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     trace = Trace() if args.trace else None
-    result = {"precision": precision(args.evals, shapes, args.under_load, args.pause, args.spares,  # type: ignore[arg-type]
-                                     trace)}
+    try:
+        result = {"precision": precision(args.evals, shapes, args.under_load, args.pause,  # type: ignore[arg-type]
+                                         args.spares, trace)}
+    finally:
+        if trace is not None:  # the throughput runs below are not traced
+            trace.close()
     runs = []
     for k in (int(v) for v in args.judges.split(",") if v) if args.throughput else ():
         runs.append((throughput_processes if args.processes else throughput)(args.throughput, k))

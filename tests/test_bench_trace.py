@@ -1,0 +1,64 @@
+"""bench/judge_speed.py's --trace (issue 32: what overlapped a timed window): it records stages, each
+sandbox op and the device lock's holds from a real evaluation, and puts back what it wrapped."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+
+from drkernel.sandbox import channel, pipeline
+from drkernel.sandbox.judge import Judge
+from drkernel.sandbox.stages import correctness, timing
+from drkernel.types import EvalOutcome, EvalRequest
+from tests.sandbox.corpus import FAST, asset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _judge_speed() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("judge_speed_under_test", ROOT / "bench" / "judge_speed.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_trace_records_stages_ops_and_lock_holds_and_puts_back_what_it_wrapped() -> None:
+    originals = (pipeline.Evaluation.steps, channel.Channel._account, timing.timing_lock, timing.gpu_work,
+                 correctness.gpu_work)
+    trace = _judge_speed().Trace()
+    try:
+        assert channel.Channel._account is not originals[1]
+        kernel = asset("kernels", "relu_scale")
+        results = []
+
+        def work() -> None:
+            with Judge(device="cpu", cache_path=None) as judge:
+                results.append(judge.evaluate(EvalRequest(reference_code=kernel.reference,
+                                                          kernel_code=kernel.code, options=FAST)))
+
+        worker = threading.Thread(target=work, name="judge-under-trace")
+        worker.start()
+        worker.join(timeout=300)
+        assert results and results[0].outcome is EvalOutcome.OK, results
+        mine = [(what, t0, t1) for name, what, t0, t1 in trace.events if name == "judge-under-trace"]
+        kinds = {what for what, _, _ in mine}
+        assert {"stage correctness", "stage timing", "sandbox run", "sandbox bench_run", "reference run",
+                "exclusive timed"} <= kinds, sorted(kinds)
+        assert any(what.startswith("shared ") for what in kinds), sorted(kinds)
+        assert all(t1 >= t0 for _, t0, t1 in mine)
+        # an op lies inside its stage: the candidate's timed op inside the timing stage
+        stage = next((t0, t1) for what, t0, t1 in mine if what == "stage timing")
+        op = next((t0, t1) for what, t0, t1 in mine if what == "sandbox bench_run")
+        assert stage[0] - 0.05 <= op[0] and op[1] <= stage[1] + 0.05
+        # no other judge ran: only its own sandboxes' starts and kills can overlap its timed op
+        rows = trace.overlaps("judge-under-trace")
+        assert rows and all(k.startswith("own ") for row in rows for k in row["others"]), rows
+    finally:
+        trace.close()
+    assert (pipeline.Evaluation.steps, channel.Channel._account, timing.timing_lock, timing.gpu_work,
+            correctness.gpu_work) == originals
