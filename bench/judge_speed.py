@@ -118,8 +118,9 @@ class Trace:
     """--trace: what every judge thread of this process did, stamped with the host's monotonic clock:
     the evaluation stages, each sandbox op (its seconds as the sandbox timed them, ending when the judge
     read the reply), sandboxes spawned (to ready) and killed, and the device lock's holds, shared and
-    exclusive. For each precision evaluation, what the other judges did while its timed windows ran
-    (`overlaps`). `close()` puts back what it wrapped."""
+    exclusive, each after its wait ("wait exclusive timed"). For each precision evaluation, what the
+    other judges did (or waited for) while its timed windows ran (`overlaps`). `close()` puts back what
+    it wrapped."""
 
     def __init__(self) -> None:
         from drkernel.sandbox import channel, pipeline
@@ -198,8 +199,10 @@ class Trace:
             def make(lock: Any) -> Any:
                 @contextlib.contextmanager
                 def held(device: str, what: str = "", *a: Any, **k: Any) -> Any:
+                    asked = time.monotonic()
                     with lock(device, what, *a, **k):
                         t0 = time.monotonic()
+                        add(f"wait {kind} {what}", asked, t0)
                         try:
                             yield
                         finally:

@@ -50,6 +50,7 @@ def test_the_trace_records_stages_ops_and_lock_holds_and_puts_back_what_it_wrapp
         assert {"stage correctness", "stage timing", "sandbox run", "sandbox bench_run", "reference run",
                 "exclusive timed"} <= kinds, sorted(kinds)
         assert any(what.startswith("shared ") for what in kinds), sorted(kinds)
+        assert "wait exclusive timed" in kinds, sorted(kinds)  # each hold after its wait
         assert all(t1 >= t0 for _, t0, t1 in mine)
         # an op lies inside its stage: the candidate's timed op inside the timing stage
         stage = next((t0, t1) for what, t0, t1 in mine if what == "stage timing")
