@@ -291,8 +291,9 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        if _executor_choices(tp):
-            return _executor_config(value, args, key)
+        choices = _executor_choices(tp)
+        if choices:
+            return _executor_config(value, choices, key)
         errors = []
         for arg in (a for a in args if a is not type(None)):
             try:
@@ -337,27 +338,26 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
-def _executor_config(value: Any, choices: tuple[Any, ...], key: str) -> Any:
-    """An executor config from `{"executor": NAME, its fields...}` (NAME: one of `choices`' names)."""
-    if isinstance(value, choices):
+def _executor_config(value: Any, choices: dict[str, type[Any]], key: str) -> Any:
+    """An executor config from `{"executor": NAME, its fields...}` (NAME: one of `choices`)."""
+    if isinstance(value, tuple(choices.values())):
         return value
     if not isinstance(value, dict):
         raise ConfigError(f"{key}: expected a mapping with {key}.executor, got {value!r}")
     fields = dict(value)
     name = fields.pop("executor", "local")
-    names = [n for n, cls in EXECUTORS.items() if cls in choices]
-    if name not in names:
-        raise ConfigError(f"{key}.executor: {name!r} is not one of {' | '.join(names)}")
-    return from_dict(EXECUTORS[name], fields, key, f" (of {key}.executor={name})")
+    if name not in choices:
+        raise ConfigError(f"{key}.executor: {name!r} is not one of {' | '.join(choices)}")
+    return from_dict(choices[name], fields, key, f" (of {key}.executor={name})")
 
 
 def from_dict(cls: type[Any], data: dict[str, Any], prefix: str = "", where: str = "") -> Any:
     """Build dataclass `cls` from a dict such as to_dict() wrote; unknown keys raise ConfigError, and
-    so do keys that are no longer there (RETIRED_KEYS: the message says where they went)."""
+    so do keys that are no longer there (config_layout.retired: the message says where they went)."""
     hints = _hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for name in data:
-        went = RETIRED_KEYS.get(f"{prefix}.{name}" if prefix else name)
+        went = retired(f"{prefix}.{name}" if prefix else name)
         if went:
             raise ConfigError(f"{prefix}.{name}: {went}" if prefix else f"{name}: {went}")
     unknown = set(data) - names
@@ -420,9 +420,10 @@ def config_keys(cls: type[Any] = RunConfig, prefix: str = "") -> list[str]:
     keys: list[str] = []
     for name, tp in _hints(cls).items():
         key = f"{prefix}{name}"
-        if _executor_choices(tp):
+        executors = _executor_choices(tp)
+        if executors:
             keys.append(key + ".executor")
-            for choice in _executor_choices(tp).values():
+            for choice in executors.values():
                 keys.extend(k for k in config_keys(choice, key + ".") if k not in keys)
             continue
         inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)] or (

@@ -112,12 +112,12 @@ def moved(data: dict[str, Any]) -> dict[str, Any]:
             out[key] = dataclasses.asdict(preset(key, out[key]))
     for key, field_name in SHORTHANDS.items():
         *parents, last = key.split(".")
-        section = section_of(out, parents)
+        section = _section(out, parents)
         if section is not None and isinstance(section.get(last), str):
             section[last] = {field_name: section[last]}
     for old, new in MOVED_KEYS.items():
         *old_parents, old_last = old.split(".")
-        section = section_of(out, old_parents)
+        section = _section(out, old_parents)
         if section is None or old_last not in section:
             continue
         *new_parents, new_last = new.split(".")
@@ -130,7 +130,7 @@ def moved(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def section_of(data: dict[str, Any], path: list[str]) -> dict[str, Any] | None:
+def _section(data: dict[str, Any], path: list[str]) -> dict[str, Any] | None:
     for name in path:
         data = data.get(name)  # type: ignore[assignment]
         if not isinstance(data, dict):
