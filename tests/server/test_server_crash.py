@@ -54,9 +54,10 @@ def test_judges_die_with_a_killed_server_and_a_restart_frees_the_gpus(tmp_path: 
         _until(lambda: not running(old["cuda:1"]), 10, "a judge outlived its server")
         assert running(stopped)  # still there, stopped, holding cuda:0
 
-        server.start()  # same store, same GPUs
-        health = httpx.get(f"{server.url}/health").json()
-        assert health["status"] == "healthy" and health["workers_alive"] == 2
+        server.start()  # same store, same GPUs; ready (and "healthy") with its first judge up
+        assert httpx.get(f"{server.url}/health").json()["status"] == "healthy"
+        _until(lambda: httpx.get(f"{server.url}/health").json()["workers_alive"] == 2, 20,
+               "the second judge did not come up")
         assert not running(stopped)  # the orphan was killed before a new judge took cuda:0
         new = {w["device"]: w["pid"] for w in workers()}
         assert set(new.values()).isdisjoint(old.values())
