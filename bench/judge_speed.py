@@ -226,6 +226,23 @@ class Trace:
             owner, name, original = self._undo.pop()
             setattr(owner, name, original)
 
+    def lock_summary(self, evaluations: int, since: float = 0.0) -> dict[str, dict[str, float]]:
+        """The device lock's holds recorded since `since`, by section ("exclusive timed", "shared
+        window_build"), per evaluation: how many, the seconds waited before them, the seconds held."""
+        with self.lock:
+            events = [(what, t0, t1) for _, what, t0, t1 in self.events if t0 >= since]
+        rows: dict[str, dict[str, float]] = {}
+        for what, t0, t1 in events:
+            waited = what.startswith("wait ")
+            name = what.removeprefix("wait ")
+            if not name.startswith(("exclusive ", "shared ")):
+                continue
+            row = rows.setdefault(name, {"holds": 0.0, "wait_s": 0.0, "held_s": 0.0})
+            row["wait_s" if waited else "held_s"] += t1 - t0
+            row["holds"] += 0 if waited else 1
+        n = max(1, evaluations)
+        return {k: {f: round(v / n, 4) for f, v in row.items()} for k, row in sorted(rows.items())}
+
     def overlaps(self, thread: str) -> list[dict[str, Any]]:
         """Each of `thread`'s timed ops, and the events that overlapped it: other threads' (stages, ops,
         lock holds, sandboxes started and killed) and its own sandboxes' starts and kills ("own ...")."""
@@ -532,21 +549,27 @@ def main() -> None:
     ap.add_argument("--spares", type=int, default=2, help="warm spare sandboxes of the precision judge")
     ap.add_argument("--trace", action="store_true",
                     help="record what every judge did, and what overlapped each precision evaluation's "
-                         "timed windows (the `overlaps` of the JSON rows)")
+                         "timed windows (the `overlaps` of the JSON rows); without --processes, also "
+                         "each lock section's holds and waits per evaluation of the throughput runs")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     trace = Trace() if args.trace else None
+    runs = []
     try:
         result = {"precision": precision(args.evals, shapes, args.under_load, args.pause,  # type: ignore[arg-type]
                                          args.spares, trace)}
-    finally:
-        if trace is not None:  # the throughput runs below are not traced
+        if trace is not None and args.processes:  # the judge processes' holds are out of its reach
             trace.close()
-    runs = []
-    for k in (int(v) for v in args.judges.split(",") if v) if args.throughput else ():
-        runs.append((throughput_processes if args.processes else throughput)(args.throughput, k))
-        print(json.dumps(runs[-1]), flush=True)
+        for k in (int(v) for v in args.judges.split(",") if v) if args.throughput else ():
+            since = time.monotonic()
+            runs.append((throughput_processes if args.processes else throughput)(args.throughput, k))
+            if trace is not None and not args.processes:  # judge threads: each section's holds and waits
+                runs[-1]["lock_sections"] = trace.lock_summary(args.throughput, since)
+            print(json.dumps(runs[-1]), flush=True)
+    finally:
+        if trace is not None:
+            trace.close()
     result["throughput"] = runs
     print(f"\n{'shape':>10} {'kernel_us':>9} {'spread':>7} {'median':>7} {'graph':>7} "
           f"{'med/graph':>9} {'BW frac':>7}")
@@ -577,6 +600,9 @@ def main() -> None:
             kinds = peak["by_kind_mib"].items()
             print(f"  the GPU's memory at its fullest: {peak['total_mib']} MiB; by process (MiB): "
                   + "; ".join(f"{k} x{len(v)}: {', '.join(map(str, v))}" for k, v in kinds))
+        for name, row in (t.get("lock_sections") or {}).items():
+            print(f"  lock {name:>32}: {row['holds']:.1f} holds, waited {row['wait_s']:.3f} s, "
+                  f"held {row['held_s']:.3f} s an evaluation")
         if t.get("sealed_ms_median"):
             print("  the sealed span (median ms, and calls a span): "
                   + ", ".join(f"{k} {v:g}" for k, v in t["sealed_ms_median"].items()))

@@ -63,3 +63,22 @@ def test_the_trace_records_stages_ops_and_lock_holds_and_puts_back_what_it_wrapp
         trace.close()
     assert (pipeline.Evaluation.steps, channel.Channel._account, timing.timing_lock, timing.gpu_work,
             correctness.gpu_work) == originals
+
+
+def test_the_lock_summary_counts_each_sections_holds_and_waits_per_evaluation() -> None:
+    trace = _judge_speed().Trace()
+    try:
+        trace.events.extend([
+            ("a", "stage timing", 0.0, 5.0),  # not a lock hold
+            ("a", "wait exclusive timed", 1.0, 1.5), ("a", "exclusive timed", 1.5, 1.7),
+            ("b", "wait exclusive timed", 1.2, 1.7), ("b", "exclusive timed", 1.7, 2.0),
+            ("a", "wait shared window_build", 2.0, 2.0), ("a", "shared window_build", 2.0, 2.25),
+            ("b", "wait shared window_build", 0.5, 0.6), ("b", "shared window_build", 0.6, 0.8)])
+        rows = trace.lock_summary(evaluations=2)
+        assert rows == {"exclusive timed": {"holds": 1.0, "wait_s": 0.5, "held_s": 0.25},
+                        "shared window_build": {"holds": 1.0, "wait_s": 0.05, "held_s": 0.225}}
+        assert trace.lock_summary(evaluations=2, since=1.1) == {
+            "exclusive timed": {"holds": 1.0, "wait_s": 0.25, "held_s": 0.25},
+            "shared window_build": {"holds": 0.5, "wait_s": 0.0, "held_s": 0.125}}
+    finally:
+        trace.close()
