@@ -100,7 +100,9 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g.add_argument("--server-token-env", default=None,
                    help="name of the environment variable holding the server's bearer token")
     g.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when present)")
-    g.add_argument("--workers", type=int, help="judge workers (CPU; default cores // 2)")
+    g.add_argument("--workers", type=int,
+                   help="judges: on the CPU default cores // 2; with --device cuda[:N], judges sharing that "
+                        "GPU (default 1)")
     g.add_argument("--reference-backend", choices=("eager", "compile"), default="eager")
     g.add_argument("--perf-trials", type=int, help="timed calls per runtime measurement")
     g.add_argument("--eval-timeout", type=float, default=180.0, help="seconds per evaluation")

@@ -8,6 +8,7 @@ a client command's flags (`client_executor_config`); output: the Executor, picke
 
 from __future__ import annotations
 
+import typing
 from typing import Any, TypeAlias
 
 from drkernel.errors import ConfigError
@@ -57,9 +58,11 @@ def executor_name(config: ExecutorConfig) -> str:
     raise ConfigError(f"executor: {type(config).__name__} is not one of {' | '.join(EXECUTORS)}")
 
 
-# what bench, optimize and train judge through (a run config's `judge` is one of these)
+# what bench, optimize and train judge through (a run config's `judge` is one of these; isinstance
+# takes the union itself), and their EXECUTORS names, in that table's order
 ClientExecutorConfig: TypeAlias = LocalExecutor.Config | HttpExecutor.Config | FakeExecutor.Config
-CLIENT_EXECUTORS = ("local", "http", "fake")
+CLIENT_EXECUTORS = tuple(name for name, cls in EXECUTORS.items()
+                         if cls in typing.get_args(ClientExecutorConfig))
 
 
 def client_executor_config(kind: str = "local", *, server: str | None = None, device: str | None = None,
@@ -67,7 +70,11 @@ def client_executor_config(kind: str = "local", *, server: str | None = None, de
     """The judge a client command's flags choose (`--executor`, `--server`, `--device`, `--workers`;
     bench, optimize and the scripts of bench/ call this, and so does the reading of a run config saved
     with the old `judge.device`/`judge.workers` keys): "local" (a pool of sandboxed judges here,
-    `workers` of them on `device`), "http" (a drkernel server at `server`, with `token`) or "fake"."""
+    `workers` of them on `device`), "http" (a drkernel server at `server`, with `token`) or "fake".
+
+    On a GPU the `workers` judges share it (`judges_per_gpu`): each GPU's judges hold one of its lock
+    slots, so `workers` copies of the device with one slot left all but one judge waiting for the GPU
+    until their start failed."""
     if kind not in CLIENT_EXECUTORS:
         raise ConfigError(f"unknown executor {kind!r} ({' | '.join(CLIENT_EXECUTORS)})")
     if kind == "fake":
@@ -76,6 +83,12 @@ def client_executor_config(kind: str = "local", *, server: str | None = None, de
         if not server:
             raise ConfigError("--executor http needs --server URL")
         return HttpExecutor.Config(base_url=server, token=token)
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers {workers}: must be >= 1")
+    if device is not None and device.startswith("cuda"):
+        if workers is not None and workers > 16:
+            raise ConfigError(f"--workers {workers}: at most 16 judges share one GPU")
+        return LocalExecutor.Config(devices=(device,), judges_per_gpu=workers or 1)
     devices = (device,) * (workers or 1) if device is not None else None
     return LocalExecutor.Config(devices=devices, num_cpu_workers=workers)
 

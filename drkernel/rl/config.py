@@ -246,7 +246,7 @@ class RunConfig:
     sft: SFTConfig = field(default_factory=SFTConfig)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.judge, CLIENT_CONFIGS):
+        if not isinstance(self.judge, ClientExecutorConfig):
             raise ConfigError(f"judge: {type(self.judge).__name__} is not the config of one of "
                               f"{' | '.join(CLIENT_EXECUTORS)}")
         for name in EVAL_REWARD_FIELDS:  # the reward has one place: `reward`
@@ -261,7 +261,6 @@ class RunConfig:
         return self.eval.replace(**(reward_options(self.reward) or {}))
 
 
-CLIENT_CONFIGS = tuple(EXECUTORS[name] for name in CLIENT_EXECUTORS)
 _PLAIN_OPTIONS = EvalOptions()
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import typing
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +40,12 @@ def test_a_client_commands_judge_is_chosen_in_one_place() -> None:
     assert choose("local", device="cpu", workers=2) == LocalExecutor.Config(devices=("cpu", "cpu"),
                                                                               num_cpu_workers=2)
     assert choose() == LocalExecutor.Config()
+    assert choose("local", device="cuda:1", workers=3) == LocalExecutor.Config(devices=("cuda:1",),
+                                                                                judges_per_gpu=3)
+    with pytest.raises(ConfigError, match="--workers 0: must be >= 1"):
+        choose("local", workers=0)
+    with pytest.raises(ConfigError, match="at most 16 judges share one GPU"):
+        choose("local", device="cuda", workers=17)
     http = HttpExecutor.Config(base_url="http://h:1", token="t")
     assert choose("http", server="http://h:1", token="t") == http
     assert choose("fake") == FakeExecutor.Config()
@@ -118,3 +126,19 @@ def test_the_table_imports_neither_ray_nor_httpx_and_leaves_the_environment_alon
             "assert not {'ray', 'httpx'} & set(sys.modules), sorted({'ray', 'httpx'} & set(sys.modules))\n"
             "assert 'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER' not in os.environ\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_workers_on_one_gpu_all_come_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`drkernel bench --device cuda:0 --workers 2`: both judges hold a slot of the GPU's lock and judge
+    (before, the second waited for the GPU until its start failed, three times). The GPU is simulated:
+    the scripted judge on "cuda:0", with the lock files in a private folder."""
+    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path / "locks"))
+    config = dataclasses.replace(build.client_executor_config("local", device="cuda:0", workers=2),
+                                 isolation="thread", gpu_lock_timeout_s=2.0)
+    with LocalExecutor(config, fake_judge) as executor:
+        assert executor.alive_workers() == 2
+        code = "# fake: speedup=2\nclass ModelNew:\n    pass\n"
+        results = executor.evaluate([EvalRequest(reference_code="class Model:\n    pass\n", kernel_code=code)
+                                     for _ in range(4)])
+    assert [r.outcome.value for r in results] == ["ok"] * 4
+    assert all(r.device is not None and r.device.worker_id in ("local-0", "local-1") for r in results)
