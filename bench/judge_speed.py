@@ -217,7 +217,7 @@ class Trace:
         wrap(process.SandboxProcess, "kill", traced_kill)
         for module in (timing, sealed, profiling, paper):  # each stage's own binding of the lock
             wrap(module, "timing_lock", traced_lock("exclusive"))
-        for module in (timing, sealed, correctness):
+        for module in (timing, correctness):  # the sealed stage takes no shared hold
             wrap(module, "gpu_work", traced_lock("shared"))
 
     def close(self) -> None:

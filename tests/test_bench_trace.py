@@ -65,6 +65,43 @@ def test_the_trace_records_stages_ops_and_lock_holds_and_puts_back_what_it_wrapp
             correctness.gpu_work) == originals
 
 
+def test_the_sealed_stage_runs_in_one_exclusive_hold() -> None:
+    """Every op of the sealed span (the region, the staging, the nulls, the span, the checks) lies inside
+    one exclusive hold of the device, taken once: no change of hold inside the stage for other judges'
+    holds to queue at (bench/probes/lock_model.py). The CPU takes no lock, but the stage asks for it the
+    same way, and the trace records the asking."""
+    trace = _judge_speed().Trace()
+    try:
+        kernel = asset("kernels", "relu_scale")
+        results = []
+
+        def work() -> None:
+            with Judge(device="cpu", cache_path=None) as judge:
+                results.append(judge.evaluate(EvalRequest(reference_code=kernel.reference,
+                                                          kernel_code=kernel.code, options=FAST)))
+
+        worker = threading.Thread(target=work, name="judge-sealed")
+        worker.start()
+        worker.join(timeout=300)
+        assert results and results[0].outcome is EvalOutcome.OK, results
+        assert results[0].kernel_timing is not None and results[0].kernel_timing.sealed_calls
+        mine = [(what, t0, t1) for name, what, t0, t1 in trace.events if name == "judge-sealed"]
+        holds = [(t0, t1) for what, t0, t1 in mine if what == "exclusive sealed"]
+        assert len(holds) == 1, holds
+        ops = [(what, t0, t1) for what, t0, t1 in mine if what.split(" ", 1)[-1].startswith("sealed_")
+               and what.split(" ", 1)[-1] != "sealed_drop"]
+        assert {what.split(" ", 1)[1] for what, _, _ in ops} >= {
+            "sealed_prepare", "sealed_map", "sealed_stage", "sealed_fill", "sealed_run", "sealed_take",
+            "sealed_check"}, sorted({w for w, _, _ in ops})
+        (a, b), = holds
+        assert all(a - 0.01 <= t0 and t1 <= b + 0.01 for _, t0, t1 in ops), (a, b, ops)
+        assert not any(what.startswith(("shared sealed", "wait shared sealed")) for what, _, _ in mine)
+        drops = [t0 for what, t0, _ in mine if what.endswith("sealed_drop")]
+        assert drops and all(t0 >= b - 0.01 for t0 in drops)  # the drop runs no kernel: after the hold
+    finally:
+        trace.close()
+
+
 def test_the_lock_summary_counts_each_sections_holds_and_waits_per_evaluation() -> None:
     trace = _judge_speed().Trace()
     try:
