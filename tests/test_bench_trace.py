@@ -12,7 +12,7 @@ from types import ModuleType
 from drkernel.sandbox import channel, pipeline
 from drkernel.sandbox.judge import Judge
 from drkernel.sandbox.stages import correctness, timing
-from drkernel.types import EvalOutcome, EvalRequest
+from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 from tests.sandbox.corpus import FAST, asset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,24 +27,30 @@ def _judge_speed() -> ModuleType:
     return module
 
 
+def _evaluate_in_thread(name: str) -> EvalResult:
+    """One honest CPU evaluation in a thread called `name` (the trace files events by thread)."""
+    kernel = asset("kernels", "relu_scale")
+    results = []
+
+    def work() -> None:
+        with Judge(device="cpu", cache_path=None) as judge:
+            results.append(judge.evaluate(EvalRequest(reference_code=kernel.reference,
+                                                      kernel_code=kernel.code, options=FAST)))
+
+    worker = threading.Thread(target=work, name=name)
+    worker.start()
+    worker.join(timeout=300)
+    assert results and results[0].outcome is EvalOutcome.OK, results
+    return results[0]
+
+
 def test_the_trace_records_stages_ops_and_lock_holds_and_puts_back_what_it_wrapped() -> None:
     originals = (pipeline.Evaluation.steps, channel.Channel._account, timing.timing_lock, timing.gpu_work,
                  correctness.gpu_work)
     trace = _judge_speed().Trace()
     try:
         assert channel.Channel._account is not originals[1]
-        kernel = asset("kernels", "relu_scale")
-        results = []
-
-        def work() -> None:
-            with Judge(device="cpu", cache_path=None) as judge:
-                results.append(judge.evaluate(EvalRequest(reference_code=kernel.reference,
-                                                          kernel_code=kernel.code, options=FAST)))
-
-        worker = threading.Thread(target=work, name="judge-under-trace")
-        worker.start()
-        worker.join(timeout=300)
-        assert results and results[0].outcome is EvalOutcome.OK, results
+        _evaluate_in_thread("judge-under-trace")
         mine = [(what, t0, t1) for name, what, t0, t1 in trace.events if name == "judge-under-trace"]
         kinds = {what for what, _, _ in mine}
         assert {"stage correctness", "stage timing", "sandbox run", "sandbox bench_run", "reference run",
@@ -72,19 +78,8 @@ def test_the_sealed_stage_runs_in_one_exclusive_hold() -> None:
     same way, and the trace records the asking."""
     trace = _judge_speed().Trace()
     try:
-        kernel = asset("kernels", "relu_scale")
-        results = []
-
-        def work() -> None:
-            with Judge(device="cpu", cache_path=None) as judge:
-                results.append(judge.evaluate(EvalRequest(reference_code=kernel.reference,
-                                                          kernel_code=kernel.code, options=FAST)))
-
-        worker = threading.Thread(target=work, name="judge-sealed")
-        worker.start()
-        worker.join(timeout=300)
-        assert results and results[0].outcome is EvalOutcome.OK, results
-        assert results[0].kernel_timing is not None and results[0].kernel_timing.sealed_calls
+        result = _evaluate_in_thread("judge-sealed")
+        assert result.kernel_timing is not None and result.kernel_timing.sealed_calls
         mine = [(what, t0, t1) for name, what, t0, t1 in trace.events if name == "judge-sealed"]
         holds = [(t0, t1) for what, t0, t1 in mine if what == "exclusive sealed"]
         assert len(holds) == 1, holds
