@@ -29,6 +29,8 @@
 #   rhythm   bench/serve_rhythm.py: `drkernel serve` with no flags, ready time, bursts through the
 #            project's Client and the authors'-style client with idle minutes between (issue 33);
 #            RHYTHM_ARGS, e.g. "--rounds 3 --idle-s 100"                                  (~6 min)
+#   rhythm_start, rhythm_wait   the same, detached, for the full rhythm across two calls (RHYTHM_ARGS="--burst 64
+#            --rounds 5 --idle-s 180": ~16 min): rhythm_start waits RHYTHM_WAIT (560) s, rhythm_wait as long again
 #   retry    bench/probes/pool_retry_probe.py: a judge fault retried in the judge, a frozen judge process
 #            retried by the pool on a fresh one (issue 37)                                   (~1 min)
 #   twogpu   issue 38 on an nvidia-h200-x2 (two GPUs): tests/sandbox/test_gpu_two.py (placement, locks), then
@@ -61,6 +63,21 @@ tests() {
     -W ignore::pytest.PytestConfigWarning -o timeout=60 ${TESTS_ARGS:-} > "$OUT/gpu_tests.log" 2>&1
 }
 verdict=""
+RHYTHM_DIR=${RHYTHM_DIR:-/tmp/drkernel-rhythm}
+rhythm_wait() {  # the detached rhythm run (rhythm_start): wait up to RHYTHM_WAIT s, copy what it wrote
+  local waited=0
+  while [ ! -f "$RHYTHM_DIR/exit" ] && [ "$waited" -lt "${RHYTHM_WAIT:-560}" ]; do
+    sleep 5
+    waited=$((waited + 5))
+  done
+  cp "$RHYTHM_DIR"/serve_rhythm.* "$OUT/" 2>/dev/null
+  if [ -f "$RHYTHM_DIR/exit" ]; then
+    echo "rhythm: finished, exit code $(cat "$RHYTHM_DIR/exit")" | tee -a "$OUT/serve_rhythm.status"
+  else
+    echo "rhythm: still running after ${waited} s of this call: call 'bash bench/gpu_all.sh rhythm_wait' within 30 s" \
+      | tee -a "$OUT/serve_rhythm.status"
+  fi
+}
 for part in "$@"; do
   case $part in
   judge) overhead; tests ;;
@@ -89,6 +106,17 @@ for part in "$@"; do
   rhythm)
     timeout "${RHYTHM_TIMEOUT:-560}" python3 bench/serve_rhythm.py --json "$OUT/serve_rhythm.json" ${RHYTHM_ARGS:-} \
       > "$OUT/serve_rhythm.log" 2>&1 ;;
+  rhythm_start)
+    # the full rhythm (5 bursts, 180 s idle: ~16 min) outlives a 10-minute call: run it detached (a new
+    # session survives the call), wait up to RHYTHM_WAIT s, and finish with `rhythm_wait` in the next
+    # call, within the 30 s the machine stays warm
+    rm -rf "$RHYTHM_DIR" && mkdir -p "$RHYTHM_DIR"
+    # shellcheck disable=SC2086  # RHYTHM_ARGS is a list of flags
+    setsid bash -c 'python3 bench/serve_rhythm.py --json "$0/serve_rhythm.json" $1 > "$0/serve_rhythm.log" 2>&1;
+                    echo $? > "$0/exit"' "$RHYTHM_DIR" "${RHYTHM_ARGS:-}" < /dev/null > /dev/null 2>&1 &
+    rhythm_wait ;;
+  rhythm_wait)
+    rhythm_wait ;;
   retry)
     timeout "${RETRY_TIMEOUT:-150}" python3 bench/probes/pool_retry_probe.py > "$OUT/retry.log" 2>&1 ;;
   beside)
@@ -131,7 +159,7 @@ for part in "$@"; do
       { TIMEFORMAT="eval $k wall %R s"; time timeout 120 python3 -m drkernel.cli eval \
         drkernel/examples/relu_scale/reference.py drkernel/examples/relu_scale/kernel.py; } >> "$OUT/extra.log" 2>&1
     done ;;
-  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect | peak | profwarm | latency | disturb | rhythm | retry | twogpu | beside)" >&2
+  *) echo "unknown part $part (judge | overhead | tests | service | rl | suite | agent | baselines | speed | extra | probe | seccomp | bisect | peak | profwarm | latency | disturb | rhythm | rhythm_start | rhythm_wait | retry | twogpu | beside)" >&2
      exit 2 ;;
   esac
 done
