@@ -282,8 +282,10 @@ def run(args: argparse.Namespace) -> int:
     if args.samples < 1:
         print("drkernel bench: --samples must be >= 1", file=sys.stderr)
         return 2
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit {args.limit}: must be >= 1")
     problems = load_suite(args.suite, args.levels)
-    if args.limit:
+    if args.limit is not None:
         problems = problems[: args.limit]
     if args.held_out:
         problems = _with_held_out(problems)

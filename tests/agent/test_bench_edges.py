@@ -95,3 +95,14 @@ def test_optimize_on_the_interpreter_says_its_times_mean_nothing_on_a_gpu(
     assert "best: turn 1, speedup 1.3x (interpreter timing, not a GPU speedup)" in captured.out
     assert f"note: {report['caveat']}" in captured.err
     assert report["caveat"] in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("limit", ["0", "-1"])
+def test_a_limit_below_one_is_refused_not_all_or_all_but_the_last(
+        limit: str, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--limit 0 ran every problem and --limit -1 every problem but the last (a Python slice)."""
+    argv = ["bench", "builtin:cpu", "--model", "m", "--base-url", "http://127.0.0.1:1/v1",
+            "--executor", "fake", "--limit", limit, "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"drkernel bench: --limit {limit}: must be >= 1"]
+    assert not (tmp_path / "o").exists()
