@@ -19,6 +19,7 @@ from drkernel.agent.cli_options import (
     add_run_options,
     build_loop_config,
     close_policy,
+    make_out_dir,
     start_policy_and_executor,
 )
 from drkernel.agent.loop import LoopConfig, run_episodes
@@ -292,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
     config = build_loop_config(args, default_turns=3)
     _check_size(args)
     check_out(args.out, args.resume)
+    make_out_dir(args.out)
     policy, executor = start_policy_and_executor(args)
     try:
         summary = run_bench(

@@ -106,3 +106,25 @@ def test_a_limit_below_one_is_refused_not_all_or_all_but_the_last(
     assert main(argv) == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"drkernel bench: --limit {limit}: must be >= 1"]
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["bench", "optimize"])
+def test_an_out_that_cannot_be_a_folder_is_one_line_before_any_judge(
+        command: str, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--out naming a file (or a place no folder can be made) was a FileExistsError traceback, after the
+    model's endpoint was checked and the judges had started."""
+    from pathlib import Path
+
+    import drkernel
+
+    target = ("builtin:cpu" if command == "bench"
+              else str(Path(drkernel.__file__).parent / "examples" / "relu_scale" / "reference.py"))
+    taken = tmp_path / "a_file"
+    taken.write_text("")
+    for out in (taken, taken / "below"):
+        argv = [command, target, "--model", "m", "--base-url", "http://127.0.0.1:1/v1", "--executor", "fake",
+                "--out", str(out)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"drkernel {command}: --out {out}: cannot"), err
+        assert "127.0.0.1:1" not in err[0]  # refused before the (dead) model endpoint was asked
