@@ -269,3 +269,14 @@ def test_serve_help_and_start_up_say_how_auth_works(capsys, monkeypatch) -> None
     monkeypatch.delenv("DRKERNEL_AUTH_TOKEN", raising=False)
     assert main(["serve", "--judge", "fake", "--db", ":memory:"]) == 0
     assert "auth is off" in capsys.readouterr().err
+
+
+def test_a_body_nested_past_the_parser_is_a_400_not_a_500(serve) -> None:
+    """JSON nested deeper than Python's recursion limit was a RecursionError, a 500, and the connection
+    closed under the client."""
+    srv = serve()
+    deep = b"[" * 100_000 + b"]" * 100_000
+    for path in ("/v1/tasks", "/evaluate", "/workflow/submit"):
+        r = srv.http.post(path, content=deep, headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "not valid JSON" in r.json()["message"], (path, r.text)
+    assert srv.http.get("/health").status_code == 200
