@@ -25,8 +25,9 @@ from drkernel.agent.loop import LoopConfig
 from drkernel.agent.policy import Policy, SamplingParams
 from drkernel.agent.prompts import PromptConfig, load_prompt_template
 from drkernel.agent.tts import ContextConfig
-from drkernel.errors import ConfigError
+from drkernel.errors import ConfigError, ExecutorError
 from drkernel.executors.build import CLIENT_EXECUTORS, build_executor, client_executor_config
+from drkernel.executors.http import HttpExecutor
 from drkernel.sandbox.judge import validate_request
 from drkernel.types import REWARD_PRESET_NAMES, EvalOptions, EvalRequest
 
@@ -242,10 +243,21 @@ def start_policy_and_executor(args: argparse.Namespace) -> tuple[Policy, Executo
         executor = build_executor(client_executor_config(
             args.executor, server=args.server, device=args.device, workers=args.workers,
             token=server_token(args)))
+        if isinstance(executor, HttpExecutor):
+            _check_server(executor, args.server)
     except BaseException:
         close_policy(policy)
         raise
     return policy, executor
+
+
+def _check_server(executor: HttpExecutor, url: str) -> None:
+    """--server answers as a drkernel server, asked once; else one line (the executor closed)."""
+    try:
+        executor.check_server()
+    except ExecutorError as exc:
+        executor.close()
+        raise ConfigError(f"--server {url}: no drkernel server answers there ({exc})") from None
 
 
 def close_policy(policy: Policy) -> None:

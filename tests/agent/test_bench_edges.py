@@ -128,3 +128,29 @@ def test_an_out_that_cannot_be_a_folder_is_one_line_before_any_judge(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"drkernel {command}: --out {out}: cannot"), err
         assert "127.0.0.1:1" not in err[0]  # refused before the (dead) model endpoint was asked
+
+
+@pytest.mark.parametrize("command", ["bench", "optimize"])
+def test_a_server_nobody_answers_at_is_one_line_before_the_model_is_asked(
+        command: str, chat_server, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--executor http --server URL where no drkernel server listens ran the episodes anyway: each failed
+    after the model's answer was spent on it, and the command exited 0 ('episode ended early')."""
+    import socket
+    import time
+    from pathlib import Path
+
+    import drkernel
+    from tests.agent.test_cli_bench import fake_answer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    srv = chat_server(fake_answer)
+    target = ("builtin:cpu" if command == "bench"
+              else str(Path(drkernel.__file__).parent / "examples" / "relu_scale" / "reference.py"))
+    start = time.monotonic()
+    code = main([command, target, "--model", "stub", "--base-url", srv.base_url, "--executor", "http",
+                 "--server", dead, "--turns", "1", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"drkernel {command}: --server {dead}: "), err
+    assert srv.requests == [] and time.monotonic() - start < 15  # no answer spent, no 30 s of retries
