@@ -101,3 +101,27 @@ def test_paper_stts_keeps_the_best_run_of_four_ties_to_the_earliest() -> None:
     assert select_turns(ts[:5], paper) == [1, 2, 3, 4]  # after the first 5-turn iteration
     assert select_turns(ts[:4], paper) == [0, 1, 2, 3]  # within it: every turn so far
     assert select_turns(ts, ours) == [3, 4, 5, 7]  # top 4 by reward, ties to the latest
+
+
+@pytest.mark.parametrize("command", ["bench", "optimize"])
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--temperature", "nan"), ("--temperature", "-1"), ("--top-p", "2"), ("--feedback-chars", "5"),
+    ("--request-timeout", "0"), ("--request-timeout", "nan"), ("--eval-timeout", "0"),
+    ("--eval-timeout", "-1"), ("--eval-timeout", "nan"), ("--perf-trials", "0"), ("--perf-trials", "-1"),
+    ("--perf-trials", "100000")])
+def test_a_bad_number_is_one_line_naming_its_flag_before_anything_runs(
+        command: str, flag: str, value: str, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A value the judge or the model server would refuse (or a NaN that broke the run's config.json)
+    is refused at once, by its flag's name, not after a model's answer was spent on it."""
+    from pathlib import Path
+
+    import drkernel
+    from drkernel.cli import main
+
+    example = Path(drkernel.__file__).parent / "examples" / "relu_scale" / "reference.py"
+    target = "builtin:cpu" if command == "bench" else str(example)
+    code = main([command, target, "--model", "m", "--base-url", "http://127.0.0.1:1/v1", "--executor", "fake",
+                 "--out", str(tmp_path / "out"), flag, value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"drkernel {command}: {flag}"), err
+    assert not (tmp_path / "out").exists()

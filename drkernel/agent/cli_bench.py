@@ -19,6 +19,7 @@ from drkernel.agent.cli_options import (
     add_run_options,
     build_loop_config,
     close_policy,
+    make_out_dir,
     start_policy_and_executor,
 )
 from drkernel.agent.loop import LoopConfig, run_episodes
@@ -282,14 +283,17 @@ def run(args: argparse.Namespace) -> int:
     if args.samples < 1:
         print("drkernel bench: --samples must be >= 1", file=sys.stderr)
         return 2
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit {args.limit}: must be >= 1")
     problems = load_suite(args.suite, args.levels)
-    if args.limit:
+    if args.limit is not None:
         problems = problems[: args.limit]
     if args.held_out:
         problems = _with_held_out(problems)
     config = build_loop_config(args, default_turns=3)
     _check_size(args)
     check_out(args.out, args.resume)
+    make_out_dir(args.out)
     policy, executor = start_policy_and_executor(args)
     try:
         summary = run_bench(

@@ -19,6 +19,7 @@ from drkernel.agent.cli_options import (
     add_run_options,
     build_loop_config,
     close_policy,
+    make_out_dir,
     start_policy_and_executor,
 )
 from drkernel.agent.env import KernelEnv
@@ -163,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{out} holds an earlier run's report: pass --overwrite to replace it, or choose "
                           "another --out")
     config = build_loop_config(args, default_turns=3)
+    make_out_dir(out)
     policy, executor = start_policy_and_executor(args)
     try:
         traj = optimize(problem, policy, executor, config, out)

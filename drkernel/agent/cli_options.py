@@ -8,8 +8,10 @@ The API key comes from the environment variable the user names (the process edge
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 # the `agent` extra, imported here so that `drkernel` can name what is missing for bench/optimize
@@ -23,9 +25,11 @@ from drkernel.agent.loop import LoopConfig
 from drkernel.agent.policy import Policy, SamplingParams
 from drkernel.agent.prompts import PromptConfig, load_prompt_template
 from drkernel.agent.tts import ContextConfig
-from drkernel.errors import ConfigError
+from drkernel.errors import ConfigError, ExecutorError
 from drkernel.executors.build import CLIENT_EXECUTORS, build_executor, client_executor_config
-from drkernel.types import REWARD_PRESET_NAMES, EvalOptions
+from drkernel.executors.http import HttpExecutor
+from drkernel.sandbox.judge import validate_request
+from drkernel.types import REWARD_PRESET_NAMES, EvalOptions, EvalRequest
 
 if TYPE_CHECKING:
     from drkernel.executors.base import Executor
@@ -35,6 +39,7 @@ __all__ = [
     "build_loop_config",
     "build_policy",
     "close_policy",
+    "make_out_dir",
     "max_model_len",
     "prompt_budget",
     "reward_preset",
@@ -161,7 +166,10 @@ def reward_preset(args: argparse.Namespace) -> str:
 # a config's key -> the flag a user of bench/optimize sets it with: errors name the flag
 _FLAGS = {"loop.concurrency": "--concurrency", "context.w": "--window", "context.mode": "--context",
           "context.token_budget": "--prompt-budget", "context.rank_by": "--rank-by",
-          "context.max_model_len": "--max-model-len", "sampling.max_tokens": "--max-tokens"}
+          "context.max_model_len": "--max-model-len", "sampling.max_tokens": "--max-tokens",
+          "sampling.temperature": "--temperature", "sampling.top_p": "--top-p",
+          "feedback.max_chars": "--feedback-chars", "timeout_s": "--eval-timeout",
+          "num_perf_trials": "--perf-trials"}
 
 
 def build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfig:
@@ -178,6 +186,9 @@ def build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfi
 def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConfig:
     turns, context = tts_defaults(args, default_turns)
     paper = _protocol(args) == "paper"
+    timeout = args.request_timeout
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ConfigError(f"--request-timeout {timeout:g}: must be a number of seconds > 0")
     template = getattr(args, "prompt_template", None)
     if template:
         load_prompt_template(template)  # a bad file is one line now, before any model or judge starts
@@ -185,11 +196,15 @@ def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConf
     options = make(
         reference_backend=args.reference_backend,
         # the authors' eval scripts time 10 calls (docs/paper_spec.md §3.2)
-        num_perf_trials=args.perf_trials or (PAPER_PERF_TRIALS if paper else None),
+        num_perf_trials=(args.perf_trials if args.perf_trials is not None  # 0 is refused, not a default
+                         else PAPER_PERF_TRIALS if paper else None),
         timeout_s=args.eval_timeout,
         reward_preset=reward_preset(args),
         paper_timing=paper,  # the authors' timing beside the judge's own (sandbox/stages/paper.py)
     )
+    # the judge's own checks of the options (a bad --eval-timeout or --perf-trials), now: a judge
+    # would refuse every evaluation of the run, after the model's answers were spent on them
+    validate_request(EvalRequest(reference_code="", kernel_code="", options=options))
     env = EnvConfig(
         max_turns=turns,
         eval_options=options,
@@ -206,6 +221,17 @@ def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConf
     return LoopConfig(env=env, sampling=sampling, concurrency=args.concurrency, model=args.model)
 
 
+def make_out_dir(out: str | Path) -> Path:
+    """--out, made now, before any model or judge starts: a path that cannot be a folder (a file is there,
+    or the filesystem refuses) is one line instead of a traceback after the judges started."""
+    path = Path(out)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {path}: cannot make that folder: {exc.strerror or exc}") from None
+    return path
+
+
 def start_policy_and_executor(args: argparse.Namespace) -> tuple[Policy, Executor]:
     """The policy, its endpoint checked (a model server that is down, refuses the key, does not serve
     the model or is not one: one line now, not retries and an all-zero table), then the executor."""
@@ -217,10 +243,21 @@ def start_policy_and_executor(args: argparse.Namespace) -> tuple[Policy, Executo
         executor = build_executor(client_executor_config(
             args.executor, server=args.server, device=args.device, workers=args.workers,
             token=server_token(args)))
+        if isinstance(executor, HttpExecutor):
+            _check_server(executor, args.server)
     except BaseException:
         close_policy(policy)
         raise
     return policy, executor
+
+
+def _check_server(executor: HttpExecutor, url: str) -> None:
+    """--server answers as a drkernel server, asked once; else one line (the executor closed)."""
+    try:
+        executor.check_server()
+    except ExecutorError as exc:
+        executor.close()
+        raise ConfigError(f"--server {url}: no drkernel server answers there ({exc})") from None
 
 
 def close_policy(policy: Policy) -> None:

@@ -6,6 +6,7 @@ transformers), ScriptedPolicy (tests and replays). Failures of a backend raise P
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,8 +36,8 @@ class SamplingParams:
     logprobs: bool = True  # ask for per-token log-probs (MRS needs them, docs/paper_spec.md §2.7)
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ConfigError("sampling.temperature: must be >= 0")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):  # NaN too
+            raise ConfigError("sampling.temperature: must be a number >= 0")
         if not 0 < self.top_p <= 1:
             raise ConfigError("sampling.top_p: must be in (0, 1]")
         if self.max_tokens < 1:

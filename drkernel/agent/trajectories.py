@@ -231,7 +231,9 @@ def append_jsonl(path: str | Path, traj: Trajectory) -> None:
 
 def iter_jsonl(path: str | Path) -> Iterator[Trajectory]:
     """Read episodes back; a torn last line (an interrupted write) is skipped with a warning."""
-    with open(path, encoding="utf-8") as f:
+    # errors="replace": a write cut inside a multi-byte character leaves bytes that are not UTF-8; the
+    # line is then torn JSON, skipped below, instead of a UnicodeDecodeError for the whole log
+    with open(path, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue

@@ -53,6 +53,7 @@ class HttpExecutor:
             base_url=self.config.base_url, token=self.config.token,
             request_timeout_s=self.config.request_timeout_s, max_retries=self.config.max_retries,
         ), transport=transport)
+        self._transport = transport
         self._capacity: int | None = None
         self._closed = False
 
@@ -63,6 +64,20 @@ class HttpExecutor:
             workers = self._client.health().get("workers", {})
             self._capacity = max(1, int(workers.get("total", 1)))
         return self._capacity
+
+    def check_server(self, timeout_s: float = 10.0) -> None:
+        """Ask the server's /health once, without the retries of a run (30 s of them): a client command
+        says at its start that no drkernel server answers at its URL (ExecutorError), instead of failing
+        each evaluation after the model's answer was spent on it."""
+        from drkernel.executors.http_client import Client, ClientConfig
+
+        probe = Client(ClientConfig(base_url=self.config.base_url, token=self.config.token,
+                                    request_timeout_s=timeout_s, max_retries=0), transport=self._transport)
+        try:
+            workers = probe.health().get("workers", {})
+        finally:
+            probe.close()
+        self._capacity = max(1, int(workers.get("total", 1)))
 
     def _deadline(self, requests: list[EvalRequest]) -> float:
         if self.config.batch_timeout_s is not None:

@@ -47,8 +47,8 @@ def load_problem_file(path: str | Path, *, level: int | None = None, prefix: str
     p = Path(path)
     try:
         code = p.read_text()
-    except OSError as exc:
-        raise ProblemError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:  # a file that is not UTF-8 text: one line, no traceback
+        raise ProblemError(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     validate_reference_source(code, str(p))
     return Problem(name=prefix + p.stem, reference_code=code, level=level, metadata={"source": str(p)})
 
@@ -167,8 +167,8 @@ def load_jsonl(path: str | Path) -> list[Problem]:
     p = Path(path)
     try:
         lines = p.read_text().splitlines()
-    except OSError as exc:
-        raise ProblemError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProblemError(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     problems = []
     for i, line in enumerate(lines, 1):
         if not line.strip():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from typing import Any
 
@@ -17,6 +18,8 @@ from drkernel.errors import ConfigError
 __all__ = ["register", "run"]
 
 logger = logging.getLogger(__name__)
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -70,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="run candidates without sandbox isolation (trusted code only; every result then "
                         "says \"isolation\": \"none\"); without it each judge refuses to start where it "
                         "cannot isolate sandboxes (as DRKERNEL_INSECURE=1)")
-    p.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="uvicorn log level (default info)")
     p.set_defaults(func=run)
 
 
@@ -116,6 +119,12 @@ def run(args: argparse.Namespace) -> int:
     db = os.path.abspath(settings.db_path)
     print(f"drkernel serve: task store {db}{'' if os.path.exists(db) else ' (new)'}", file=sys.stderr,
           flush=True)
+    try:  # what can be checked before the judges start (seconds, or minutes on a GPU host)
+        _check_listen(settings.host, settings.port)
+        _check_store(settings.db_path)
+    except ConfigError as exc:
+        print(f"drkernel serve: {exc}", file=sys.stderr)
+        return 2
     from drkernel.errors import DrKernelError
     from drkernel.server.app import default_executor
 
@@ -133,6 +142,38 @@ def run(args: argparse.Namespace) -> int:
     finally:
         executor.close()  # idempotent: the app's shutdown closed it, unless uvicorn never started it
     return 0
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Bind --host:--port once and let go: a port in use or a host that does not resolve is one line
+    now, where uvicorn said it in several after every judge had started, and exited 3."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"--host {host}: not an address this machine can listen on ({exc})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise ConfigError(f"--host {host} --port {port}: cannot listen there: "
+                              f"{exc.strerror or exc}") from None
+
+
+def _check_store(db_path: str) -> None:
+    """Open the task store once: a --db that SQLite cannot open or that is not a database is one line,
+    where it was a traceback in the app's startup."""
+    import sqlite3
+
+    from drkernel.server.store import TaskStore
+
+    if db_path == ":memory:":
+        return
+    try:
+        TaskStore(db_path).close()
+    except (sqlite3.Error, OSError) as exc:
+        raise ConfigError(f"--db {db_path}: cannot open it as the task store: {exc}") from None
 
 
 def _executor_error(settings: Any, exc: Exception) -> str:

@@ -108,6 +108,8 @@ async def read_json(request: Request, settings: Settings) -> Any:
         return json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ApiError(400, "VALIDATION", f"body is not valid JSON: {exc}") from None
+    except RecursionError:  # nested past the parser's depth: bad input, not the server's fault
+        raise ApiError(400, "VALIDATION", "body is not valid JSON: nested too deeply") from None
 
 
 def check_code_size(settings: Settings, *sources: str) -> None:

@@ -7,6 +7,8 @@ done or cancelled and result is the JSON result contract once done. Waits are bo
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 import uuid
 from typing import Any
 
@@ -33,9 +35,18 @@ __all__ = ["router", "task_view"]
 
 router = APIRouter(prefix="/v1")
 
-_OPTION_TYPES = {
-    f: type(v) for f, v in EvalOptions().to_dict().items() if v is not None
-}
+def _option_types() -> dict[str, type]:
+    """Each EvalOptions field's type, None left out of `X | None`: a field whose default is None (atol,
+    seed, ...) is typed too, where its default's type said nothing and a string reached the judge."""
+    hints = typing.get_type_hints(EvalOptions)
+    kinds = {}
+    for f in dataclasses.fields(EvalOptions):
+        args = [a for a in typing.get_args(hints[f.name]) if a is not type(None)]
+        kinds[f.name] = args[0] if args else hints[f.name]
+    return kinds
+
+
+_OPTION_TYPES = _option_types()
 
 
 def _check_options(options: Any) -> None:

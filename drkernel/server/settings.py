@@ -87,9 +87,13 @@ class Settings:
         for name in ("max_queue", "max_batch", "max_body_bytes", "max_code_bytes", "max_attempts"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"serve.{name}: must be >= 1")
-        if self.heartbeat_timeout_s <= 0 or self.deadline_grace_s < 0 or self.dedupe_window_s < 0:
-            raise ConfigError("serve.heartbeat_timeout_s must be > 0; deadline_grace_s and "
-                              "dedupe_window_s >= 0")
+        # each as `not x > 0` (not `x <= 0`), so that NaN is refused too; infinity is "never"
+        for name, zero in (("retention_s", False), ("heartbeat_timeout_s", False),
+                           ("deadline_grace_s", True), ("dedupe_window_s", True), ("evaluate_wait_s", True)):
+            value = getattr(self, name)
+            if value is not None and not (value >= 0 if zero else value > 0):
+                raise ConfigError(f"serve.{name}: {value!r} is not a number of seconds "
+                                  f"{'>= 0' if zero else '> 0'}")
         if self.devices is not None and (not self.devices or not all(
                 d == "cpu" or (d.startswith("cuda:") and d[5:].isdigit()) for d in self.devices)):
             raise ConfigError(f"serve.devices: {','.join(self.devices)!r}: expected a comma "

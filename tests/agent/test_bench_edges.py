@@ -95,3 +95,62 @@ def test_optimize_on_the_interpreter_says_its_times_mean_nothing_on_a_gpu(
     assert "best: turn 1, speedup 1.3x (interpreter timing, not a GPU speedup)" in captured.out
     assert f"note: {report['caveat']}" in captured.err
     assert report["caveat"] in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("limit", ["0", "-1"])
+def test_a_limit_below_one_is_refused_not_all_or_all_but_the_last(
+        limit: str, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--limit 0 ran every problem and --limit -1 every problem but the last (a Python slice)."""
+    argv = ["bench", "builtin:cpu", "--model", "m", "--base-url", "http://127.0.0.1:1/v1",
+            "--executor", "fake", "--limit", limit, "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"drkernel bench: --limit {limit}: must be >= 1"]
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["bench", "optimize"])
+def test_an_out_that_cannot_be_a_folder_is_one_line_before_any_judge(
+        command: str, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--out naming a file (or a place no folder can be made) was a FileExistsError traceback, after the
+    model's endpoint was checked and the judges had started."""
+    from pathlib import Path
+
+    import drkernel
+
+    target = ("builtin:cpu" if command == "bench"
+              else str(Path(drkernel.__file__).parent / "examples" / "relu_scale" / "reference.py"))
+    taken = tmp_path / "a_file"
+    taken.write_text("")
+    for out in (taken, taken / "below"):
+        argv = [command, target, "--model", "m", "--base-url", "http://127.0.0.1:1/v1", "--executor", "fake",
+                "--out", str(out)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"drkernel {command}: --out {out}: cannot"), err
+        assert "127.0.0.1:1" not in err[0]  # refused before the (dead) model endpoint was asked
+
+
+@pytest.mark.parametrize("command", ["bench", "optimize"])
+def test_a_server_nobody_answers_at_is_one_line_before_the_model_is_asked(
+        command: str, chat_server, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--executor http --server URL where no drkernel server listens ran the episodes anyway: each failed
+    after the model's answer was spent on it, and the command exited 0 ('episode ended early')."""
+    import socket
+    import time
+    from pathlib import Path
+
+    import drkernel
+    from tests.agent.test_cli_bench import fake_answer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    srv = chat_server(fake_answer)
+    target = ("builtin:cpu" if command == "bench"
+              else str(Path(drkernel.__file__).parent / "examples" / "relu_scale" / "reference.py"))
+    start = time.monotonic()
+    code = main([command, target, "--model", "stub", "--base-url", srv.base_url, "--executor", "http",
+                 "--server", dead, "--turns", "1", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"drkernel {command}: --server {dead}: "), err
+    assert srv.requests == [] and time.monotonic() - start < 15  # no answer spent, no 30 s of retries

@@ -76,6 +76,18 @@ def test_append_and_torn_last_line(tmp_path, caplog):
     assert "skipping" in caplog.text
 
 
+def test_a_torn_last_line_cut_inside_a_character_is_skipped_too(tmp_path, caplog):
+    """Episodes are written with ensure_ascii=False: a write killed inside a multi-byte character left
+    bytes that are not UTF-8, and reading the log back (bench --resume, drkernel report) was a
+    UnicodeDecodeError traceback instead of the skipped torn line."""
+    path = tmp_path / "log.jsonl"
+    append_jsonl(path, make(0))
+    with open(path, "ab") as f:
+        f.write('{"uid": "relu#1", "problem": "éé'.encode()[:-1])  # killed inside the last é
+    assert [t.sample for t in iter_jsonl(path)] == [0]
+    assert "skipping" in caplog.text
+
+
 def test_unknown_format(tmp_path):
     with pytest.raises(ConfigError):
         save_trajectories(tmp_path / "t.csv", [make()])

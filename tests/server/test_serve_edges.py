@@ -50,3 +50,45 @@ def test_no_running_cluster_for_auto_is_one_line(tmp_path: Path, monkeypatch: py
     assert last == ("drkernel serve: --executor ray --address auto: no Ray cluster runs here: start one "
                     "with `ray start --head` (and `ray start --address HEAD:6379` on the other nodes), or "
                     "leave out --address for a private one on this machine")
+
+
+def _no_judges(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Judges that must not start: `serve` refuses what it can check before it starts any."""
+    from drkernel.server import app
+
+    started: list[object] = []
+    monkeypatch.setattr(app, "default_executor", started.append)
+    return started
+
+
+@pytest.mark.parametrize("case", ["port in use", "db is a folder", "db is not a database", "bad host"])
+def test_what_serve_can_check_is_one_line_before_any_judge_starts(
+        case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A port in use was uvicorn's multi-line error and exit code 3 after every judge had started; a --db
+    that SQLite cannot open was a traceback and 'Application startup failed'; an unresolvable --host a
+    UnicodeError traceback."""
+    started = _no_judges(monkeypatch)
+    port, db, host = _free_port(), tmp_path / "s.db", "127.0.0.1"
+    with socket.socket() as busy:
+        if case == "port in use":
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+        elif case == "db is a folder":
+            db.mkdir()
+        elif case == "db is not a database":
+            db.write_bytes(b"\xff" * 4096)
+        else:
+            host = "bad..host"
+        code = main(["serve", "--judge", "fake", "--host", host, "--port", str(port), "--db", str(db)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and not started, lines
+    assert lines[-1].startswith("drkernel serve: ") and "Traceback" not in "\n".join(lines), lines
+    assert ("--port" if case == "port in use" else "--host" if case == "bad host" else "--db") in lines[-1]
+
+
+def test_a_log_level_uvicorn_does_not_know_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--judge", "fake", "--log-level", "bogus"])
+    assert info.value.code == 2 and "--log-level" in capsys.readouterr().err

@@ -269,3 +269,29 @@ def test_serve_help_and_start_up_say_how_auth_works(capsys, monkeypatch) -> None
     monkeypatch.delenv("DRKERNEL_AUTH_TOKEN", raising=False)
     assert main(["serve", "--judge", "fake", "--db", ":memory:"]) == 0
     assert "auth is off" in capsys.readouterr().err
+
+
+def test_a_wrongly_typed_option_with_no_default_is_a_400_not_a_500(serve) -> None:
+    """Options whose default is None (atol, rtol, num_perf_trials, seed) went untyped to the judge's
+    checks, where a string was a TypeError and a 500."""
+    srv = serve()
+    for bad in ({"atol": "x"}, {"rtol": [1]}, {"num_perf_trials": "3"}, {"seed": 1.5}):
+        body = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"),
+                            "options": bad}}
+        r = srv.http.post("/v1/tasks", json=body)
+        assert r.status_code == 400 and r.json()["error_code"] == "VALIDATION_ERROR", r.text
+        assert f"request.options.{next(iter(bad))}: expected" in r.json()["message"]
+    ok = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"),
+                      "options": {"atol": 1, "rtol": 0.5, "num_perf_trials": 3, "seed": 7}}}
+    assert srv.http.post("/v1/tasks", json=ok).status_code == 202
+
+
+def test_a_body_nested_past_the_parser_is_a_400_not_a_500(serve) -> None:
+    """JSON nested deeper than Python's recursion limit was a RecursionError, a 500, and the connection
+    closed under the client."""
+    srv = serve()
+    deep = b"[" * 100_000 + b"]" * 100_000
+    for path in ("/v1/tasks", "/evaluate", "/workflow/submit"):
+        r = srv.http.post(path, content=deep, headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "not valid JSON" in r.json()["message"], (path, r.text)
+    assert srv.http.get("/health").status_code == 200

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 from typing import Any
 
@@ -102,3 +103,15 @@ def test_serve_builds_its_executor_from_the_one_table() -> None:
     for name in ("http", "fake"):  # serve's vocabulary is narrower than the table's
         with pytest.raises(ConfigError, match=f"serve.executor: '{name}' not in local\\|ray"):
             Settings(executor=name)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("retention_s", -1.0), ("retention_s", 0.0), ("retention_s", math.nan), ("evaluate_wait_s", -1.0),
+    ("evaluate_wait_s", math.nan), ("heartbeat_timeout_s", math.nan), ("deadline_grace_s", math.nan),
+    ("dedupe_window_s", math.nan)])
+def test_a_negative_or_nan_duration_is_refused_by_name(field: str, value: float) -> None:
+    """`serve --retention -1` deleted every result as it finished (a client polling /results got 404);
+    NaN passed every check, since each compared with `<`."""
+    with pytest.raises(ConfigError, match=f"serve.{field}: "):
+        Settings(**{field: value})  # type: ignore[arg-type]
+    Settings(retention_s=math.inf, evaluate_wait_s=0.0, dedupe_window_s=0.0)  # keep all; no wait; off
