@@ -8,6 +8,7 @@ a client command's flags (`client_executor_config`); output: the Executor, picke
 
 from __future__ import annotations
 
+import os
 import typing
 from typing import Any, TypeAlias
 
@@ -89,6 +90,10 @@ def client_executor_config(kind: str = "local", *, server: str | None = None, de
         if workers is not None and workers > 16:
             raise ConfigError(f"--workers {workers}: at most 16 judges share one GPU")
         return LocalExecutor.Config(devices=(device,), judges_per_gpu=workers or 1)
+    cores = os.cpu_count() or 1
+    if workers is not None and workers > 4 * cores:  # each judge is processes that import torch
+        raise ConfigError(f"--workers {workers}: more than 4 judges per CPU core of this machine ({cores} "
+                          "cores) only queue for them")
     devices = (device,) * (workers or 1) if device is not None else None
     return LocalExecutor.Config(devices=devices, num_cpu_workers=workers)
 

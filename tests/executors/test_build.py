@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import typing
@@ -46,6 +47,12 @@ def test_a_client_commands_judge_is_chosen_in_one_place() -> None:
         choose("local", workers=0)
     with pytest.raises(ConfigError, match="at most 16 judges share one GPU"):
         choose("local", device="cuda", workers=17)
+    cores = os.cpu_count() or 1
+    assert choose("local", device="cpu", workers=4 * cores).num_cpu_workers == 4 * cores
+    with pytest.raises(ConfigError, match=f"--workers {4 * cores + 1}: more than 4 judges per CPU core"):
+        choose("local", device="cpu", workers=4 * cores + 1)
+    with pytest.raises(ConfigError, match="more than 4 judges per CPU core"):
+        choose("local", workers=1000 * cores)
     http = HttpExecutor.Config(base_url="http://h:1", token="t")
     assert choose("http", server="http://h:1", token="t") == http
     assert choose("fake") == FakeExecutor.Config()
