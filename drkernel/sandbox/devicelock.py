@@ -1,15 +1,15 @@
 """The device to itself for timing, host-wide: a reader-writer lock per physical GPU.
 
 Judges that share a GPU (several per device, or judges of two servers) compile, load and check
-correctness side by side. The stages whose numbers depend on having the device to themselves
-(the timed windows, the sealed span's stage, the profiled window, the peak measurement, the
-reference's timing) hold the lock exclusively (`timing_lock`); other heavy GPU work of the judges'
-sandboxes (the reference's checksums of timed inputs, the launch modes, building the candidate's
-window) holds it shared (`gpu_work`), so it never runs inside another judge's timing window. Writers are preferred: a timing window that waits
-keeps new shared holders out (they queue on a gate file the writer holds), so a stream of shared work
-cannot starve it. The steps that may compile the candidate's kernels (seconds of CPU: the correctness
-trials, the held-out shapes) take no lock: a shared holder that compiles would keep every timing
-window waiting.
+correctness side by side. The stages whose numbers depend on having the device to themselves (the timed
+windows, the sealed span's stage, the profiled window, the peak measurement, the reference's timing)
+hold the lock exclusively (`timing_lock`); other heavy GPU work of the judges' sandboxes (the
+reference's checksums of timed inputs, the launch modes, building the candidate's window) holds it
+shared (`gpu_work`), so it never runs inside another judge's timing window. Writers are preferred: a
+timing window that waits keeps new shared holders out (they queue on a gate file the writer holds), so a
+stream of shared work cannot starve it. The steps that may compile the candidate's kernels (seconds of
+CPU: the correctness trials, the held-out shapes) take no lock: a shared holder that compiles would keep
+every timing window waiting.
 
 Both are flocks on files named after the GPU: they end with their holder, even one that crashed.
 A thread that holds the timing lock passes through `gpu_work` (the same thread must not wait on

@@ -468,6 +468,9 @@ def validate_request(request: EvalRequest) -> None:
             raise ConfigError(f"{name}: must be a number >= 0")
     if not 0.0 <= o.launch_preroll_us <= 1000.0:
         raise ConfigError("launch_preroll_us: must be between 0 and 1000")
+    if not isinstance(o.memory_limit_mb, int) or o.memory_limit_mb < 64:  # as `drkernel eval` refuses
+        raise ConfigError(f"memory_limit_mb: {o.memory_limit_mb!r} is below 64 (MiB of host memory a "
+                          "sandbox may hold)")
     if o.reference_backend not in ("eager", "compile"):
         raise ConfigError(f"reference_backend: {o.reference_backend!r} is not 'eager' or 'compile'")
     if not isinstance(request.kernel_code, str) or not isinstance(request.reference_code, str):

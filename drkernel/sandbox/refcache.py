@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from drkernel.errors import ConfigError
 from drkernel.types import TimingStats
 
 __all__ = ["ReferenceTimingCache"]
@@ -27,6 +28,24 @@ CREATE TABLE IF NOT EXISTS reference_timing (
 """
 
 
+def _open(path: Path) -> sqlite3.Connection:
+    """The cache's SQLite file, made the judge's alone: sandboxes run under other uids (SQLite gives its
+    -wal and -shm the same mode); its table made if new."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    for own in (str(path), f"{path}-wal", f"{path}-shm"):  # files of an older judge may be 0644
+        if os.path.exists(own):
+            os.chmod(own, 0o600)
+    db = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(_SCHEMA)
+    except sqlite3.Error:
+        db.close()
+        raise
+    return db
+
+
 class ReferenceTimingCache:
     """`get`/`put` of TimingStats by key; `path=None` keeps it in memory only."""
 
@@ -34,16 +53,13 @@ class ReferenceTimingCache:
         self._lock = threading.Lock()
         if path is None:
             self._db = sqlite3.connect(":memory:", check_same_thread=False)
+            self._db.execute(_SCHEMA)
         else:
-            Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            # the judge's alone: sandboxes run under other uids (SQLite gives its -wal and -shm the same mode)
-            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
-            for own in (str(path), f"{path}-wal", f"{path}-shm"):  # files of an older judge may be 0644
-                if os.path.exists(own):
-                    os.chmod(own, 0o600)
-            self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(_SCHEMA)
+            try:
+                self._db = _open(Path(path))
+            except (OSError, sqlite3.Error) as exc:  # the user's path: one line, not a traceback
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                raise ConfigError(f"reference timing cache {path}: cannot open it: {why}") from None
         self._db.commit()
 
     @staticmethod

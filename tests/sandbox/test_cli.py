@@ -143,6 +143,23 @@ def test_the_judge_refuses_a_negative_tolerance_from_the_api_too() -> None:
         validate_request(EvalRequest(reference_code="x", kernel_code="y", options=EvalOptions(atol=-1.0)))
     with pytest.raises(ConfigError, match="timeout_s: must be > 0"):
         validate_request(EvalRequest(reference_code="x", kernel_code="y", options=EvalOptions(timeout_s=0)))
+    # what `eval --memory-limit-mb` refuses, a served request may not ask either (it was accepted: 202)
+    with pytest.raises(ConfigError, match="memory_limit_mb: 1 is below 64"):
+        validate_request(EvalRequest(reference_code="x", kernel_code="y",
+                                     options=EvalOptions(memory_limit_mb=1)))
+
+
+@pytest.mark.parametrize("where", ["folder", "missing_parent_of_a_file", "not_a_database"])
+def test_a_cache_that_cannot_be_opened_is_a_usage_error(tmp_path: Path, where: str) -> None:
+    """`--cache` names the reference timing cache: a folder, a path under a file, or a file that is not
+    SQLite is one line naming it, exit 2 (each was a traceback, exit 1)."""
+    cache = {"folder": tmp_path,
+             "missing_parent_of_a_file": tmp_path / "a_file" / "cache.sqlite",
+             "not_a_database": tmp_path / "text.sqlite"}[where]
+    (tmp_path / "a_file").write_text("not a folder")
+    (tmp_path / "text.sqlite").write_text("hello, this is not SQLite" * 100)
+    proc = drkernel_eval(REFERENCE, ASSETS / "kernels" / "relu_scale.py", *FAST_FLAGS, cache=cache)
+    assert_usage_error(proc, f"reference timing cache {cache}: cannot open it")
 
 
 def test_one_size_limit_for_sources_shared_with_the_server(tmp_path: Path,
