@@ -156,7 +156,11 @@ def run_rl(args: argparse.Namespace) -> int:
         print(f"drkernel train rl: interrupted; {_checkpointed(run_dir)}; to resume from it: "
               f"{rerun_command(args)}", file=sys.stderr)
         return INTERRUPTED
-    print(f"run finished at step {cfg.trainer.steps}: {run_dir}")
+    if start > cfg.trainer.steps:
+        print(f"{run_dir} is already at step {start}, past trainer.steps={cfg.trainer.steps}: nothing to "
+              "train (a larger trainer.steps goes on)")
+    else:
+        print(f"run finished at step {cfg.trainer.steps}: {run_dir}")
     return 0
 
 
