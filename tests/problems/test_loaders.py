@@ -134,3 +134,14 @@ def test_suite_spec_errors() -> None:
     with pytest.raises(ProblemError, match="no such file or folder"):
         load_suite("/definitely/not/here")
     assert {p.metadata["size"] for p in load_suite("builtin:gpu", levels=(2,))} == {"gpu"}
+
+
+def test_a_file_that_is_not_utf8_is_named_and_skipped_in_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "good.py").write_text(REF)
+    (tmp_path / "latin1.py").write_bytes(b"# caf\xe9\n" + REF.encode())
+    assert [p.name for p in load_folder(tmp_path)] == ["good"]
+    with pytest.raises(ProblemError, match="latin1.py: not UTF-8 text"):
+        load_problem_file(tmp_path / "latin1.py")
+    (tmp_path / "p.jsonl").write_bytes(b"\xff\xfe\n")
+    with pytest.raises(ProblemError, match="p.jsonl: not UTF-8 text"):
+        load_jsonl(tmp_path / "p.jsonl")
