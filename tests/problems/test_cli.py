@@ -76,3 +76,17 @@ def test_suite_baselines_bad_arguments_are_one_line(argv: list[str], message: st
     assert main(["suite", "baselines", "builtin:cpu", "--trials", "1", *store, *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-input-numel", "0"], "audit.max_input_numel: must be >= 1"),
+    (["--max-input-numel", "-5"], "audit.max_input_numel: must be >= 1"),
+    (["--only", "nothing-matches", "--fail-on-flag"], "--only matched no problem"),
+    (["--only", "101_", "--judge", "--device", "tpu"], "unknown device 'tpu'"),
+])
+def test_audit_bad_arguments_are_one_line(argv: list[str], message: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "builtin", *argv]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
+    assert captured.out == ""  # no table header before the error
