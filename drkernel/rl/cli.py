@@ -139,6 +139,7 @@ def run_rl(args: argparse.Namespace) -> int:
         )
     run_dir = Path(args.run_dir)
     _check_resume(cfg, run_dir, args.force_config)
+    _make_folder(run_dir, "--run-dir")
     _line_buffered()
     _quiet_progress_bars()
     from drkernel.rl.progress import Progress
@@ -162,6 +163,17 @@ def run_rl(args: argparse.Namespace) -> int:
     else:
         print(f"run finished at step {cfg.trainer.steps}: {run_dir}")
     return 0
+
+
+def _make_folder(path: Path, flag: str) -> None:
+    """The output folder a command writes, made now; a file there or a path that cannot be made is a
+    ConfigError naming the flag."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot make the folder: {exc.strerror or exc}") from None
 
 
 def _checkpointed(run_dir: Path) -> str:
@@ -205,6 +217,7 @@ def run_sft_command(args: argparse.Namespace) -> int:
     if earlier and not args.overwrite:
         raise ConfigError(f"--out {out} already holds a run ({', '.join(earlier)}): choose a new folder, "
                           "or --overwrite to replace it")
+    _make_folder(out, "--out")  # before the model loads: a folder that cannot be made is said at once
     _line_buffered()
     _quiet_progress_bars()
     conversations = load_conversations(args.data)
@@ -213,7 +226,6 @@ def run_sft_command(args: argparse.Namespace) -> int:
               f"({cfg.model.device}, {cfg.model.dtype}, lr {cfg.sft.lr:g})", file=sys.stderr)
     problems = training_problems(cfg.data) if cfg.model.tiny is not None else []
     model, tokenizer = build_model(cfg.model, problems, seed=cfg.sft.seed)
-    out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.json")
     print(f"sft: {len(conversations)} conversations, {cfg.sft.epochs} epochs, batch {cfg.sft.batch_size}, "
           f"lr {cfg.sft.lr:g}, {cfg.model.dtype} -> {out}", file=sys.stderr)

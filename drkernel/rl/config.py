@@ -224,6 +224,8 @@ class SFTConfig:
             raise ConfigError("sft: batch_size, micro_batch_size, epochs >= 1 and max_length >= 2")
         if self.lr <= 0:
             raise ConfigError("sft.lr: must be > 0")
+        if self.lora_rank < 0:
+            raise ConfigError(f"sft.lora_rank: must be >= 0 (0: no LoRA), got {self.lora_rank}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -14,3 +14,13 @@ def test_a_rerun_with_fewer_steps_than_done_says_where_the_run_stands(tmp_path, 
     out = capsys.readouterr().out
     assert "finished at step 1" not in out  # the run is at step 2: it said step 1 before
     assert f"{run} is already at step 2, past trainer.steps=1: nothing to train" in out
+
+
+def test_a_run_dir_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert main(["train", "rl", *FAST, "--run-dir", str(afile)]) == 2
+    assert f"--run-dir {afile}: is a file, not a folder" in capsys.readouterr().err
+    assert main(["train", "rl", *FAST, "--run-dir", str(afile / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"--run-dir {afile / 'run'}: cannot make the folder" in err and "Traceback" not in err
