@@ -78,8 +78,9 @@ def register(subparsers: Any) -> None:
 
 
 def _common(p: argparse.ArgumentParser, recipe_default: str | None) -> None:
-    what = "" if recipe_default else " (required: SFT has no toy default)"
-    p.add_argument("--recipe", default=recipe_default, help=f"one of {', '.join(RECIPES)}{what}")
+    what = f" (default: {recipe_default})" if recipe_default else " (required: SFT has no toy default)"
+    # default None, so that --recipe given beside --config is seen (resolve_config refuses the pair)
+    p.add_argument("--recipe", help=f"one of {', '.join(RECIPES)}{what}")
     p.add_argument("--config", help="a config.json to start from instead of a recipe")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
@@ -91,6 +92,8 @@ def _usage(p: argparse.ArgumentParser) -> int:
 
 
 def resolve_config(recipe: str | None, config: str | None, overrides: list[str]) -> RunConfig:
+    if recipe and config:
+        raise ConfigError("--recipe and --config: give one (a config.json is a whole config, recipe and all)")
     base = load_config(config) if config else get_recipe(recipe or "debug_cpu")
     return apply_overrides(base, overrides)
 

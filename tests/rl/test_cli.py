@@ -24,3 +24,17 @@ def test_a_run_dir_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path, capsys
     assert main(["train", "rl", *FAST, "--run-dir", str(afile / "run")]) == 2
     err = capsys.readouterr().err
     assert f"--run-dir {afile / 'run'}: cannot make the folder" in err and "Traceback" not in err
+
+
+def test_recipe_and_config_together_are_refused(tmp_path, capsys):
+    config = tmp_path / "config.json"
+    assert main(["train", "recipes", "debug_cpu"]) == 0
+    config.write_text(capsys.readouterr().out)
+    for command in (["rl"], ["sft", "--data", "d.jsonl", "--out", str(tmp_path / "o")]):
+        assert main(["train", *command, "--recipe", "dr_kernel_8b", "--config", str(config),
+                     "--print-config"]) == 2
+        assert "--recipe and --config: give one" in capsys.readouterr().err  # the recipe was ignored
+    assert main(["train", "rl", "--config", str(config), "--print-config"]) == 0
+    assert '"name": "debug_cpu"' in capsys.readouterr().out
+    assert main(["train", "rl", "--print-config"]) == 0  # no --recipe: debug_cpu, as --help says
+    assert '"name": "debug_cpu"' in capsys.readouterr().out
