@@ -49,10 +49,12 @@ class AuditConfig:
     )
 
     def __post_init__(self) -> None:
-        if len(self.seeds) < 3:
-            from drkernel.errors import ConfigError
+        from drkernel.errors import ConfigError
 
+        if len(self.seeds) < 3:
             raise ConfigError("audit.seeds: need at least 3 input seeds")
+        if self.max_input_numel is not None and self.max_input_numel < 1:
+            raise ConfigError(f"audit.max_input_numel: must be >= 1, got {self.max_input_numel}")
 
 
 @dataclass(slots=True)

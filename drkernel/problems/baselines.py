@@ -73,10 +73,14 @@ class BaselineStore:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_store_path()
         self._entries: dict[str, dict[str, Any]] = {}
+        if self.path.is_dir():
+            raise ConfigError(f"{self.path}: is a folder, not a baseline store (a .json file)")
         if self.path.is_file():
             try:
-                self._entries = dict(json.loads(self.path.read_text()).get("entries", {}))
-            except (json.JSONDecodeError, AttributeError) as exc:
+                self._entries = dict(json.loads(self.path.read_bytes()).get("entries", {}))
+            except OSError as exc:
+                raise ConfigError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+            except (ValueError, TypeError, AttributeError) as exc:  # not JSON, or not {"entries": {...}}
                 raise ConfigError(f"{self.path}: not a baseline store: {exc}") from None
 
     def get(self, problem: Problem, device: str, backend: str) -> BaselineTiming | None:
@@ -86,10 +90,13 @@ class BaselineStore:
 
     def put(self, timing: BaselineTiming) -> None:
         self._entries[timing.key] = timing.to_dict()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": 1, "entries": self._entries}, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({"version": 1, "entries": self._entries}, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            raise ConfigError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
 
     def entries(self) -> list[BaselineTiming]:
         return [BaselineTiming(**e) for e in self._entries.values()]

@@ -7,10 +7,12 @@ Prints a table (or one JSON object with --json); exit code 0 whenever an audit w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import Any
 
+from drkernel.errors import ConfigError
 from drkernel.problems.audit import AuditConfig, ProblemAudit, audit_suite
 from drkernel.problems.loaders import load_suite, parse_levels
 
@@ -47,18 +49,20 @@ def run(args: argparse.Namespace) -> int:
     problems = load_suite(args.suite, args.levels)
     if args.only:
         problems = [p for p in problems if any(o in p.name for o in args.only)]
+        if not problems:
+            raise ConfigError(f"--only matched no problem of {args.suite!r}")
     cfg = AuditConfig(max_input_numel=args.max_input_numel)
-    if not args.json:
-        print(f"{'problem':48s} {'status':8s} {'max|out|':>9s} {'variation':>9s} {'size':>7s}  flags")
     show = None if args.json else (lambda a: print(_row(a), flush=True))
-    if args.judge:
-        from drkernel.sandbox.judge import Judge
-        from drkernel.settings import judge_settings_from_env
+    with contextlib.ExitStack() as stack:
+        judge = None
+        if args.judge:  # started before the table's header: a judge that cannot start is one line
+            from drkernel.sandbox.judge import Judge
+            from drkernel.settings import judge_settings_from_env
 
-        with Judge.from_config(judge_settings_from_env(), args.device) as judge:
-            results = audit_suite(problems, cfg, judge, on_result=show)
-    else:
-        results = audit_suite(problems, cfg, on_result=show)
+            judge = stack.enter_context(Judge.from_config(judge_settings_from_env(), args.device))
+        if not args.json:
+            print(f"{'problem':48s} {'status':8s} {'max|out|':>9s} {'variation':>9s} {'size':>7s}  flags")
+        results = audit_suite(problems, cfg, judge, on_result=show)
     summary: dict[str, Any] = {s: sum(a.status == s for a in results) for s in ("ok", "flagged", "error")}
     if args.json:
         json.dump({"suite": args.suite, "judge": args.judge, "summary": summary,

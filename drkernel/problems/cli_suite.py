@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from drkernel.errors import ProblemError
+from drkernel.errors import ConfigError, ProblemError
 from drkernel.problems.baselines import BACKENDS, BaselineStore, refresh_baselines
 from drkernel.problems.loaders import load_suite, parse_levels
 from drkernel.problems.suite import builtin_names, builtin_problem, builtin_solution
@@ -86,10 +86,14 @@ def run_baselines(args: argparse.Namespace) -> int:
     problems = load_suite(args.suite)
     if args.only:
         problems = [p for p in problems if any(o in p.name for o in args.only)]
+        if not problems:
+            raise ConfigError(f"--only matched no problem of {args.suite!r}")
     if args.device.startswith("cuda"):
         from drkernel.device import resolve_device
 
         args.device = resolve_device(args.device)
+    elif args.device != "cpu":
+        raise ConfigError(f"--device {args.device!r}: expected cpu, cuda or cuda:N")
     store = BaselineStore(args.store)
     backends = BACKENDS if args.backend == "both" else (args.backend,)
     timings = refresh_baselines(problems, store, device=args.device, backends=backends, force=args.force,
@@ -152,7 +156,6 @@ def _survey_suite(spec: str, levels: tuple[int, ...] | None) -> tuple[str, list[
 
 
 def run_survey_command(args: argparse.Namespace) -> int:
-    from drkernel.errors import ConfigError
     from drkernel.problems.survey import SurveyConfig, run_survey
 
     nulls = tuple(n.strip() for n in args.nulls.split(",") if n.strip())
@@ -220,7 +223,5 @@ def run_table(args: argparse.Namespace) -> int:
     try:
         Path(args.out).write_text(text)
     except OSError as exc:
-        from drkernel.errors import ConfigError
-
         raise ConfigError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     return 0

@@ -42,13 +42,19 @@ def _natural_key(path: Path) -> tuple[Any, ...]:
     return tuple(int(x) if x.isdigit() else x for x in re.split(r"(\d+)", path.name))
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProblemError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProblemError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
 def load_problem_file(path: str | Path, *, level: int | None = None, prefix: str = "") -> Problem:
     """One KernelBench-format .py file."""
     p = Path(path)
-    try:
-        code = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:  # a file that is not UTF-8 text: one line, no traceback
-        raise ProblemError(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    code = _read_text(p)
     validate_reference_source(code, str(p))
     return Problem(name=prefix + p.stem, reference_code=code, level=level, metadata={"source": str(p)})
 
@@ -165,10 +171,7 @@ def problem_from_record(record: dict[str, Any], origin: str) -> Problem:
 def load_jsonl(path: str | Path) -> list[Problem]:
     """One problem per line: a JSON object as accepted by problem_from_record."""
     p = Path(path)
-    try:
-        lines = p.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProblemError(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    lines = _read_text(p).splitlines()
     problems = []
     for i, line in enumerate(lines, 1):
         if not line.strip():

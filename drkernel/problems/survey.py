@@ -72,8 +72,10 @@ class SurveyConfig:
             raise ConfigError("survey.backends: eager, optionally with compile")
         if not 2 <= self.null_trials <= 20:  # a replay is caught from its second call on
             raise ConfigError(f"survey.null_trials: {self.null_trials} not in 2..20")
-        if self.budget_s is not None and self.budget_s <= 0:
-            raise ConfigError(f"survey.budget_s: {self.budget_s} is not > 0")
+        for name in ("budget_s", "probe_timeout_s", "eval_timeout_s", "peak_gbs", "peak_tflops"):
+            value = getattr(self, name)  # None: no budget, or no peak given
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"survey.{name}: {value} is not a finite number > 0")
 
 
 @dataclass(slots=True)
@@ -134,6 +136,8 @@ def load_survey(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{p}: not JSON: {exc.msg} at line {exc.lineno}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not JSON: not UTF-8 text (byte {exc.start})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("rows"), list):
         raise ConfigError(f"{p}: not a survey file ({FORMAT})")
     return data

@@ -78,8 +78,9 @@ def register(subparsers: Any) -> None:
 
 
 def _common(p: argparse.ArgumentParser, recipe_default: str | None) -> None:
-    what = "" if recipe_default else " (required: SFT has no toy default)"
-    p.add_argument("--recipe", default=recipe_default, help=f"one of {', '.join(RECIPES)}{what}")
+    what = f" (default: {recipe_default})" if recipe_default else " (required: SFT has no toy default)"
+    # default None, so that --recipe given beside --config is seen (resolve_config refuses the pair)
+    p.add_argument("--recipe", help=f"one of {', '.join(RECIPES)}{what}")
     p.add_argument("--config", help="a config.json to start from instead of a recipe")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
@@ -91,6 +92,8 @@ def _usage(p: argparse.ArgumentParser) -> int:
 
 
 def resolve_config(recipe: str | None, config: str | None, overrides: list[str]) -> RunConfig:
+    if recipe and config:
+        raise ConfigError("--recipe and --config: give one (a config.json is a whole config, recipe and all)")
     base = load_config(config) if config else get_recipe(recipe or "debug_cpu")
     return apply_overrides(base, overrides)
 
@@ -139,6 +142,7 @@ def run_rl(args: argparse.Namespace) -> int:
         )
     run_dir = Path(args.run_dir)
     _check_resume(cfg, run_dir, args.force_config)
+    _make_folder(run_dir, "--run-dir")
     _line_buffered()
     _quiet_progress_bars()
     from drkernel.rl.progress import Progress
@@ -156,8 +160,23 @@ def run_rl(args: argparse.Namespace) -> int:
         print(f"drkernel train rl: interrupted; {_checkpointed(run_dir)}; to resume from it: "
               f"{rerun_command(args)}", file=sys.stderr)
         return INTERRUPTED
-    print(f"run finished at step {cfg.trainer.steps}: {run_dir}")
+    if start > cfg.trainer.steps:
+        print(f"{run_dir} is already at step {start}, past trainer.steps={cfg.trainer.steps}: nothing to "
+              "train (a larger trainer.steps goes on)")
+    else:
+        print(f"run finished at step {cfg.trainer.steps}: {run_dir}")
     return 0
+
+
+def _make_folder(path: Path, flag: str) -> None:
+    """The output folder a command writes, made now; a file there or a path that cannot be made is a
+    ConfigError naming the flag."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot make the folder: {exc.strerror or exc}") from None
 
 
 def _checkpointed(run_dir: Path) -> str:
@@ -201,6 +220,7 @@ def run_sft_command(args: argparse.Namespace) -> int:
     if earlier and not args.overwrite:
         raise ConfigError(f"--out {out} already holds a run ({', '.join(earlier)}): choose a new folder, "
                           "or --overwrite to replace it")
+    _make_folder(out, "--out")  # before the model loads: a folder that cannot be made is said at once
     _line_buffered()
     _quiet_progress_bars()
     conversations = load_conversations(args.data)
@@ -209,7 +229,6 @@ def run_sft_command(args: argparse.Namespace) -> int:
               f"({cfg.model.device}, {cfg.model.dtype}, lr {cfg.sft.lr:g})", file=sys.stderr)
     problems = training_problems(cfg.data) if cfg.model.tiny is not None else []
     model, tokenizer = build_model(cfg.model, problems, seed=cfg.sft.seed)
-    out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.json")
     print(f"sft: {len(conversations)} conversations, {cfg.sft.epochs} epochs, batch {cfg.sft.batch_size}, "
           f"lr {cfg.sft.lr:g}, {cfg.model.dtype} -> {out}", file=sys.stderr)

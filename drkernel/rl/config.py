@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -223,6 +224,8 @@ class SFTConfig:
             raise ConfigError("sft: batch_size, micro_batch_size, epochs >= 1 and max_length >= 2")
         if self.lr <= 0:
             raise ConfigError("sft.lr: must be > 0")
+        if self.lora_rank < 0:
+            raise ConfigError(f"sft.lora_rank: must be >= 0 (0: no LoRA), got {self.lora_rank}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -329,6 +332,8 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if not math.isfinite(value):  # JSON's NaN and Infinity, in a config.json or a --set value
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -371,7 +376,18 @@ def save_config(cfg: RunConfig, path: str | Path) -> None:
 
 
 def load_config(path: str | Path) -> RunConfig:
-    cfg = from_dict(RunConfig, moved(json.loads(Path(path).read_text())))
+    """A RunConfig from a config.json; a file that cannot be read or holds no config is a ConfigError."""
+    try:
+        data = json.loads(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:  # JSONDecodeError, or bytes that are no text
+        raise ConfigError(f"{path}: not JSON (a config.json as `--print-config` writes it): {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object (a config.json as `--print-config` writes it)")
+    cfg = from_dict(RunConfig, moved(data))
     assert isinstance(cfg, RunConfig)
     return cfg
 

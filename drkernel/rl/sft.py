@@ -43,12 +43,17 @@ def load_conversations(path: str | Path) -> list[Messages]:
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"sft data {p}: no such file")
+    if p.is_dir():
+        raise ConfigError(f"sft data {p}: is a folder, not a .jsonl or .parquet file")
     if p.suffix == ".parquet":
         try:
             import pyarrow.parquet as pq  # type: ignore[import-untyped]
         except ModuleNotFoundError as exc:
             raise ConfigError("parquet data needs pyarrow (pip install pyarrow)") from exc
-        records = pq.read_table(p, columns=["messages"]).to_pylist()
+        try:
+            records = pq.read_table(p, columns=["messages"]).to_pylist()
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise ConfigError(f"sft data {p}: not a parquet file with a `messages` column ({exc})") from None
     else:
         records = _read_jsonl(p)
     out = []

@@ -65,3 +65,18 @@ def test_bad_arguments_and_store(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{oops")
     with pytest.raises(ConfigError, match="not a baseline store"):
         BaselineStore(tmp_path / "bad.json")
+
+
+def test_a_store_that_cannot_be_read_or_written_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00")
+    (tmp_path / "list.json").write_text('{"entries": [1, 2]}')
+    for name in ("binary.json", "list.json"):
+        with pytest.raises(ConfigError, match="not a baseline store"):
+            BaselineStore(tmp_path / name)
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(ConfigError, match="is a folder"):
+        BaselineStore(tmp_path / "folder")
+    (tmp_path / "file").write_text("")
+    store = BaselineStore(tmp_path / "file" / "b.json")  # its folder cannot be made
+    with pytest.raises(ConfigError, match="cannot write"):
+        refresh_baselines([builtin_problem("101_ReLU", "cpu")], store, trials=1, warmup=0)

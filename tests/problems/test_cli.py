@@ -63,3 +63,30 @@ def test_suite_show_gives_the_size_this_machine_judges(capsys: pytest.CaptureFix
     gpu = capsys.readouterr().out
     assert "# --- size: cpu ---" not in gpu
     assert ("# --- size: cpu ---" in default) is (not torch.cuda.is_available())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--only", "101_", "--device", "tpu"], "--device 'tpu': expected cpu, cuda or cuda:N"),
+    (["--only", "nothing-matches"], "--only matched no problem"),
+    (["--only", "101_", "--store", "."], "is a folder"),
+])
+def test_suite_baselines_bad_arguments_are_one_line(argv: list[str], message: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    store = ["--store", str(tmp_path / "b.json")]
+    assert main(["suite", "baselines", "builtin:cpu", "--trials", "1", *store, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-input-numel", "0"], "audit.max_input_numel: must be >= 1"),
+    (["--max-input-numel", "-5"], "audit.max_input_numel: must be >= 1"),
+    (["--only", "nothing-matches", "--fail-on-flag"], "--only matched no problem"),
+    (["--only", "101_", "--judge", "--device", "tpu"], "unknown device 'tpu'"),
+])
+def test_audit_bad_arguments_are_one_line(argv: list[str], message: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "builtin", *argv]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
+    assert captured.out == ""  # no table header before the error

@@ -136,13 +136,12 @@ def test_suite_spec_errors() -> None:
     assert {p.metadata["size"] for p in load_suite("builtin:gpu", levels=(2,))} == {"gpu"}
 
 
-def test_a_file_that_is_not_utf8_is_a_problem_error_not_a_traceback(tmp_path: Path) -> None:
-    """`drkernel bench DIR` / `optimize FILE` on a file that is not UTF-8 text: one line naming it."""
-    (tmp_path / "1_binary.py").write_bytes(b"\xff\xfe\x00 not text")
-    (tmp_path / "2_good.py").write_text(REF)
-    with pytest.raises(ProblemError, match="1_binary.py: cannot read: .*utf-8"):
-        load_problem_file(tmp_path / "1_binary.py")
-    assert [p.name for p in load_folder(tmp_path)] == ["2_good"]  # skipped with a warning, as others
-    (tmp_path / "rows.jsonl").write_bytes(b"\xff\xfe\n")
-    with pytest.raises(ProblemError, match="rows.jsonl: cannot read: .*utf-8"):
-        load_jsonl(tmp_path / "rows.jsonl")
+def test_a_file_that_is_not_utf8_is_named_and_skipped_in_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "good.py").write_text(REF)
+    (tmp_path / "latin1.py").write_bytes(b"# caf\xe9\n" + REF.encode())
+    assert [p.name for p in load_folder(tmp_path)] == ["good"]
+    with pytest.raises(ProblemError, match="latin1.py: not UTF-8 text"):
+        load_problem_file(tmp_path / "latin1.py")
+    (tmp_path / "p.jsonl").write_bytes(b"\xff\xfe\n")
+    with pytest.raises(ProblemError, match="p.jsonl: not UTF-8 text"):
+        load_jsonl(tmp_path / "p.jsonl")

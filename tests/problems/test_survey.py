@@ -245,6 +245,10 @@ def test_failure_reasons_floor_and_wrapper() -> None:
     (["--null-trials", "1"], "null_trials"),
     (["--device", "tpu"], "--device"),
     (["--only", "nothing-matches"], "no problem left"),
+    (["--budget-s", "nan"], "survey.budget_s: nan is not a finite number > 0"),
+    (["--probe-timeout-s", "inf"], "survey.probe_timeout_s: inf is not"),
+    (["--peak-gbs", "-1"], "survey.peak_gbs: -1.0 is not"),
+    (["--peak-tflops", "nan"], "survey.peak_tflops: nan is not"),
 ])
 def test_bad_survey_arguments_are_one_line_usage_errors(argv: list[str], message: str, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
@@ -271,7 +275,9 @@ def test_bad_paths_and_files_are_one_line_usage_errors(tmp_path: Path,
           str(tmp_path / "no" / "a.json")], "no such folder"),
         (["suite", "table", str(tmp_path / "not_survey.json")], "not a survey file"),
         (["suite", "table", str(tmp_path / "absent.json")], "cannot read"),
+        (["suite", "table", str(tmp_path / "latin1.json")], "latin1.json: not JSON"),
     ]
+    (tmp_path / "latin1.json").write_bytes(b'{"caf\xe9": 1}')
     for argv, message in cases:
         assert main(argv) == 2
         err = capsys.readouterr().err

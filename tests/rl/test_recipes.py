@@ -160,3 +160,37 @@ def test_sft_help_shows_defaults(capsys):
         main(["train", "sft", "--help"])
     out = capsys.readouterr().out
     assert "(required: SFT has no toy default)" in out and "--overwrite" in out
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "no such file"),
+    ("", "not JSON"),
+    (b"\xff\xfe{}", "not JSON"),
+    ("trainer: {steps: 2}\n", "not JSON"),
+    ("[]", "expected a JSON object"),
+])
+def test_a_config_file_that_is_no_config_is_one_line(tmp_path, capsys, content, words):
+    path = tmp_path / "config.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    assert main(["train", "rl", "--config", str(path), "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and str(path) in err and "Traceback" not in err
+    assert main(["train", "rl", "--config", str(tmp_path), "--print-config"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_numbers_must_be_finite_on_the_command_line_and_in_a_config_file(tmp_path, value):
+    with pytest.raises(ConfigError, match="optim.lr: expected a finite number"):
+        apply_overrides(RunConfig(), [f"optim.lr={value}"])
+    data = to_dict(shipped.debug_cpu())
+    data["optim"]["lr"] = float(value.lower().replace("infinity", "inf"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    from drkernel.rl.config import load_config
+
+    with pytest.raises(ConfigError, match="optim.lr: expected a finite number"):
+        load_config(path)

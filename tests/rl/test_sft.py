@@ -170,3 +170,27 @@ def test_sft_trains_on_what_each_turn_was_sent_when_the_history_was_cut(tmp_path
         assert conv[:-1] == turn_prompt(traj, turn)
         assert conv[-1] == {"role": "assistant", "content": turn.response}
     assert convs[2][:-1] == traj.prompt  # the third turn saw no earlier turn at all
+
+
+def test_sft_data_that_is_a_folder_or_no_parquet_of_messages_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="is a folder"):
+        load_conversations(tmp_path)
+    (tmp_path / "junk.parquet").write_text("not parquet")
+    with pytest.raises(ConfigError, match=r"junk\.parquet: not a parquet file with a `messages` column"):
+        load_conversations(tmp_path / "junk.parquet")
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.Table.from_pylist([{"prompt": "x"}]), tmp_path / "rl.parquet")  # RL rows: no messages
+    with pytest.raises(ConfigError, match=r"rl\.parquet: not a parquet file with a `messages` column"):
+        load_conversations(tmp_path / "rl.parquet")
+
+
+def test_cli_sft_refuses_a_negative_lora_rank_and_an_out_that_is_a_file(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"messages": _conversation()}) + "\n")
+    argv = ["train", "sft", "--recipe", "debug_cpu", "--data", str(data)]
+    assert main([*argv, "--out", str(tmp_path / "o"), "--lora-rank", "-1"]) == 2
+    assert "sft.lora_rank: must be >= 0" in capsys.readouterr().err  # it trained without LoRA before
+    assert main([*argv, "--out", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {data}: is a file, not a folder" in err and "Traceback" not in err
