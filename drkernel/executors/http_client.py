@@ -138,6 +138,7 @@ class Client(_Base):
         """Results of every task, or EvalTimeout when they are not all done by the deadline."""
         deadline = time.monotonic() + timeout_s
         done: dict[str, EvalResult] = {}
+        task_ids = list(dict.fromkeys(task_ids))  # an id given twice is one task, answered once
         while len(done) < len(task_ids):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -210,6 +211,7 @@ class AsyncClient(_Base):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         done: dict[str, EvalResult] = {}
+        task_ids = list(dict.fromkeys(task_ids))  # an id given twice is one task, answered once
         while len(done) < len(task_ids):
             left = deadline - loop.time()
             if left <= 0:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, Overloaded
 from drkernel.executors.fake import scripted_result
 from drkernel.executors.http import HttpExecutor
-from drkernel.types import EvalOptions, EvalRequest
+from drkernel.executors.http_client import AsyncClient
+from drkernel.types import EvalOptions, EvalRequest, EvalResult
 
 
 def req(task_id: str | None = None) -> EvalRequest:
@@ -104,3 +107,16 @@ def test_config_is_validated() -> None:
         HttpExecutor.Config(base_url="judge:8000")
     with pytest.raises(ConfigError):
         HttpExecutor.Config(priority="urgent")
+
+
+def test_a_task_id_given_twice_in_one_batch_is_answered_twice() -> None:
+    with executor(FakeServer(), batch_timeout_s=2) as ex:
+        results = ex.evaluate([req("a"), req("a")])
+    assert [r.task_id for r in results] == ["a", "a"]
+
+    async def run() -> list[EvalResult]:
+        transport = httpx.MockTransport(FakeServer())
+        async with AsyncClient(base_url="http://judge.test", transport=transport) as client:
+            return await client.evaluate([req("b"), req("b")], timeout_s=2)
+
+    assert [r.task_id for r in asyncio.run(run())] == ["b", "b"]
