@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -76,6 +77,11 @@ def _prepare(requests: list[EvalRequest]) -> list[EvalRequest]:
     """Give each request a task id (idempotent resubmission), keeping the caller's ids."""
     return [r if r.task_id else dataclasses.replace(r, task_id=f"client-{uuid.uuid4().hex}")
             for r in requests]
+
+
+def _task_path(task_id: str) -> str:
+    """The task's URL, its id escaped whole (an id may hold `/`, `?`, `#` or `%`)."""
+    return f"/v1/tasks/{quote(task_id, safe='')}"
 
 
 def _batch_body(chunk: list[EvalRequest], priority: str) -> dict[str, Any]:
@@ -157,11 +163,11 @@ class Client(_Base):
         return [results[i] for i in ids]
 
     def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
-        return self._call("GET", f"/v1/tasks/{task_id}", extra_timeout=wait_s,  # type: ignore[no-any-return]
+        return self._call("GET", _task_path(task_id), extra_timeout=wait_s,  # type: ignore[no-any-return]
                           params={"wait": wait_s})
 
     def cancel(self, task_id: str) -> bool:
-        return bool(self._call("DELETE", f"/v1/tasks/{task_id}")["cancelled"])
+        return bool(self._call("DELETE", _task_path(task_id))["cancelled"])
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/health")  # type: ignore[no-any-return]
@@ -230,11 +236,11 @@ class AsyncClient(_Base):
         return [results[i] for i in ids]
 
     async def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
-        return await self._call("GET", f"/v1/tasks/{task_id}",  # type: ignore[no-any-return]
+        return await self._call("GET", _task_path(task_id),  # type: ignore[no-any-return]
                                 extra_timeout=wait_s, params={"wait": wait_s})
 
     async def cancel(self, task_id: str) -> bool:
-        return bool((await self._call("DELETE", f"/v1/tasks/{task_id}"))["cancelled"])
+        return bool((await self._call("DELETE", _task_path(task_id)))["cancelled"])
 
     async def health(self) -> dict[str, Any]:
         return await self._call("GET", "/health")  # type: ignore[no-any-return]

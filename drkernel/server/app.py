@@ -287,9 +287,9 @@ def create_app(settings: Settings | None = None,
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_api_route("/evaluate", evaluate, methods=["POST"])
     app.add_api_route("/evaluate/batch", evaluate_batch, methods=["POST"])
-    app.add_api_route("/status/{task_id}", task_status, methods=["GET"])
-    app.add_api_route("/results/{task_id}", task_result, methods=["GET"])
-    app.add_api_route("/tasks/{task_id}", cancel_task, methods=["DELETE"])
+    app.add_api_route("/status/{task_id:path}", task_status, methods=["GET"])
+    app.add_api_route("/results/{task_id:path}", task_result, methods=["GET"])
+    app.add_api_route("/tasks/{task_id:path}", cancel_task, methods=["DELETE"])
     app.include_router(workflow.router)
     app.include_router(native.router)
     app.include_router(ops.router)

@@ -159,7 +159,7 @@ async def health(request: Request) -> dict[str, Any]:
             "running": state.scheduler.running(), "executor": type(state.executor).__name__}
 
 
-@router.get("/tasks/{task_id}")
+@router.get("/tasks/{task_id:path}")
 async def get_task(request: Request, task_id: str, wait: float = 0.0) -> dict[str, Any]:
     state = server_state(request)
     records = await state.scheduler.wait([task_id], _wait_s(state, wait))
@@ -181,7 +181,7 @@ async def wait_tasks(request: Request) -> dict[str, Any]:
                       else {"task_id": i, "state": "unknown", "result": None} for i in ids]}
 
 
-@router.delete("/tasks/{task_id}")
+@router.delete("/tasks/{task_id:path}")
 async def cancel(request: Request, task_id: str) -> dict[str, Any]:
     state = server_state(request)
     prior = await run_in_threadpool(state.scheduler.cancel, task_id)

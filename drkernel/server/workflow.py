@@ -170,7 +170,7 @@ async def submit_workflow(request: Request) -> dict[str, Any]:
     return _workflow_response(anchor_response(latest), iso(latest.submitted_at))
 
 
-@router.get("/workflow/results/{task_id}")
+@router.get("/workflow/results/{task_id:path}")
 async def workflow_results(request: Request, task_id: str) -> dict[str, Any]:
     record = server_state(request).store.get(task_id)
     if record is None:

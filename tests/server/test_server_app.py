@@ -295,3 +295,21 @@ def test_a_body_nested_past_the_parser_is_a_400_not_a_500(serve) -> None:
         r = srv.http.post(path, content=deep, headers={"content-type": "application/json"})
         assert r.status_code == 400 and "not valid JSON" in r.json()["message"], (path, r.text)
     assert srv.http.get("/health").status_code == 200
+
+
+def test_task_ids_with_url_characters_are_fetched_and_cancelled_by_their_own_id(serve) -> None:
+    from drkernel.executors.http_client import Client
+    from drkernel.types import EvalRequest
+
+    srv = serve()
+    ids = ["level1/3", "a?b=c", "#x", "50%"]
+    with Client(base_url=srv.url, max_retries=0) as client:
+        reqs = [EvalRequest(reference_code=REF, kernel_code=kernel(""), task_id=t) for t in ids]
+        assert [r.task_id for r in client.evaluate(reqs, timeout_s=10)] == ids
+        assert [client.get(t)["task_id"] for t in ids] == ids
+        assert [client.cancel(t) for t in ids] == [False] * 4  # finished: nothing to cancel
+    for t in ids:
+        quoted = t.replace("%", "%25").replace("/", "%2F").replace("?", "%3F").replace("#", "%23")
+        assert srv.http.get(f"/results/{quoted}").json()["task_id"] == t
+        assert srv.http.get(f"/status/{quoted}").json()["task_id"] == t
+        assert srv.http.get(f"/workflow/results/{quoted}").json()["task_id"] == t
