@@ -38,6 +38,16 @@ class ClientConfig:
     backoff_cap_s: float = 30.0
     poll_s: float = 20.0  # server-side long-poll per wait request
 
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"client.base_url: {self.base_url!r} is not an http(s) URL")
+        if self.max_retries < 0 or self.backoff_s < 0:
+            raise ConfigError(f"client.max_retries ({self.max_retries}) and client.backoff_s "
+                              f"({self.backoff_s}) must be >= 0")
+        for name in ("request_timeout_s", "poll_s", "backoff_cap_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"client.{name}: {getattr(self, name)} must be > 0")
+
 
 @contextlib.contextmanager
 def http_errors(what: str) -> Iterator[None]:

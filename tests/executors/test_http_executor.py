@@ -10,7 +10,7 @@ import pytest
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, Overloaded
 from drkernel.executors.fake import scripted_result
 from drkernel.executors.http import HttpExecutor
-from drkernel.executors.http_client import AsyncClient
+from drkernel.executors.http_client import AsyncClient, Client
 from drkernel.types import EvalOptions, EvalRequest, EvalResult
 
 
@@ -120,3 +120,11 @@ def test_a_task_id_given_twice_in_one_batch_is_answered_twice() -> None:
             return await client.evaluate([req("b"), req("b")], timeout_s=2)
 
     assert [r.task_id for r in asyncio.run(run())] == ["b", "b"]
+
+
+@pytest.mark.parametrize("bad", [{"base_url": "127.0.0.1:8000"}, {"base_url": ""},
+                                 {"max_retries": -1}, {"request_timeout_s": 0},
+                                 {"poll_s": 0}, {"backoff_s": -1}])
+def test_a_client_config_mistake_is_a_config_error_at_once(bad: dict) -> None:
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        Client(**bad)
