@@ -36,6 +36,7 @@ from drkernel.server.envelope import (
     error_response,
     read_json,
     server_state,
+    validation_error,
 )
 from drkernel.server.scheduler import Scheduler
 from drkernel.server.settings import Settings
@@ -182,8 +183,7 @@ def _install_middleware(app: FastAPI, settings: Settings) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(ApiError(400, "VALIDATION",
-                                       f"Request validation failed: {exc.errors()[:3]}"))
+        return error_response(validation_error(exc.errors()))
 
     @app.exception_handler(ConfigError)
     async def bad_option(_: Request, exc: ConfigError) -> JSONResponse:

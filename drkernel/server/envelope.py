@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ __all__ = [
     "read_json",
     "server_state",
     "submit_or_raise",
+    "validation_error",
 ]
 
 
@@ -61,6 +63,15 @@ class ApiError(Exception):
         self.task_id = task_id
         self.headers = headers or {}
         self.detail = detail
+
+
+def validation_error(errors: Sequence[Any], task_id: str | None = None) -> ApiError:
+    """Pydantic's error rows as the anchor's 400: the first one named in words, all listed."""
+    rows = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in errors]
+    first: dict[str, Any] = rows[0] if rows else {"loc": [], "msg": "invalid request"}
+    where = ".".join(str(p) for p in first["loc"]) or "body"
+    return ApiError(400, "VALIDATION", f"Request validation failed: {where}: {first['msg']}",
+                    task_id=task_id, detail=rows)
 
 
 # our code -> (the anchor's `error` name, its ErrorCode name). The anchor answers 404 with

@@ -24,6 +24,7 @@ from drkernel.server.envelope import (
     read_json,
     server_state,
     submit_or_raise,
+    validation_error,
 )
 from drkernel.server.store import NewTask, TaskRecord
 
@@ -39,13 +40,8 @@ def parse(model: type[Any], data: Any) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        rows = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
-        first: dict[str, Any] = rows[0] if rows else {"loc": [], "msg": str(exc)}
-        where = ".".join(str(p) for p in first["loc"]) or "body"
         task_id = data.get("task_id") if isinstance(data, dict) else None
-        raise ApiError(400, "VALIDATION", f"Request validation failed: {where}: {first['msg']}",
-                       task_id=task_id if isinstance(task_id, str) else None,
-                       detail=rows) from None
+        raise validation_error(exc.errors(), task_id if isinstance(task_id, str) else None) from None
 
 
 def anchor_tasks(

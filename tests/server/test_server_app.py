@@ -313,3 +313,10 @@ def test_task_ids_with_url_characters_are_fetched_and_cancelled_by_their_own_id(
         assert srv.http.get(f"/results/{quoted}").json()["task_id"] == t
         assert srv.http.get(f"/status/{quoted}").json()["task_id"] == t
         assert srv.http.get(f"/workflow/results/{quoted}").json()["task_id"] == t
+
+
+def test_a_bad_query_value_is_named_in_words_not_as_a_python_list(serve) -> None:
+    bad = serve().http.get("/v1/tasks/x?wait=abc").json()
+    assert bad["message"] == ("Request validation failed: query.wait: "
+                              "Input should be a valid number, unable to parse string as a number")
+    assert bad["errors"][0]["loc"] == ["query", "wait"]
