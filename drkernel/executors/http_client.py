@@ -128,6 +128,8 @@ class Client(_Base):
         self._http = httpx.Client(transport=transport, **self._common)  # type: ignore[arg-type]
 
     def _call(self, method: str, path: str, extra_timeout: float = 0.0, **kw: Any) -> Any:
+        if self._http.is_closed:
+            raise ExecutorError(f"{method} {path}: the client is closed")
         timeout = self.config.request_timeout_s + extra_timeout
         for attempt in range(self.config.max_retries + 1):
             response = None
@@ -201,6 +203,8 @@ class AsyncClient(_Base):
         self._http = httpx.AsyncClient(transport=transport, **self._common)  # type: ignore[arg-type]
 
     async def _call(self, method: str, path: str, extra_timeout: float = 0.0, **kw: Any) -> Any:
+        if self._http.is_closed:
+            raise ExecutorError(f"{method} {path}: the client is closed")
         timeout = self.config.request_timeout_s + extra_timeout
         for attempt in range(self.config.max_retries + 1):
             response = None

@@ -128,3 +128,19 @@ def test_a_task_id_given_twice_in_one_batch_is_answered_twice() -> None:
 def test_a_client_config_mistake_is_a_config_error_at_once(bad: dict) -> None:
     with pytest.raises(ConfigError, match=next(iter(bad))):
         Client(**bad)
+
+
+def test_a_closed_client_raises_an_executor_error() -> None:
+    client = Client(base_url="http://judge.test", transport=httpx.MockTransport(FakeServer()))
+    client.close()
+    with pytest.raises(ExecutorError, match="closed"):
+        client.health()
+
+    async def run() -> None:
+        transport = httpx.MockTransport(FakeServer())
+        async with AsyncClient(base_url="http://judge.test", transport=transport) as aclient:
+            pass
+        await aclient.health()
+
+    with pytest.raises(ExecutorError, match="closed"):
+        asyncio.run(run())
