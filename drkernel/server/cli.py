@@ -31,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                "(drkernel's clients read the token from "
                "the variable that --server-token-env names). "
                "Without it anyone who can reach the port can submit code: serve beyond "
-               "127.0.0.1 only with a token. Every flag can also be set by a DRKERNEL_* variable "
-               "(docs/service.md).",
+               "127.0.0.1 only with a token. Most flags can also be set by a DRKERNEL_* variable; "
+               "docs/service.md lists which.",
     )
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default 8000)")

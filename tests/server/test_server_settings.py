@@ -115,3 +115,22 @@ def test_a_negative_or_nan_duration_is_refused_by_name(field: str, value: float)
     with pytest.raises(ConfigError, match=f"serve.{field}: "):
         Settings(**{field: value})  # type: ignore[arg-type]
     Settings(retention_s=math.inf, evaluate_wait_s=0.0, dedupe_window_s=0.0)  # keep all; no wait; off
+
+
+def test_serve_help_says_which_flags_have_a_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from drkernel.server import cli as serve_cli
+    from drkernel.server.settings import _ENV
+
+    parser = argparse.ArgumentParser()
+    serve_cli.register(parser.add_subparsers())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    serve = next(a for a in parser._subparsers._group_actions[0].choices.values())  # type: ignore[union-attr]
+    fields = {field for field, _ in _ENV.values()} | {"insecure"}  # DRKERNEL_INSECURE: drkernel/settings.py
+    without = sorted(a.option_strings[0] for a in serve._actions if a.option_strings
+                     and a.dest not in fields and a.dest != "help")
+    assert without  # --isolation, --devices, ... have no variable
+    assert "Every flag can also be set" not in text, without
