@@ -210,12 +210,30 @@ def report(out: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{out}: no bench run there (no config.json)")
     try:
         meta = json.loads(cfg_path.read_text())
-        finished = {t.uid: t for t in iter_jsonl(out / EPISODES)} if (out / EPISODES).exists() else {}
+        finished = _read_episodes(out / EPISODES)
         summary, _ = _summary(meta, finished.values())
+    except OSError as exc:
+        raise ConfigError(f"{exc.filename or out}: cannot read it ({exc.strerror or exc})") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{cfg_path}: not a bench run's config ({type(exc).__name__}: {exc})") from None
     write_reports(summary, out, title=_title(meta))
     return summary
+
+
+def _read_episodes(path: Path) -> dict[str, Trajectory]:
+    """The finished episodes of a run's log by uid. A log with records but none readable (written by
+    another drkernel version, or not a log) raises ConfigError: its reports would all read zero, and the
+    ones written by the run itself would be overwritten."""
+    if not path.exists():
+        return {}
+    finished = {t.uid: t for t in iter_jsonl(path)}
+    if not finished:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            records = sum(1 for line in f if line.strip())
+        if records:
+            raise ConfigError(f"{path}: none of its {records} record(s) could be read (written by another "
+                              "drkernel version?); the reports were left as they were")
+    return finished
 
 
 def print_summary(summary: dict[str, Any], out: str | Path) -> None:
@@ -231,7 +249,8 @@ def print_summary(summary: dict[str, Any], out: str | Path) -> None:
               file=sys.stderr)
     errors = summary["episode_errors"] + summary["missing"]
     if errors:
-        print(f"{errors} episode(s) missing or failed; rerun with --resume to retry them", file=sys.stderr)
+        print(f"{errors} episode(s) missing or failed; rerun the bench with --resume to retry them",
+              file=sys.stderr)
     print(f"reports written to {out}")
 
 

@@ -154,3 +154,44 @@ def test_a_server_nobody_answers_at_is_one_line_before_the_model_is_asked(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith(f"drkernel {command}: --server {dead}: "), err
     assert srv.requests == [] and time.monotonic() - start < 15  # no answer spent, no 30 s of retries
+
+
+def _bench_folder(tmp_path, episodes: str) -> tuple:
+    """A bench --out with a minimal config.json, the given episodes.jsonl and a summary.json of its own."""
+    import json
+
+    out = tmp_path / "out"
+    out.mkdir()
+    config = {"model": "m", "samples": 1, "turns": 1, "problems": ["1_p"]}
+    (out / "config.json").write_text(json.dumps(config))
+    (out / "episodes.jsonl").write_text(episodes)
+    (out / "summary.json").write_text('{"written": "by the run"}')
+    return out, (out / "summary.json").read_text()
+
+
+def test_report_of_episodes_it_cannot_read_leaves_the_reports_alone(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every record from another version (or not a log at all): one line, and the run's own reports
+    are not overwritten with zeros."""
+    out, summary = _bench_folder(tmp_path, '{"uid": "1_p#0", "turns": [{"x": 1}]}\n[1]\n')
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"drkernel report: {out / 'episodes.jsonl'}: none of its 2 record(s) could be read "
+                       "(written by another drkernel version?); the reports were left as they were")
+    assert (out / "summary.json").read_text() == summary
+
+
+def test_report_of_an_unreadable_episode_log_is_one_line(tmp_path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    out, _ = _bench_folder(tmp_path, "")
+    (out / "episodes.jsonl").unlink()
+    (out / "episodes.jsonl").mkdir()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"drkernel report: {out / 'episodes.jsonl'}: cannot read it (Is a directory)"]
+
+
+def test_report_of_an_empty_log_points_at_bench_resume(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, _ = _bench_folder(tmp_path, "")
+    assert main(["report", str(out)]) == 0
+    assert "1 episode(s) missing or failed; rerun the bench with --resume" in capsys.readouterr().err
