@@ -96,10 +96,15 @@ RAY_START_HELP = ("start one with `ray start --head` (and `ray start --address H
 
 def check_ray_address(address: str, timeout_s: float = 10.0) -> None:
     """An address "HOST:PORT" where nothing listens raises ExecutorError at once (ray.init, and a GCS
-    probe, wait 40 s or more for it); other forms ("auto", "ray://...") are left to ray.init."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or "://" in address:
+    probe, wait 40 s or more for it); one of no form Ray takes ("localhost", ":6379", "HOST:abc")
+    raises ConfigError (ray.init's ValueError came after the probes, as a traceback); the other
+    forms ("auto", "ray://...") are left to ray.init."""
+    if "://" in address or address in ("auto", "local"):
         return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"Ray address {address!r}: not HOST:PORT (the head's GCS, e.g. 10.0.0.1:6379), "
+                          "auto or ray://HOST:PORT")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as exc:
@@ -226,7 +231,10 @@ class RayExecutor(SlotPool):
             configure_logging=False,
         )
         if self.config.address:
-            ray.init(address=self.config.address, **kwargs)
+            try:
+                ray.init(address=self.config.address, **kwargs)
+            except ValueError as exc:  # an address of a form Ray does not take
+                raise ConfigError(f"Ray address {self.config.address!r}: {exc}") from None
         else:
             # address="local": always a new private cluster, never one that `ray start` left
             # running on this machine (ray.init() alone would join it)

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         try:  # no cluster there, or one that wants a token we lack: one line, before long retries
             check_ray_address(settings.ray_address)
             check_ray_auth(settings.ray_address)
-        except ExecutorError as exc:
+        except (ConfigError, ExecutorError) as exc:
             print(f"drkernel serve: {exc}", file=sys.stderr)
             return 2
     scrub_secrets()  # read once; no child process inherits the token

@@ -80,3 +80,14 @@ def _wait_busy(ex: RayExecutor) -> int:
                 return i
         time.sleep(0.02)
     raise AssertionError("no actor became busy")
+
+
+def test_a_config_address_of_no_form_ray_takes_is_a_config_error() -> None:
+    from drkernel.errors import ConfigError
+    from drkernel.executors.ray import check_ray_address
+
+    for address in ("localhost", ":6379", "127.0.0.1:abc", "127.0.0.1:0", "127.0.0.1:99999"):
+        with pytest.raises(ConfigError, match=f"Ray address '{address}': not HOST:PORT"):
+            check_ray_address(address)
+    for address in ("auto", "ray://127.0.0.1:1"):
+        check_ray_address(address)  # left to ray.init

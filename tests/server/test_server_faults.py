@@ -7,6 +7,8 @@ import itertools
 import threading
 from pathlib import Path
 
+import pytest
+
 from drkernel.executors.fake_judge import FakeJudge
 from drkernel.executors.local import LocalExecutor
 
@@ -161,3 +163,21 @@ def test_serve_names_what_to_set_when_the_ray_cluster_wants_a_token(
     err = capsys.readouterr().err
     assert err.startswith("drkernel serve: the Ray cluster at 127.0.0.1:1 requires token")
     assert "RAY_AUTH_MODE=token" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("address", ["localhost", ":6379", "127.0.0.1:abc", "127.0.0.1:99999"])
+def test_serve_with_a_ray_address_of_no_form_ray_takes_is_one_line(
+        address: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """ray.init raised ValueError for these, a traceback after the probes (21 s for ':6379'); a port
+    out of range read as 'no Ray cluster at ... (Connection refused)'."""
+    import argparse
+
+    from drkernel.server import cli
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--executor", "ray", "--address", address])
+    assert cli.run(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"drkernel serve: Ray address {address!r}: not HOST:PORT (the head's GCS, e.g. "
+                   "10.0.0.1:6379), auto or ray://HOST:PORT"]
