@@ -33,7 +33,8 @@ from drkernel.executors.pool import Slot, SlotPool
 from drkernel.settings import JudgeSettings
 from drkernel.types import EvalRequest, EvalResult
 
-__all__ = ["RAY_START_HELP", "RayExecutor", "check_ray_address", "check_ray_auth", "ray_errors"]
+__all__ = ["RAY_START_HELP", "RayExecutor", "check_ray_address", "check_ray_auth", "plan_workers",
+           "ray_errors"]
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +163,28 @@ class _JudgeActor:
         return judge_call(self._judge, EvalRequest.from_dict(request)).to_dict()
 
 
+def plan_workers(config: Any, resources: dict[str, float], private: bool) -> tuple[bool, int]:
+    """(whether the actors take GPUs, how many actors) for a cluster of `resources`. A GPU actor holds
+    one GPU, a CPU actor one CPU. On a `private` cluster (started here, no node joins later) more
+    actors than it has of either is a ConfigError now: the extra ones would wait for a CPU or GPU that
+    never comes, and the executor with them, start_timeout_s a try (half an hour by default). A shared
+    cluster may grow, so there it is a warning."""
+    gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
+    use_gpus = config.use_gpus if config.use_gpus is not None else gpus > 0
+    if use_gpus and gpus == 0:
+        raise ConfigError("executor.use_gpus: the Ray cluster has no GPU")
+    count = config.num_workers or (gpus if use_gpus else max(1, (cpus or 2) // 2))
+    have, what = (gpus, "GPU") if use_gpus else (cpus, "CPU")
+    if count > have:
+        why = (f"executor.num_workers: {count} judge actors need a {what} each; the Ray cluster has "
+               f"{have}")
+        if private:
+            raise ConfigError(why + (" (fewer workers, or more num_cpus for the private cluster)"
+                                     if not use_gpus else ""))
+        logger.warning("%s: the others wait until nodes join", why)
+    return use_gpus, count
+
+
 class RayExecutor(SlotPool):
     """A pool of Ray actors, each owning one judge; `evaluate` is thread-safe."""
 
@@ -214,7 +237,13 @@ class RayExecutor(SlotPool):
         with ray_errors("ray.init"):
             if self._owns_ray:
                 self._init_ray()
-            use_gpus, count = self._plan(ray.cluster_resources())
+            try:
+                use_gpus, count = plan_workers(self.config, ray.cluster_resources(),
+                                               private=self._owns_ray and not self.config.address)
+            except ConfigError:
+                if self._owns_ray:  # the cluster this executor started goes with it
+                    ray.shutdown()
+                raise
         options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 0} if use_gpus else {"num_cpus": 1}
         self._actor_cls = ray.remote(max_restarts=0, max_concurrency=2, **options)(_JudgeActor)
         self._use_gpus = use_gpus
@@ -240,14 +269,6 @@ class RayExecutor(SlotPool):
             # running on this machine (ray.init() alone would join it)
             ray.init(address="local", num_cpus=self.config.num_cpus,
                      _node_ip_address="127.0.0.1", **kwargs)
-
-    def _plan(self, resources: dict[str, float]) -> tuple[bool, int]:
-        gpus = int(resources.get("GPU", 0))
-        use_gpus = self.config.use_gpus if self.config.use_gpus is not None else gpus > 0
-        if use_gpus and gpus == 0:
-            raise ConfigError("executor.use_gpus: the Ray cluster has no GPU")
-        default = gpus if use_gpus else max(1, int(resources.get("CPU", 2)) // 2)
-        return use_gpus, self.config.num_workers or default
 
     def _require_live(self) -> None:
         """Refuse Ray calls after close() or ray.shutdown(): a background restart would make Ray

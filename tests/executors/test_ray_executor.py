@@ -91,3 +91,26 @@ def test_a_config_address_of_no_form_ray_takes_is_a_config_error() -> None:
             check_ray_address(address)
     for address in ("auto", "ray://127.0.0.1:1"):
         check_ray_address(address)  # left to ray.init
+
+
+def test_more_actors_than_a_private_cluster_holds_are_refused_at_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Each judge actor holds a CPU (or a GPU): on a private cluster, more of them than it has would
+    wait for a CPU that never comes, the executor with them, start_timeout_s a try (about 30 minutes
+    with the defaults, seen as 'starting ray-1: no answer in time'). A shared cluster may grow: a
+    warning. No Ray is started here: the plan reads the cluster's resources."""
+    from drkernel.errors import ConfigError
+    from drkernel.executors.ray import plan_workers
+
+    two_cpus = {"CPU": 2.0}
+    assert plan_workers(RayExecutor.Config(), two_cpus, private=True) == (False, 1)
+    assert plan_workers(RayExecutor.Config(num_workers=2), two_cpus, private=True) == (False, 2)
+    with pytest.raises(ConfigError, match="3 judge actors need a CPU each; the Ray cluster has 2"):
+        plan_workers(RayExecutor.Config(num_workers=3), two_cpus, private=True)
+    with pytest.raises(ConfigError, match="2 judge actors need a GPU each; the Ray cluster has 1"):
+        plan_workers(RayExecutor.Config(num_workers=2), {"CPU": 16.0, "GPU": 1.0}, private=True)
+    with pytest.raises(ConfigError, match="the Ray cluster has no GPU"):
+        plan_workers(RayExecutor.Config(use_gpus=True), two_cpus, private=True)
+    with caplog.at_level("WARNING", logger="drkernel.executors.ray"):
+        assert plan_workers(RayExecutor.Config(num_workers=3), two_cpus, private=False) == (False, 3)
+    assert "the others wait until nodes join" in caplog.text
