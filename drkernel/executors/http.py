@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError
 from drkernel.types import EvalRequest, EvalResult
@@ -61,8 +61,7 @@ class HttpExecutor:
     def capacity(self) -> int:
         """The server's worker count (asked once)."""
         if self._capacity is None:
-            workers = self._client.health().get("workers", {})
-            self._capacity = max(1, int(workers.get("total", 1)))
+            self._capacity = _workers_total(self._client.health())
         return self._capacity
 
     def check_server(self, timeout_s: float = 10.0) -> None:
@@ -74,10 +73,9 @@ class HttpExecutor:
         probe = Client(ClientConfig(base_url=self.config.base_url, token=self.config.token,
                                     request_timeout_s=timeout_s, max_retries=0), transport=self._transport)
         try:
-            workers = probe.health().get("workers", {})
+            self._capacity = _workers_total(probe.health())
         finally:
             probe.close()
-        self._capacity = max(1, int(workers.get("total", 1)))
 
     def _deadline(self, requests: list[EvalRequest]) -> float:
         if self.config.batch_timeout_s is not None:
@@ -115,3 +113,8 @@ class HttpExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _workers_total(health: dict[str, Any]) -> int:
+    """The worker count a server's /health reports (at least 1): the executor's capacity."""
+    return max(1, int(health.get("workers", {}).get("total", 1)))
