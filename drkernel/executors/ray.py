@@ -163,7 +163,7 @@ class _JudgeActor:
         return judge_call(self._judge, EvalRequest.from_dict(request)).to_dict()
 
 
-def plan_workers(config: Any, resources: dict[str, float], private: bool) -> tuple[bool, int]:
+def plan_workers(config: RayExecutor.Config, resources: dict[str, float], private: bool) -> tuple[bool, int]:
     """(whether the actors take GPUs, how many actors) for a cluster of `resources`. A GPU actor holds
     one GPU, a CPU actor one CPU. On a `private` cluster (started here, no node joins later) more
     actors than it has of either is a ConfigError now: the extra ones would wait for a CPU or GPU that
