@@ -13,7 +13,7 @@ import logging
 import os
 import shlex
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from drkernel.errors import DrKernelError
 
@@ -73,7 +73,14 @@ def _command(argv: list[str]) -> str | None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors are one line on stderr and exit code 2."""
+    """Usage errors are one line on stderr and exit code 2; every command's help shows its options'
+    defaults (each command's parser and its verbs' are of this class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from drkernel.helpfmt import DefaultsHelpFormatter
+
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message}\n")

@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--limit", type=int, help="first N problems only")
     p.add_argument("--out", default="bench-out", help="output folder (resume log, reports)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (for logs and CI)")
     p.add_argument("--parquet", action="store_true", help="also write episodes.parquet (pyarrow)")
     p.add_argument("--held-out", action="store_true",
                    help="also check each kernel on its problem's held-out shapes, never shown to the model, "

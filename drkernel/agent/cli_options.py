@@ -57,11 +57,12 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--model", required=True, help="model name (openai) or local path (hf)")
     g.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible API")
-    g.add_argument("--backend", choices=("openai", "hf"), default="openai")
+    g.add_argument("--backend", choices=("openai", "hf"), default="openai",
+                   help="openai: an OpenAI-compatible API; hf: a local model through transformers")
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", help="env var holding the API key")
     g.add_argument("--tokenizer", help="local tokenizer path for exact prompt token counts")
-    g.add_argument("--temperature", type=float, default=1.0)
-    g.add_argument("--top-p", type=float, default=0.95)
+    g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    g.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass")
     g.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="generated tokens per turn")
     g.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
     g = p.add_argument_group("episode")
@@ -96,10 +97,13 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
                         "{feedback} marks where the judge's feedback goes, {entry_point} the class name, "
                         "{{ and }} are literal braces (default: drkernel's own words; with --protocol paper, "
                         "after the authors')")
-    g.add_argument("--feedback-chars", type=int, default=3000)
+    g.add_argument("--feedback-chars", type=int, default=3000,
+                   help="the judge's feedback to the model cut to this many characters (at least 200)")
     g.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     g = p.add_argument_group("judge")
-    g.add_argument("--executor", choices=CLIENT_EXECUTORS, default="local")
+    g.add_argument("--executor", choices=CLIENT_EXECUTORS, default="local",
+                   help="local: judges in this process's pool; http: a drkernel serve (--server); "
+                        "fake: a scripted judge, for trying the loop")
     g.add_argument("--server", help="drkernel server URL for --executor http")
     g.add_argument("--server-token-env", default=None,
                    help="name of the environment variable holding the server's bearer token")
@@ -107,7 +111,8 @@ def add_run_options(p: argparse.ArgumentParser, default_turns: int) -> None:
     g.add_argument("--workers", type=int,
                    help="judges: on the CPU default cores // 2; with --device cuda[:N], judges sharing that "
                         "GPU (default 1)")
-    g.add_argument("--reference-backend", choices=("eager", "compile"), default="eager")
+    g.add_argument("--reference-backend", choices=("eager", "compile"), default="eager",
+                   help="the speedup's baseline: the reference as written, or through torch.compile")
     g.add_argument("--perf-trials", type=int, help="timed calls per runtime measurement")
     g.add_argument("--eval-timeout", type=float, default=180.0, help="seconds per evaluation")
     g.add_argument("--reward-preset", choices=REWARD_PRESET_NAMES, default=None,

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("suite", help="list or show built-in problems; time reference baselines")
     verbs = p.add_subparsers(dest="suite_command", metavar="VERB")
     ls = verbs.add_parser("list", help="list the built-in problems")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     ls.set_defaults(func=run_list)
     show = verbs.add_parser("show", help="print a built-in problem's reference (or solution)")
     show.add_argument("name")
@@ -39,13 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                             help="time every reference (eager / torch.compile) and store the timings")
     base.add_argument("suite", nargs="?", default="builtin:gpu", help="suite spec (default builtin:gpu)")
     base.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
-    base.add_argument("--backend", choices=[*BACKENDS, "both"], default="eager")
-    base.add_argument("--trials", type=int, default=20)
-    base.add_argument("--warmup", type=int, default=3)
+    base.add_argument("--backend", choices=[*BACKENDS, "both"], default="eager",
+                      help="time the reference as written, through torch.compile, or both")
+    base.add_argument("--trials", type=int, default=20, help="timed calls of each reference")
+    base.add_argument("--warmup", type=int, default=3, help="untimed calls before them")
     base.add_argument("--store", default=None, help="JSON store (default ~/.cache/drkernel/baselines.json)")
     base.add_argument("--force", action="store_true", help="re-measure even when a stored timing exists")
     base.add_argument("--only", action="append", default=None, help="keep problems whose name contains this")
-    base.add_argument("--json", action="store_true")
+    base.add_argument("--json", action="store_true", help="the times as JSON instead of a table")
     base.set_defaults(func=run_baselines)
     _register_survey(verbs)
     p.set_defaults(func=lambda args: _usage(p))
@@ -123,14 +124,16 @@ def _register_survey(verbs: argparse._SubParsersAction) -> None:  # type: ignore
     sv.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     sv.add_argument("--size", choices=["full", "reduced"], default="full",
                     help="full (as written), or reduced: size constants halved to --max-input-numel")
-    sv.add_argument("--max-input-numel", type=int, default=1 << 20)
+    sv.add_argument("--max-input-numel", type=int, default=1 << 20,
+                    help="with --size reduced: elements one call's inputs may hold")
     sv.add_argument("--nulls", default=",".join(NULLS),
-                    help=f"null candidates to send (default {','.join(NULLS)})")
+                    help=f"null candidates to send, comma-separated, or none (default {','.join(NULLS)})")
     sv.add_argument("--null-trials", type=int, default=5,
                     help="correctness trials of each null candidate (default 5, the judge's; 2 to 20)")
     sv.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference timing")
-    sv.add_argument("--probe-timeout-s", type=float, default=300.0)
-    sv.add_argument("--eval-timeout-s", type=float, default=240.0)
+    sv.add_argument("--probe-timeout-s", type=float, default=300.0,
+                    help="seconds for the reference run outside the judge (its facts and floor)")
+    sv.add_argument("--eval-timeout-s", type=float, default=240.0, help="seconds for each evaluation")
     sv.add_argument("--peak-gbs", type=float, default=None,
                     help="bandwidth peak (GB/s) where the judge measures none")
     sv.add_argument("--peak-tflops", type=float, default=None,
@@ -139,7 +142,7 @@ def _register_survey(verbs: argparse._SubParsersAction) -> None:  # type: ignore
     tb = verbs.add_parser("table",
                           help="render survey files as a table (a row per problem, a summary per level)")
     tb.add_argument("surveys", nargs="+", help="survey JSON files (shards are merged)")
-    tb.add_argument("--markdown", action="store_true")
+    tb.add_argument("--markdown", action="store_true", help="a Markdown table instead of plain text")
     tb.add_argument("--out", default=None, help="write the table here instead of stdout")
     tb.set_defaults(func=run_table)
 
@@ -155,10 +158,21 @@ def _survey_suite(spec: str, levels: tuple[int, ...] | None) -> tuple[str, list[
     return path, problems
 
 
+def _parse_nulls(text: str) -> tuple[str, ...]:
+    """`--nulls`: names, comma-separated, or `none`; a list with no name in it is a mistake, not `none`."""
+    if text.strip().lower() == "none":
+        return ()
+    nulls = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not nulls:
+        raise ConfigError(f"--nulls {text!r}: no candidate named (known: {', '.join(NULLS)}; "
+                          "none to send no null candidate)")
+    return nulls
+
+
 def run_survey_command(args: argparse.Namespace) -> int:
     from drkernel.problems.survey import SurveyConfig, run_survey
 
-    nulls = tuple(n.strip() for n in args.nulls.split(",") if n.strip())
+    nulls = _parse_nulls(args.nulls)
     if args.max_input_numel < 1 or args.probe_timeout_s <= 0 or args.eval_timeout_s <= 0:
         raise ConfigError("--max-input-numel, --probe-timeout-s and --eval-timeout-s must be > 0")
     device = args.device

@@ -241,6 +241,8 @@ def test_failure_reasons_floor_and_wrapper() -> None:
     (["--levels", "5"], "--levels"),
     (["--size", "huge"], "--size"),
     (["--nulls", "zeros,bogus"], "unknown bogus"),
+    (["--nulls", ","], "no candidate named"),
+    (["--nulls", " "], "none to send no null candidate"),
     (["--budget-s", "0"], "budget"),
     (["--null-trials", "1"], "null_trials"),
     (["--device", "tpu"], "--device"),
@@ -408,3 +410,10 @@ def test_the_table_counts_problems_whose_reference_ran_but_the_judge_could_not()
     table = render_table([{"rows": [oom, slow, odd, fine], "suite": "kb", "size": "full"}], markdown=True)
     assert "| L1 | 4 | 4 | 0 | error 1, oom 1, timeout 1 | 0 |" in table, table
     assert "| L1/4_mv | ok, judge: oom |" in table and "| L1/8_fine | ok |" in table, table
+
+
+def test_nulls_none_is_said_in_words_and_names_are_trimmed() -> None:
+    from drkernel.problems.cli_suite import _parse_nulls
+
+    assert _parse_nulls("none") == () and _parse_nulls(" None ") == ()
+    assert _parse_nulls(" zeros, identity ,") == ("zeros", "identity")
