@@ -41,7 +41,11 @@ class ClientConfig:
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"client.base_url: {self.base_url!r} is not an http(s) URL")
-        if self.max_retries < 0 or self.backoff_s < 0:
+        # the server's root: the client adds /v1/... itself, and an OpenAI-style '.../v1' (or a
+        # trailing '/') made every path '/v1/v1/...', each call a bare 404
+        root = self.base_url.rstrip("/")
+        object.__setattr__(self, "base_url", root.removesuffix("/v1") if root.endswith("/v1") else root)
+        if not (self.max_retries >= 0 and self.backoff_s >= 0):
             raise ConfigError(f"client.max_retries ({self.max_retries}) and client.backoff_s "
                               f"({self.backoff_s}) must be >= 0")
         for name in ("request_timeout_s", "poll_s", "backoff_cap_s"):
@@ -68,11 +72,31 @@ def _raise_for(response: httpx.Response, what: str) -> None:
     except ValueError:
         message = response.text
     text = f"{what}: HTTP {response.status_code}: {message}"
+    if response.status_code == 404 and not _has_message(response):  # no such route: not a drkernel server
+        root = response.request.url.copy_with(path="/", query=None)
+        text += f" (no such route at {root}: is it a drkernel serve's root?)"
     if response.status_code in (401, 403):
         raise ConfigError(f"{text} (check the token)")
     if response.status_code in (429, 503):
         raise Overloaded(text)
     raise ExecutorError(text)
+
+
+def _has_message(response: httpx.Response) -> bool:
+    """drkernel's own errors carry a `message` (an unknown task's 404 among them); a route that
+    does not exist answers the web framework's bare 404."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and "message" in body
+
+
+def _check_timeout(name: str, value: float) -> None:
+    """A wait's seconds: a number >= 0 (inf waits for ever); NaN compared false with every
+    deadline, so the wait never ended."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ConfigError(f"{name}: {value!r} is not a number of seconds >= 0")
 
 
 def _delay(config: ClientConfig, attempt: int, response: httpx.Response | None) -> float:
@@ -154,6 +178,7 @@ class Client(_Base):
 
     def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
         """Results of every task, or EvalTimeout when they are not all done by the deadline."""
+        _check_timeout("wait timeout_s", timeout_s)
         deadline = time.monotonic() + timeout_s
         done: dict[str, EvalResult] = {}
         task_ids = list(dict.fromkeys(task_ids))  # an id given twice is one task, answered once
@@ -175,6 +200,7 @@ class Client(_Base):
         return [results[i] for i in ids]
 
     def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
+        _check_timeout("get wait_s", wait_s)
         return self._call("GET", _task_path(task_id), extra_timeout=wait_s,  # type: ignore[no-any-return]
                           params={"wait": wait_s})
 
@@ -228,6 +254,7 @@ class AsyncClient(_Base):
         return [r.task_id for r in prepared]  # type: ignore[misc]
 
     async def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
+        _check_timeout("wait timeout_s", timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         done: dict[str, EvalResult] = {}
@@ -250,6 +277,7 @@ class AsyncClient(_Base):
         return [results[i] for i in ids]
 
     async def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
+        _check_timeout("get wait_s", wait_s)
         return await self._call("GET", _task_path(task_id),  # type: ignore[no-any-return]
                                 extra_timeout=wait_s, params={"wait": wait_s})
 

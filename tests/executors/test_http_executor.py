@@ -124,7 +124,7 @@ def test_a_task_id_given_twice_in_one_batch_is_answered_twice() -> None:
 
 @pytest.mark.parametrize("bad", [{"base_url": "127.0.0.1:8000"}, {"base_url": ""},
                                  {"max_retries": -1}, {"request_timeout_s": 0},
-                                 {"poll_s": 0}, {"backoff_s": -1}])
+                                 {"poll_s": 0}, {"backoff_s": -1}, {"backoff_s": float("nan")}])
 def test_a_client_config_mistake_is_a_config_error_at_once(bad: dict) -> None:
     with pytest.raises(ConfigError, match=next(iter(bad))):
         Client(**bad)
@@ -143,4 +143,46 @@ def test_a_closed_client_raises_an_executor_error() -> None:
         await aclient.health()
 
     with pytest.raises(ExecutorError, match="closed"):
+        asyncio.run(run())
+
+
+@pytest.mark.parametrize("url", ["http://judge.test/v1", "http://judge.test/v1/", "http://judge.test/"])
+def test_a_base_url_with_v1_or_a_trailing_slash_reaches_the_same_routes(url: str) -> None:
+    """An OpenAI-style '.../v1' made every path /v1/v1/..., each call a bare 404."""
+    server = FakeServer()
+    with Client(base_url=url, transport=httpx.MockTransport(server)) as client:
+        assert client.config.base_url == "http://judge.test"
+        assert [r.task_id for r in client.evaluate([req("a")], timeout_s=2)] == ["a"]
+    assert "POST /v1/tasks/batch" in server.calls and not any("/v1/v1" in c for c in server.calls)
+
+
+def test_a_route_the_server_lacks_is_a_404_that_says_so() -> None:
+    def bare(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    with Client(base_url="http://other.test", transport=httpx.MockTransport(bare), max_retries=0) as client:
+        with pytest.raises(ExecutorError, match="no such route at http://other.test/: is it a drkernel"):
+            client.health()
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(FakeServer())) as client:
+        with pytest.raises(ExecutorError) as info:  # the server's own 404 (an unknown task): no hint
+            client.get("missing")
+        assert "no such route" not in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1.0, "5", None])
+def test_a_wait_of_no_number_of_seconds_is_a_config_error_not_a_wait_for_ever(bad: object) -> None:
+    pending = httpx.MockTransport(FakeServer(finish=False))
+    with Client(base_url="http://judge.test", transport=pending) as client:
+        ids = client.submit([req("a")])
+        with pytest.raises(ConfigError, match="timeout_s"):
+            client.wait(ids, bad)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="wait_s"):
+            client.get("a", bad)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        async with AsyncClient(base_url="http://judge.test",
+                               transport=httpx.MockTransport(FakeServer(finish=False))) as aclient:
+            await aclient.wait(["a"], bad)  # type: ignore[arg-type]
+
+    with pytest.raises(ConfigError, match="timeout_s"):
         asyncio.run(run())
