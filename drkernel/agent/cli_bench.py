@@ -206,6 +206,10 @@ def report(out: str | Path) -> dict[str, Any]:
     running anything (`drkernel report OUT`); returns the summary."""
     out = Path(out)
     cfg_path = out / "config.json"
+    if not out.exists():
+        raise ConfigError(f"{out}: no such folder (the --out of a drkernel bench run)")
+    if not out.is_dir():
+        raise ConfigError(f"{out}: a file, not a bench run's folder (the --out of a drkernel bench run)")
     if not cfg_path.is_file():
         raise ConfigError(f"{out}: no bench run there (no config.json)")
     try:

@@ -73,6 +73,11 @@ def test_report_of_a_folder_without_a_run_is_one_line(tmp_path, capsys: pytest.C
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"drkernel report: {tmp_path}: no bench run there (no config.json)"]
+    assert main(["report", str(tmp_path / "typo")]) == 2
+    assert "typo: no such folder" in capsys.readouterr().err
+    (tmp_path / "f.txt").write_text("x")
+    assert main(["report", str(tmp_path / "f.txt")]) == 2
+    assert "f.txt: a file, not a bench run's folder" in capsys.readouterr().err
 
 
 def test_optimize_on_the_interpreter_says_its_times_mean_nothing_on_a_gpu(
