@@ -13,11 +13,12 @@ import logging
 import os
 import shlex
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
-from drkernel.errors import DrKernelError
+from drkernel.errors import ConfigError, DrKernelError
 
-__all__ = ["COMMANDS", "QUICK_EXIT", "SUMMARIES", "entry", "main", "rerun_command"]
+__all__ = ["COMMANDS", "QUICK_EXIT", "SUMMARIES", "entry", "main", "make_folder", "rerun_command"]
 
 # name -> (module, extra that provides its dependencies)
 COMMANDS: dict[str, tuple[str, str | None]] = {
@@ -57,6 +58,19 @@ def _version() -> str:
         return version("drkernel")
     except PackageNotFoundError:  # run from a checkout that was never installed
         return "unknown (not installed)"
+
+
+def make_folder(path: str | os.PathLike[str], flag: str) -> Path:
+    """The folder a command writes into (`--out`, `--run-dir`), made now, before any model or judge
+    starts: a file in its place, or a path the filesystem refuses, is one line naming the flag."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{flag} {folder}: is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {folder}: cannot make the folder: {exc.strerror or exc}") from None
+    return folder
 
 
 def rerun_command(args: argparse.Namespace, *extra: str) -> str:

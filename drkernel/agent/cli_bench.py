@@ -19,7 +19,6 @@ from drkernel.agent.cli_options import (
     add_run_options,
     build_loop_config,
     close_policy,
-    make_out_dir,
     start_policy_and_executor,
 )
 from drkernel.agent.loop import LoopConfig, run_episodes
@@ -28,7 +27,7 @@ from drkernel.agent.paper_protocol import paper_differences
 from drkernel.agent.policy import Policy
 from drkernel.agent.report import render_table, write_reports
 from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
-from drkernel.cli import INTERRUPTED, rerun_command
+from drkernel.cli import INTERRUPTED, make_folder, rerun_command
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
 from drkernel.helpfmt import DefaultsHelpFormatter
@@ -316,7 +315,7 @@ def run(args: argparse.Namespace) -> int:
     config = build_loop_config(args, default_turns=3)
     _check_size(args)
     check_out(args.out, args.resume)
-    make_out_dir(args.out)
+    make_folder(args.out, "--out")
     policy, executor = start_policy_and_executor(args)
     try:
         summary = run_bench(

@@ -19,7 +19,6 @@ from drkernel.agent.cli_options import (
     add_run_options,
     build_loop_config,
     close_policy,
-    make_out_dir,
     start_policy_and_executor,
 )
 from drkernel.agent.env import KernelEnv
@@ -27,6 +26,7 @@ from drkernel.agent.loop import LoopConfig, run_episode
 from drkernel.agent.paper_protocol import paper_differences
 from drkernel.agent.policy import Policy, token_counter
 from drkernel.agent.trajectories import Trajectory, save_trajectories
+from drkernel.cli import make_folder
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
 from drkernel.problems.loaders import load_problem_file
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{out} holds an earlier run's report: pass --overwrite to replace it, or choose "
                           "another --out")
     config = build_loop_config(args, default_turns=3)
-    make_out_dir(out)
+    make_folder(out, "--out")
     policy, executor = start_policy_and_executor(args)
     try:
         traj = optimize(problem, policy, executor, config, out)

@@ -11,7 +11,6 @@ import argparse
 import math
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 # the `agent` extra, imported here so that `drkernel` can name what is missing for bench/optimize
@@ -38,7 +37,6 @@ __all__ = [
     "build_loop_config",
     "build_policy",
     "close_policy",
-    "make_out_dir",
     "max_model_len",
     "prompt_budget",
     "reward_preset",
@@ -225,17 +223,6 @@ def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConf
         temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
     )
     return LoopConfig(env=env, sampling=sampling, concurrency=args.concurrency, model=args.model)
-
-
-def make_out_dir(out: str | Path) -> Path:
-    """--out, made now, before any model or judge starts: a path that cannot be a folder (a file is there,
-    or the filesystem refuses) is one line instead of a traceback after the judges started."""
-    path = Path(out)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--out {path}: cannot make that folder: {exc.strerror or exc}") from None
-    return path
 
 
 def start_policy_and_executor(args: argparse.Namespace) -> tuple[Policy, Executor]:

@@ -18,7 +18,7 @@ from typing import Any
 # the `train` extra, imported here so that `drkernel` can name what is missing
 import transformers
 
-from drkernel.cli import INTERRUPTED, rerun_command
+from drkernel.cli import INTERRUPTED, make_folder, rerun_command
 from drkernel.errors import ConfigError
 from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.problems.loaders import parse_levels
@@ -142,7 +142,7 @@ def run_rl(args: argparse.Namespace) -> int:
         )
     run_dir = Path(args.run_dir)
     _check_resume(cfg, run_dir, args.force_config)
-    _make_folder(run_dir, "--run-dir")
+    make_folder(run_dir, "--run-dir")
     _line_buffered()
     _quiet_progress_bars()
     from drkernel.rl.progress import Progress
@@ -166,17 +166,6 @@ def run_rl(args: argparse.Namespace) -> int:
     else:
         print(f"run finished at step {cfg.trainer.steps}: {run_dir}")
     return 0
-
-
-def _make_folder(path: Path, flag: str) -> None:
-    """The output folder a command writes, made now; a file there or a path that cannot be made is a
-    ConfigError naming the flag."""
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{flag} {path}: is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"{flag} {path}: cannot make the folder: {exc.strerror or exc}") from None
 
 
 def _checkpointed(run_dir: Path) -> str:
@@ -220,7 +209,7 @@ def run_sft_command(args: argparse.Namespace) -> int:
     if earlier and not args.overwrite:
         raise ConfigError(f"--out {out} already holds a run ({', '.join(earlier)}): choose a new folder, "
                           "or --overwrite to replace it")
-    _make_folder(out, "--out")  # before the model loads: a folder that cannot be made is said at once
+    make_folder(out, "--out")  # before the model loads: a folder that cannot be made is said at once
     _line_buffered()
     _quiet_progress_bars()
     conversations = load_conversations(args.data)

@@ -131,7 +131,8 @@ def test_an_out_that_cannot_be_a_folder_is_one_line_before_any_judge(
                 "--out", str(out)]
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(f"drkernel {command}: --out {out}: cannot"), err
+        said = "is a file, not a folder" if out == taken else "cannot make the folder"
+        assert len(err) == 1 and err[0].startswith(f"drkernel {command}: --out {out}: {said}"), err
         assert "127.0.0.1:1" not in err[0]  # refused before the (dead) model endpoint was asked
 
 
