@@ -98,11 +98,19 @@ RAY_START_HELP = ("start one with `ray start --head` (and `ray start --address H
 def check_ray_address(address: str, timeout_s: float = 10.0) -> None:
     """An address "HOST:PORT" where nothing listens raises ExecutorError at once (ray.init, and a GCS
     probe, wait 40 s or more for it); one of no form Ray takes ("localhost", ":6379", "HOST:abc")
-    raises ConfigError (ray.init's ValueError came after the probes, as a traceback); the other
-    forms ("auto", "ray://...") are left to ray.init."""
-    if "://" in address or address in ("auto", "local"):
+    raises ConfigError (ray.init's ValueError came after the probes, as a traceback). A Ray Client
+    address "ray://HOST[:PORT]" is probed the same way (ray.init tried it for 31 s); "auto" and other
+    schemes are left to ray.init."""
+    if address in ("auto", "local"):
         return
-    host, _, port = address.rpartition(":")
+    if "://" in address:  # Ray Client: ray://HOST[:PORT], port 10001 unless said; other schemes: ray.init's
+        scheme, _, rest = address.partition("://")
+        if scheme != "ray":
+            return
+        host, colon, port = rest.split("/", 1)[0].rpartition(":")
+        host, port = (host, port) if colon else (port, "10001")
+    else:
+        host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"Ray address {address!r}: not HOST:PORT (the head's GCS, e.g. 10.0.0.1:6379), "
                           "auto or ray://HOST:PORT")

@@ -86,11 +86,28 @@ def test_a_config_address_of_no_form_ray_takes_is_a_config_error() -> None:
     from drkernel.errors import ConfigError
     from drkernel.executors.ray import check_ray_address
 
-    for address in ("localhost", ":6379", "127.0.0.1:abc", "127.0.0.1:0", "127.0.0.1:99999"):
+    for address in ("localhost", ":6379", "127.0.0.1:abc", "127.0.0.1:0", "127.0.0.1:99999",
+                    "ray://:10001", "ray://127.0.0.1:x"):
         with pytest.raises(ConfigError, match=f"Ray address '{address}': not HOST:PORT"):
             check_ray_address(address)
-    for address in ("auto", "ray://127.0.0.1:1"):
+    for address in ("auto", "local", "anyscale://cluster"):
         check_ray_address(address)  # left to ray.init
+
+
+def test_a_ray_client_address_where_nothing_listens_is_said_at_once() -> None:
+    """ray.init("ray://...") tried a dead Ray Client address for 31 s before its error."""
+    import socket
+
+    from drkernel.errors import ExecutorError
+    from drkernel.executors.ray import check_ray_address
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        with pytest.raises(ExecutorError, match=f"no Ray cluster at ray://127.0.0.1:{port}"):
+            check_ray_address(f"ray://127.0.0.1:{port}", timeout_s=2)  # bound, not listening
+        sock.listen()
+        check_ray_address(f"ray://127.0.0.1:{port}", timeout_s=2)  # something listens: ray.init's turn
 
 
 def test_more_actors_than_a_private_cluster_holds_are_refused_at_once(
