@@ -8,6 +8,7 @@ done or cancelled and result is the JSON result contract once done. Waits are bo
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 import uuid
 from typing import Any
@@ -64,6 +65,8 @@ def _check_options(options: Any) -> None:
             ok = False
         if not ok:
             raise ApiError(400, "VALIDATION", f"request.options.{name}: expected {kind.__name__}")
+        if isinstance(value, float) and not math.isfinite(value):  # JSON's Infinity, NaN, 1e999
+            raise ApiError(400, "VALIDATION", f"request.options.{name}: expected a finite number")
 
 
 def _new_task(state: ServerState, item: Any, default_priority: str, client: str) -> NewTask:
