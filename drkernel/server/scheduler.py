@@ -191,9 +191,10 @@ class Scheduler:
         while (task_id := self._next()) is not None:
             try:
                 self._run(task_id)
-            except Exception:  # process edge of a dispatch thread: never let one task kill it
+            except Exception as exc:  # process edge of a dispatch thread: never let one task kill it
                 logger.exception("dispatching %s failed", task_id)
                 self.counters["dispatch_errors"] += 1
+                self._give_up(task_id, exc)
             finally:
                 with self._cv:
                     self._running.pop(task_id, None)
@@ -218,6 +219,15 @@ class Scheduler:
                 return
             result = infra_result(request, "executor_error", str(exc))
         self._finish(task_id, result, time.monotonic() - started)
+
+    def _give_up(self, task_id: str, exc: Exception) -> None:
+        """A dispatch that raised: the task ends as infra_error, never `running` for ever (its waiters
+        would wait to their deadline, and each restart would re-queue it to fail the same way)."""
+        record = self.store.get(task_id)
+        if record is None or record.finished:
+            return
+        message = f"the server could not dispatch this task: {type(exc).__name__}: {exc}"
+        self._finish(task_id, infra_result(record.request, "dispatch_error", message), 0.0)
 
     def _finish(self, task_id: str, result: EvalResult, seconds: float) -> None:
         result.task_id = task_id
