@@ -33,3 +33,16 @@ def test_an_infinite_or_nan_option_is_a_400_not_a_worker_busy_for_ever(serve) ->
                                                       "task_id": "after"}})
     assert ok.status_code == 202
     assert srv.http.get("/v1/tasks/after?wait=10").json()["state"] == "done"  # the one worker is free
+
+
+def test_a_timeout_past_the_clock_leaves_a_thread_judge_free(serve) -> None:
+    """timeout_s: 1e300 is finite, but its watchdog deadline overflowed the thread judge's wait: the
+    task failed and its worker stayed `busy` for ever, so the server lost it."""
+    srv = serve(isolation="thread", workers=1)
+    body = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"),
+                        "task_id": "long", "options": {"timeout_s": 1e300}}}
+    assert post_raw(srv, "/v1/tasks", body).status_code == 202
+    view = srv.http.get("/v1/tasks/long?wait=10").json()
+    assert view["state"] == "done" and view["result"]["outcome"] == "ok", view
+    (worker,) = srv.http.get("/v1/workers").json()["workers"]
+    assert worker["state"] == "idle" and worker["tasks_done"] == 1
