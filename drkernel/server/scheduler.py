@@ -223,6 +223,8 @@ class Scheduler:
     def _give_up(self, task_id: str, exc: Exception) -> None:
         """A dispatch that raised: the task ends as infra_error, never `running` for ever (its waiters
         would wait to their deadline, and each restart would re-queue it to fail the same way)."""
+        if self._stop.is_set():  # shutting down (the store may be closed): the next start re-queues it
+            return
         record = self.store.get(task_id)
         if record is None or record.finished:
             return

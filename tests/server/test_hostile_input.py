@@ -46,3 +46,32 @@ def test_a_timeout_past_the_clock_leaves_a_thread_judge_free(serve) -> None:
     assert view["state"] == "done" and view["result"]["outcome"] == "ok", view
     (worker,) = srv.http.get("/v1/workers").json()["workers"]
     assert worker["state"] == "idle" and worker["tasks_done"] == 1
+
+
+def test_a_worker_whose_call_raises_is_replaced_not_left_busy(serve) -> None:
+    """An exception from a worker call that is neither WorkerLost nor EvalTimeout (a bug) left the
+    slot `busy` with the task for ever: one bad call cost the server that worker."""
+    from drkernel.executors.fake_judge import fake_judge
+    from drkernel.executors.local import LocalExecutor
+
+    class FlakyOnce(LocalExecutor):
+        failed = False
+
+        def _call(self, slot, request, deadline_s):  # type: ignore[no-untyped-def]
+            if not FlakyOnce.failed:
+                FlakyOnce.failed = True
+                raise OverflowError("a bug in the call")
+            return super()._call(slot, request, deadline_s)
+
+    config = LocalExecutor.Config(devices=("cpu",), isolation="thread")
+    srv = serve(executor=lambda s: FlakyOnce(config, fake_judge))
+    for task_id in ("first", "second"):
+        body = {"request": {"reference_code": REF, "kernel_code": kernel(f"# {task_id}"),
+                            "task_id": task_id}}
+        assert srv.http.post("/v1/tasks", json=body).status_code == 202
+    first = srv.http.get("/v1/tasks/first?wait=10").json()
+    assert first["result"]["error"]["kind"] == "dispatch_error"
+    second = srv.http.get("/v1/tasks/second?wait=10").json()
+    assert second["state"] == "done" and second["result"]["outcome"] == "ok", second
+    (worker,) = srv.http.get("/v1/workers").json()["workers"]
+    assert worker["restarts"] == 1 and "a bug in the call" in worker["last_error"]
