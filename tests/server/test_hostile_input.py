@@ -75,3 +75,25 @@ def test_a_worker_whose_call_raises_is_replaced_not_left_busy(serve) -> None:
     assert second["state"] == "done" and second["result"]["outcome"] == "ok", second
     (worker,) = srv.http.get("/v1/workers").json()["workers"]
     assert worker["restarts"] == 1 and "a bug in the call" in worker["last_error"]
+
+
+def test_a_lone_surrogate_in_a_body_is_a_400_not_a_500(serve) -> None:
+    """JSON may escape half of a UTF-16 pair ("\\ud800"), which no UTF-8 text holds: SQLite and the
+    fingerprint could not encode it, a 500 that closed the connection."""
+    srv = serve()
+    code = json.dumps(kernel(""))[1:-1]
+    bodies = {
+        "/v1/tasks": '{"reference_code": "import torch\\nclass Model: pass", "kernel_code": "%s", '
+                     '"task_id": "\\ud800"}' % code,
+        "/v1/tasks/batch": '{"requests": [{"reference_code": "import torch\\nclass Model: pass\\n#\\udfff",'
+                           ' "kernel_code": "%s"}]}' % code,
+        "/v1/tasks/wait": '{"task_ids": ["x\\uDBFF"]}',
+    }
+    for path, body in bodies.items():
+        r = srv.http.post(path, content=body.encode(), headers={"content-type": "application/json"})
+        assert r.status_code == 400, (path, r.text)
+        assert r.json()["message"] == ("body is not valid JSON: a string holds a lone UTF-16 surrogate "
+                                       "(half of a \\uD800-\\uDFFF pair), which is not text"), r.text
+    pair = '{"reference_code": "import torch\\nclass Model: pass # \\ud83d\\ude00", "kernel_code": "%s"}'
+    r = srv.http.post("/v1/tasks", content=(pair % code).encode())
+    assert r.status_code == 202, r.text  # a whole pair is a character (U+1F600)
