@@ -97,3 +97,15 @@ def test_a_lone_surrogate_in_a_body_is_a_400_not_a_500(serve) -> None:
     pair = '{"reference_code": "import torch\\nclass Model: pass # \\ud83d\\ude00", "kernel_code": "%s"}'
     r = srv.http.post("/v1/tasks", content=(pair % code).encode())
     assert r.status_code == 202, r.text  # a whole pair is a character (U+1F600)
+
+
+def test_debug_validate_lists_an_infinite_gpu_count_as_an_error_not_a_500(serve) -> None:
+    """int(Infinity) raised OverflowError: a 500 where "resources.gpus must be an integer" belongs."""
+    srv = serve()
+    base = {"reference_code": REF, "kernel_code": kernel("")}
+    for gpus in (float("inf"), float("-inf"), float("nan"), [1], "two"):
+        r = post_raw(srv, "/debug/validate", base | {"resources": {"gpus": gpus}})
+        assert r.status_code == 200, (gpus, r.text)
+        assert r.json()["errors"] == ["resources.gpus must be an integer"], (gpus, r.text)
+    assert post_raw(srv, "/debug/validate", base | {"resources": {"gpus": 2}}).json()["valid"] is True
+
