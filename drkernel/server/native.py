@@ -91,8 +91,10 @@ def _new_task(state: ServerState, item: Any, default_priority: str, client: str)
         request = EvalRequest.from_dict(body | {"task_id": task_id})
     except (ConfigError, TypeError, ValueError) as exc:
         raise ApiError(400, "VALIDATION", f"request: {exc}") from None
-    task = NewTask(request=request, priority=priority, meta={"api": "native"},
-                   force=bool(item.get("force", False)))
+    force = item.get("force")
+    if force is not None and not isinstance(force, bool):  # "no" was truthy: a re-run nobody asked for
+        raise ApiError(400, "VALIDATION", "force: expected true or false")
+    task = NewTask(request=request, priority=priority, meta={"api": "native"}, force=bool(force))
     if not given:
         task.dedupe = dedupe_key(state, client, request)
     return task

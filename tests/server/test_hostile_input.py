@@ -109,3 +109,20 @@ def test_debug_validate_lists_an_infinite_gpu_count_as_an_error_not_a_500(serve)
         assert r.json()["errors"] == ["resources.gpus must be an integer"], (gpus, r.text)
     assert post_raw(srv, "/debug/validate", base | {"resources": {"gpus": 2}}).json()["valid"] is True
 
+
+def test_native_force_must_be_a_boolean(serve) -> None:
+    """`"force": "no"` (or 1, or "false") was truthy: the finished task was judged again."""
+    srv = serve()
+    body = {"request": {"reference_code": REF, "kernel_code": kernel(""), "task_id": "once"}}
+    assert srv.http.post("/v1/tasks", json=body).status_code == 202
+    assert srv.http.get("/v1/tasks/once?wait=10").json()["state"] == "done"
+    for force in ("no", "false", 1):
+        r = srv.http.post("/v1/tasks", json=body | {"force": force})
+        assert r.status_code == 400, (force, r.text)
+        assert r.json()["message"] == "force: expected true or false", r.text
+        batch = srv.http.post("/v1/tasks/batch", json={"requests": [body | {"force": force}]})
+        assert batch.status_code == 400, (force, batch.text)
+    again = srv.http.post("/v1/tasks", json=body | {"force": False}).json()
+    assert again["created"] is False and again["state"] == "done"
+    assert srv.http.post("/v1/tasks", json=body | {"force": True}).json()["created"] is True
+
