@@ -121,7 +121,9 @@ def _wait_s(state: ServerState, value: Any) -> float:
     try:
         wait = float(value or 0)
     except (TypeError, ValueError):
-        raise ApiError(400, "VALIDATION", "wait/timeout_s must be a number of seconds") from None
+        wait = math.nan
+    if isinstance(value, bool) or math.isnan(wait):  # true was 1 s, NaN 0 s: not what was meant
+        raise ApiError(400, "VALIDATION", "wait/timeout_s must be a number of seconds")
     return max(0.0, min(wait, state.settings.max_wait_s))
 
 

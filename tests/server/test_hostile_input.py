@@ -126,3 +126,15 @@ def test_native_force_must_be_a_boolean(serve) -> None:
     assert again["created"] is False and again["state"] == "done"
     assert srv.http.post("/v1/tasks", json=body | {"force": True}).json()["created"] is True
 
+
+def test_a_wait_of_nan_or_a_boolean_is_a_400(serve) -> None:
+    """timeout_s NaN waited 0 s and `true` 1 s, silently; a wait the client did not mean."""
+    srv = serve()
+    for value in (float("nan"), True, False):
+        r = post_raw(srv, "/v1/tasks/wait", {"task_ids": ["x"], "timeout_s": value})
+        assert r.status_code == 400, (value, r.text)
+        assert r.json()["message"] == "wait/timeout_s must be a number of seconds", r.text
+    r = srv.http.get("/v1/tasks/x?wait=nan")
+    assert r.status_code == 400, r.text
+    assert post_raw(srv, "/v1/tasks/wait", {"task_ids": ["x"], "timeout_s": float("inf")}).status_code == 200
+    assert srv.http.post("/v1/tasks/wait", json={"task_ids": ["x"], "timeout_s": 0.1}).status_code == 200
