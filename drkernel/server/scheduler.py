@@ -40,18 +40,19 @@ class TaskQueue:
     def __init__(self, aging_s: float) -> None:
         self.aging_s = aging_s
         self._heap: list[tuple[float, int, str]] = []
-        self._live: dict[str, tuple[float, str]] = {}  # task_id -> (key, priority)
+        self._live: dict[str, tuple[float, int, str]] = {}  # task_id -> (key, arrival, priority)
         self._seq = itertools.count()
 
     def push(self, task_id: str, priority: str, enqueued_at: float) -> None:
         key = enqueued_at + PRIORITIES.index(priority) * self.aging_s
-        self._live[task_id] = (key, priority)
-        heapq.heappush(self._heap, (key, next(self._seq), task_id))
+        seq = next(self._seq)
+        self._live[task_id] = (key, seq, priority)
+        heapq.heappush(self._heap, (key, seq, task_id))
 
     def pop(self) -> str | None:
         while self._heap:
-            key, _, task_id = heapq.heappop(self._heap)
-            if self._live.get(task_id, (None,))[0] == key:
+            key, seq, task_id = heapq.heappop(self._heap)
+            if self._live.get(task_id, (None, None))[:2] == (key, seq):
                 del self._live[task_id]
                 return task_id
         return None
@@ -62,11 +63,11 @@ class TaskQueue:
     def position(self, task_id: str) -> int | None:
         if task_id not in self._live:
             return None
-        key = self._live[task_id][0]
-        return sum(1 for k, _ in self._live.values() if k < key)
+        mine = self._live[task_id][:2]  # (key, arrival): the heap's order, ties included
+        return sum(1 for k, s, _ in self._live.values() if (k, s) < mine)
 
     def depth(self) -> dict[str, int]:
-        counts = Counter(p for _, p in self._live.values())
+        counts = Counter(p for _, _, p in self._live.values())
         return {p: counts.get(p, 0) for p in PRIORITIES}
 
     def __len__(self) -> int:

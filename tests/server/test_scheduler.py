@@ -122,3 +122,14 @@ def test_a_dispatch_that_raises_ends_its_task_as_infra_error_not_running_for_eve
     assert record.result.error.kind == "dispatch_error"
     assert "OverflowError: timestamp out of range" in record.result.error.message
     assert s.counters["dispatch_errors"] == 1 and s.outcomes["infra_error"] == 1
+
+
+def test_tasks_submitted_together_have_distinct_queue_positions() -> None:
+    """A batch shares one submit time, so one key: every task of it said queue_position 0 (the
+    heap broke the tie by arrival, the position did not)."""
+    q = TaskQueue(aging_s=30.0)
+    for name in ("a", "b", "c"):
+        q.push(name, "normal", 100.0)
+    q.push("urgent", "high", 100.0)
+    assert [q.position(n) for n in ("urgent", "a", "b", "c")] == [0, 1, 2, 3]
+    assert [q.pop() for _ in range(4)] == ["urgent", "a", "b", "c"]
