@@ -312,8 +312,8 @@ class ThreadJudgeHost:
             raise WorkerLost(f"judge thread on {self.device} is gone")
         reply: Future[EvalResult] = Future()
         self._inbox.put((request, reply))
-        try:
-            return reply.result(timeout=deadline_s)
+        try:  # a deadline past the clock's range (timeout_s 1e300) is "no deadline", not an OverflowError
+            return reply.result(timeout=min(deadline_s, threading.TIMEOUT_MAX))
         except FutureTimeout:
             raise EvalTimeout(f"judge on {self.device} gave no answer in {deadline_s:.0f} s") from None
 

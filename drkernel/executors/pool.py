@@ -343,6 +343,10 @@ class SlotPool:
                     return self._placed(infra_result(request, "judge_unresponsive", str(exc)),
                                         where)
                 continue
+            except Exception as exc:  # a bug in the call: the worker's state is unknown, replace it
+                if not self._closed:
+                    self._restart(slot, f"{type(exc).__name__}: {exc}")
+                raise
             if _is_judge_fault(result):
                 message = result.error.message if result.error else ""
                 logger.warning("%s reported a judge fault on task %s (attempt %d): %s",

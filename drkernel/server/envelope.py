@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -116,11 +117,21 @@ async def read_json(request: Request, settings: Settings) -> Any:
         if len(body) > settings.max_body_bytes:
             raise ApiError(413, "PAYLOAD_TOO_LARGE", f"body exceeds {settings.max_body_bytes} bytes")
     try:
-        return json.loads(body)
+        data = json.loads(body)
+        if _SURROGATE_ESCAPE.search(body):  # maybe half a pair: only then the full check
+            json.dumps(data, ensure_ascii=False).encode()
+        return data
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ApiError(400, "VALIDATION", f"body is not valid JSON: {exc}") from None
+    except UnicodeEncodeError:  # SQLite and the fingerprint cannot encode it: it was a 500
+        raise ApiError(400, "VALIDATION", "body is not valid JSON: a string holds a lone UTF-16 "
+                       "surrogate (half of a \\uD800-\\uDFFF pair), which is not text") from None
     except RecursionError:  # nested past the parser's depth: bad input, not the server's fault
         raise ApiError(400, "VALIDATION", "body is not valid JSON: nested too deeply") from None
+
+
+# a JSON escape of a UTF-16 surrogate: a lone one decodes to a str that no UTF-8 encoder takes
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def check_code_size(settings: Settings, *sources: str) -> None:

@@ -8,6 +8,7 @@ done or cancelled and result is the JSON result contract once done. Waits are bo
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 import uuid
 from typing import Any
@@ -64,6 +65,8 @@ def _check_options(options: Any) -> None:
             ok = False
         if not ok:
             raise ApiError(400, "VALIDATION", f"request.options.{name}: expected {kind.__name__}")
+        if isinstance(value, float) and not math.isfinite(value):  # JSON's Infinity, NaN, 1e999
+            raise ApiError(400, "VALIDATION", f"request.options.{name}: expected a finite number")
 
 
 def _new_task(state: ServerState, item: Any, default_priority: str, client: str) -> NewTask:
@@ -88,8 +91,10 @@ def _new_task(state: ServerState, item: Any, default_priority: str, client: str)
         request = EvalRequest.from_dict(body | {"task_id": task_id})
     except (ConfigError, TypeError, ValueError) as exc:
         raise ApiError(400, "VALIDATION", f"request: {exc}") from None
-    task = NewTask(request=request, priority=priority, meta={"api": "native"},
-                   force=bool(item.get("force", False)))
+    force = item.get("force")
+    if force is not None and not isinstance(force, bool):  # "no" was truthy: a re-run nobody asked for
+        raise ApiError(400, "VALIDATION", "force: expected true or false")
+    task = NewTask(request=request, priority=priority, meta={"api": "native"}, force=bool(force))
     if not given:
         task.dedupe = dedupe_key(state, client, request)
     return task
@@ -116,7 +121,9 @@ def _wait_s(state: ServerState, value: Any) -> float:
     try:
         wait = float(value or 0)
     except (TypeError, ValueError):
-        raise ApiError(400, "VALIDATION", "wait/timeout_s must be a number of seconds") from None
+        wait = math.nan
+    if isinstance(value, bool) or math.isnan(wait):  # true was 1 s, NaN 0 s: not what was meant
+        raise ApiError(400, "VALIDATION", "wait/timeout_s must be a number of seconds")
     return max(0.0, min(wait, state.settings.max_wait_s))
 
 

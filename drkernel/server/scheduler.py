@@ -40,18 +40,19 @@ class TaskQueue:
     def __init__(self, aging_s: float) -> None:
         self.aging_s = aging_s
         self._heap: list[tuple[float, int, str]] = []
-        self._live: dict[str, tuple[float, str]] = {}  # task_id -> (key, priority)
+        self._live: dict[str, tuple[float, int, str]] = {}  # task_id -> (key, arrival, priority)
         self._seq = itertools.count()
 
     def push(self, task_id: str, priority: str, enqueued_at: float) -> None:
         key = enqueued_at + PRIORITIES.index(priority) * self.aging_s
-        self._live[task_id] = (key, priority)
-        heapq.heappush(self._heap, (key, next(self._seq), task_id))
+        seq = next(self._seq)
+        self._live[task_id] = (key, seq, priority)
+        heapq.heappush(self._heap, (key, seq, task_id))
 
     def pop(self) -> str | None:
         while self._heap:
-            key, _, task_id = heapq.heappop(self._heap)
-            if self._live.get(task_id, (None,))[0] == key:
+            key, seq, task_id = heapq.heappop(self._heap)
+            if self._live.get(task_id, (None, None))[:2] == (key, seq):
                 del self._live[task_id]
                 return task_id
         return None
@@ -62,11 +63,11 @@ class TaskQueue:
     def position(self, task_id: str) -> int | None:
         if task_id not in self._live:
             return None
-        key = self._live[task_id][0]
-        return sum(1 for k, _ in self._live.values() if k < key)
+        mine = self._live[task_id][:2]  # (key, arrival): the heap's order, ties included
+        return sum(1 for k, s, _ in self._live.values() if (k, s) < mine)
 
     def depth(self) -> dict[str, int]:
-        counts = Counter(p for _, p in self._live.values())
+        counts = Counter(p for _, _, p in self._live.values())
         return {p: counts.get(p, 0) for p in PRIORITIES}
 
     def __len__(self) -> int:
@@ -191,9 +192,10 @@ class Scheduler:
         while (task_id := self._next()) is not None:
             try:
                 self._run(task_id)
-            except Exception:  # process edge of a dispatch thread: never let one task kill it
+            except Exception as exc:  # process edge of a dispatch thread: never let one task kill it
                 logger.exception("dispatching %s failed", task_id)
                 self.counters["dispatch_errors"] += 1
+                self._give_up(task_id, exc)
             finally:
                 with self._cv:
                     self._running.pop(task_id, None)
@@ -218,6 +220,17 @@ class Scheduler:
                 return
             result = infra_result(request, "executor_error", str(exc))
         self._finish(task_id, result, time.monotonic() - started)
+
+    def _give_up(self, task_id: str, exc: Exception) -> None:
+        """A dispatch that raised: the task ends as infra_error, never `running` for ever (its waiters
+        would wait to their deadline, and each restart would re-queue it to fail the same way)."""
+        if self._stop.is_set():  # shutting down (the store may be closed): the next start re-queues it
+            return
+        record = self.store.get(task_id)
+        if record is None or record.finished:
+            return
+        message = f"the server could not dispatch this task: {type(exc).__name__}: {exc}"
+        self._finish(task_id, infra_result(record.request, "dispatch_error", message), 0.0)
 
     def _finish(self, task_id: str, result: EvalResult, seconds: float) -> None:
         result.task_id = task_id

@@ -194,7 +194,7 @@ async def debug_validate(request: Request) -> dict[str, Any]:
         try:
             if int(gpus) < 1:
                 errors.append("resources.gpus must be >= 1")
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity
             errors.append("resources.gpus must be an integer")
     if req.use_reference_cache and not req.uuid:
         errors.append("UUID is required when use_reference_cache is True")

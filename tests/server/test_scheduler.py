@@ -95,3 +95,41 @@ def test_wait_is_bounded_and_returns_unfinished_records(tmp_path: Path) -> None:
     assert 0.15 < time.monotonic() - started < 2
     assert records["stuck"].state == "queued" and "unknown" not in records
     assert not s._waiters  # nothing left registered
+
+
+class _BrokenExecutor(FakeExecutor):
+    """An executor with a bug: it raises what no executor should (not an ExecutorError)."""
+
+    def evaluate(self, requests: list[EvalRequest]) -> list[object]:  # type: ignore[override]
+        raise OverflowError("timestamp out of range for platform time_t")
+
+
+def test_a_dispatch_that_raises_ends_its_task_as_infra_error_not_running_for_ever(tmp_path: Path) -> None:
+    """A bug in the executor left the task `running` for ever: its waiters waited to their deadline,
+    /evaluate blocked, and each restart re-queued it to fail the same way."""
+    settings = Settings(db_path=str(tmp_path / "s.db"))
+    s = Scheduler(TaskStore(settings.db_path), _BrokenExecutor(), settings)
+    s.start()
+    try:
+        s.submit([task("doomed")])
+        started = time.monotonic()
+        record = asyncio.run(s.wait(["doomed"], 10))["doomed"]
+    finally:
+        s.stop()
+    assert time.monotonic() - started < 5
+    assert record.state == "done" and record.result is not None
+    assert record.result.outcome is EvalOutcome.INFRA_ERROR and record.result.error is not None
+    assert record.result.error.kind == "dispatch_error"
+    assert "OverflowError: timestamp out of range" in record.result.error.message
+    assert s.counters["dispatch_errors"] == 1 and s.outcomes["infra_error"] == 1
+
+
+def test_tasks_submitted_together_have_distinct_queue_positions() -> None:
+    """A batch shares one submit time, so one key: every task of it said queue_position 0 (the
+    heap broke the tie by arrival, the position did not)."""
+    q = TaskQueue(aging_s=30.0)
+    for name in ("a", "b", "c"):
+        q.push(name, "normal", 100.0)
+    q.push("urgent", "high", 100.0)
+    assert [q.position(n) for n in ("urgent", "a", "b", "c")] == [0, 1, 2, 3]
+    assert [q.pop() for _ in range(4)] == ["urgent", "a", "b", "c"]

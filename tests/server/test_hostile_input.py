@@ -1,0 +1,140 @@
+"""Input a careless or hostile client sends: each is a 4xx that says what is wrong, never a 500, a
+worker lost or a task that never ends."""
+
+from __future__ import annotations
+
+import json
+
+REF = "import torch\n\nclass Model:\n    pass\n"
+
+
+def kernel(marks: str) -> str:
+    return f"{marks}\nimport torch\n\nclass ModelNew:\n    pass\n"
+
+
+def post_raw(srv, path: str, body: dict) -> object:  # type: ignore[no-untyped-def]
+    """POST a body that may hold Infinity or NaN (json.dumps writes them; httpx's json= would not)."""
+    return srv.http.post(path, content=json.dumps(body).encode(),
+                         headers={"content-type": "application/json"})
+
+
+def test_an_infinite_or_nan_option_is_a_400_not_a_worker_busy_for_ever(serve) -> None:
+    """timeout_s: Infinity passed the judge's `> 0` check; its deadline overflowed the pool's wait, the
+    task stayed `running` and its worker `busy` for ever (and again after every restart)."""
+    srv = serve(workers=1)
+    for name, value in (("timeout_s", float("inf")), ("timeout_s", float("-inf")),
+                        ("gpu_memory_fraction", float("nan")), ("launch_preroll_us", float("inf"))):
+        body = {"request": {"reference_code": REF, "kernel_code": kernel(""),
+                            "options": {name: value}}}
+        r = post_raw(srv, "/v1/tasks", body)
+        assert r.status_code == 400, r.text
+        assert r.json()["message"] == f"request.options.{name}: expected a finite number"
+    ok = srv.http.post("/v1/tasks", json={"request": {"reference_code": REF, "kernel_code": kernel(""),
+                                                      "task_id": "after"}})
+    assert ok.status_code == 202
+    assert srv.http.get("/v1/tasks/after?wait=10").json()["state"] == "done"  # the one worker is free
+
+
+def test_a_timeout_past_the_clock_leaves_a_thread_judge_free(serve) -> None:
+    """timeout_s: 1e300 is finite, but its watchdog deadline overflowed the thread judge's wait: the
+    task failed and its worker stayed `busy` for ever, so the server lost it."""
+    srv = serve(isolation="thread", workers=1)
+    body = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"),
+                        "task_id": "long", "options": {"timeout_s": 1e300}}}
+    assert post_raw(srv, "/v1/tasks", body).status_code == 202
+    view = srv.http.get("/v1/tasks/long?wait=10").json()
+    assert view["state"] == "done" and view["result"]["outcome"] == "ok", view
+    (worker,) = srv.http.get("/v1/workers").json()["workers"]
+    assert worker["state"] == "idle" and worker["tasks_done"] == 1
+
+
+def test_a_worker_whose_call_raises_is_replaced_not_left_busy(serve) -> None:
+    """An exception from a worker call that is neither WorkerLost nor EvalTimeout (a bug) left the
+    slot `busy` with the task for ever: one bad call cost the server that worker."""
+    from drkernel.executors.fake_judge import fake_judge
+    from drkernel.executors.local import LocalExecutor
+
+    class FlakyOnce(LocalExecutor):
+        failed = False
+
+        def _call(self, slot, request, deadline_s):  # type: ignore[no-untyped-def]
+            if not FlakyOnce.failed:
+                FlakyOnce.failed = True
+                raise OverflowError("a bug in the call")
+            return super()._call(slot, request, deadline_s)
+
+    config = LocalExecutor.Config(devices=("cpu",), isolation="thread")
+    srv = serve(executor=lambda s: FlakyOnce(config, fake_judge))
+    for task_id in ("first", "second"):
+        body = {"request": {"reference_code": REF, "kernel_code": kernel(f"# {task_id}"),
+                            "task_id": task_id}}
+        assert srv.http.post("/v1/tasks", json=body).status_code == 202
+    first = srv.http.get("/v1/tasks/first?wait=10").json()
+    assert first["result"]["error"]["kind"] == "dispatch_error"
+    second = srv.http.get("/v1/tasks/second?wait=10").json()
+    assert second["state"] == "done" and second["result"]["outcome"] == "ok", second
+    (worker,) = srv.http.get("/v1/workers").json()["workers"]
+    assert worker["restarts"] == 1 and "a bug in the call" in worker["last_error"]
+
+
+def test_a_lone_surrogate_in_a_body_is_a_400_not_a_500(serve) -> None:
+    """JSON may escape half of a UTF-16 pair ("\\ud800"), which no UTF-8 text holds: SQLite and the
+    fingerprint could not encode it, a 500 that closed the connection."""
+    srv = serve()
+    code = json.dumps(kernel(""))[1:-1]
+    bodies = {
+        "/v1/tasks": '{"reference_code": "import torch\\nclass Model: pass", "kernel_code": "%s", '
+                     '"task_id": "\\ud800"}' % code,
+        "/v1/tasks/batch": '{"requests": [{"reference_code": "import torch\\nclass Model: pass\\n#\\udfff",'
+                           ' "kernel_code": "%s"}]}' % code,
+        "/v1/tasks/wait": '{"task_ids": ["x\\uDBFF"]}',
+    }
+    for path, body in bodies.items():
+        r = srv.http.post(path, content=body.encode(), headers={"content-type": "application/json"})
+        assert r.status_code == 400, (path, r.text)
+        assert r.json()["message"] == ("body is not valid JSON: a string holds a lone UTF-16 surrogate "
+                                       "(half of a \\uD800-\\uDFFF pair), which is not text"), r.text
+    pair = '{"reference_code": "import torch\\nclass Model: pass # \\ud83d\\ude00", "kernel_code": "%s"}'
+    r = srv.http.post("/v1/tasks", content=(pair % code).encode())
+    assert r.status_code == 202, r.text  # a whole pair is a character (U+1F600)
+
+
+def test_debug_validate_lists_an_infinite_gpu_count_as_an_error_not_a_500(serve) -> None:
+    """int(Infinity) raised OverflowError: a 500 where "resources.gpus must be an integer" belongs."""
+    srv = serve()
+    base = {"reference_code": REF, "kernel_code": kernel("")}
+    for gpus in (float("inf"), float("-inf"), float("nan"), [1], "two"):
+        r = post_raw(srv, "/debug/validate", base | {"resources": {"gpus": gpus}})
+        assert r.status_code == 200, (gpus, r.text)
+        assert r.json()["errors"] == ["resources.gpus must be an integer"], (gpus, r.text)
+    assert post_raw(srv, "/debug/validate", base | {"resources": {"gpus": 2}}).json()["valid"] is True
+
+
+def test_native_force_must_be_a_boolean(serve) -> None:
+    """`"force": "no"` (or 1, or "false") was truthy: the finished task was judged again."""
+    srv = serve()
+    body = {"request": {"reference_code": REF, "kernel_code": kernel(""), "task_id": "once"}}
+    assert srv.http.post("/v1/tasks", json=body).status_code == 202
+    assert srv.http.get("/v1/tasks/once?wait=10").json()["state"] == "done"
+    for force in ("no", "false", 1):
+        r = srv.http.post("/v1/tasks", json=body | {"force": force})
+        assert r.status_code == 400, (force, r.text)
+        assert r.json()["message"] == "force: expected true or false", r.text
+        batch = srv.http.post("/v1/tasks/batch", json={"requests": [body | {"force": force}]})
+        assert batch.status_code == 400, (force, batch.text)
+    again = srv.http.post("/v1/tasks", json=body | {"force": False}).json()
+    assert again["created"] is False and again["state"] == "done"
+    assert srv.http.post("/v1/tasks", json=body | {"force": True}).json()["created"] is True
+
+
+def test_a_wait_of_nan_or_a_boolean_is_a_400(serve) -> None:
+    """timeout_s NaN waited 0 s and `true` 1 s, silently; a wait the client did not mean."""
+    srv = serve()
+    for value in (float("nan"), True, False):
+        r = post_raw(srv, "/v1/tasks/wait", {"task_ids": ["x"], "timeout_s": value})
+        assert r.status_code == 400, (value, r.text)
+        assert r.json()["message"] == "wait/timeout_s must be a number of seconds", r.text
+    r = srv.http.get("/v1/tasks/x?wait=nan")
+    assert r.status_code == 400, r.text
+    assert post_raw(srv, "/v1/tasks/wait", {"task_ids": ["x"], "timeout_s": float("inf")}).status_code == 200
+    assert srv.http.post("/v1/tasks/wait", json={"task_ids": ["x"], "timeout_s": 0.1}).status_code == 200
