@@ -417,3 +417,15 @@ def test_nulls_none_is_said_in_words_and_names_are_trimmed() -> None:
 
     assert _parse_nulls("none") == () and _parse_nulls(" None ") == ()
     assert _parse_nulls(" zeros, identity ,") == ("zeros", "identity")
+
+
+@pytest.mark.parametrize("rows", ['[1]', '[{}]', '[{"name": "a"}]', '[{"name": 3, "status": "ok"}]'])
+def test_a_survey_whose_rows_are_not_rows_is_one_line(rows: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A survey file cut or edited by hand, with a row that is no object or lacks its name or status,
+    was a traceback (TypeError, KeyError) from `suite table` and `survey --resume`."""
+    survey = tmp_path / "s.json"
+    survey.write_text('{"format": "drkernel-survey-v1", "rows": %s}' % rows)
+    assert main(["suite", "table", str(survey)]) == 2
+    err = capsys.readouterr().err
+    assert "s.json: row 1 is not a survey row" in err and len(err.strip().splitlines()) == 1, err
