@@ -228,7 +228,10 @@ def run_table(args: argparse.Namespace) -> int:
     from drkernel.problems.survey import load_survey
     from drkernel.problems.survey_table import render_table
 
-    text = render_table([load_survey(p) for p in args.surveys], markdown=args.markdown)
+    surveys = [load_survey(p) for p in args.surveys]
+    if args.out is not None and any(_same_file(args.out, p) for p in args.surveys):
+        raise ConfigError(f"--out {args.out} is one of the surveys it reads: the table would replace it")
+    text = render_table(surveys, markdown=args.markdown)
     if args.out is None:
         print(text, end="")
         return 0
@@ -239,3 +242,13 @@ def run_table(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ConfigError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     return 0
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths `a` and `b` name one file (False where `a` does not exist yet)."""
+    import os
+
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
