@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = AuditConfig(max_input_numel=args.max_input_numel)
     show = None if args.json else (lambda a: print(_row(a), flush=True))
     with contextlib.ExitStack() as stack:
+        if args.json:  # the references run here: what they print must not come before the JSON object
+            stack.enter_context(contextlib.redirect_stdout(sys.stderr))
         judge = None
         if args.judge:  # started before the table's header: a judge that cannot start is one line
             from drkernel.sandbox.judge import Judge

@@ -8,6 +8,7 @@ Output is a table, or one JSON object with --json; usage errors exit 2 with one 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import Any
@@ -97,8 +98,10 @@ def run_baselines(args: argparse.Namespace) -> int:
         raise ConfigError(f"--device {args.device!r}: expected cpu, cuda or cuda:N")
     store = BaselineStore(args.store)
     backends = BACKENDS if args.backend == "both" else (args.backend,)
-    timings = refresh_baselines(problems, store, device=args.device, backends=backends, force=args.force,
-                                trials=args.trials, warmup=args.warmup)
+    # the references run here: with --json, what they print must not come before the JSON object
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        timings = refresh_baselines(problems, store, device=args.device, backends=backends,
+                                    force=args.force, trials=args.trials, warmup=args.warmup)
     if args.json:
         print(json.dumps({"store": str(store.path), "timings": [t.to_dict() for t in timings]}, indent=1))
         return 0

@@ -90,3 +90,27 @@ def test_audit_bad_arguments_are_one_line(argv: list[str], message: str,
     captured = capsys.readouterr()
     assert message in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
     assert captured.out == ""  # no table header before the error
+
+
+def _reference(tmp_path: Path, name: str, forward: str, top: str = "") -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(
+        f"import torch\nimport torch.nn as nn\n{top}\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        f"        {forward}\n\ndef get_inputs():\n    return [torch.randn(64)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("command", [["audit"], ["suite", "baselines", "--trials", "1"]])
+def test_json_is_the_only_stdout_whatever_the_reference_prints(
+        command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """References run in this process: their print() calls came before the JSON object on stdout
+    (`audit --json | jq` failed), in audit and in suite baselines alike; they go to stderr."""
+    ref = _reference(tmp_path, "chatty", 'print("forward", x.shape)\n        return x * 2',
+                     top='print("loading")\n')
+    store = ["--store", str(tmp_path / "b.json")] if command[0] == "suite" else []
+    assert main([*command, str(ref), *store, "--json"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)
+    assert "loading" in captured.err and "forward" in captured.err
