@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {s: sum(a.status == s for a in results) for s in ("ok", "flagged", "error")}
     if args.json:
         json.dump({"suite": args.suite, "judge": args.judge, "summary": summary,
-                   "problems": [a.to_dict() for a in results]}, sys.stdout, indent=1)
+                   "problems": [a.to_dict() for a in results]}, sys.stdout, indent=1, allow_nan=False)
         print()
     else:
         print(f"{len(results)} problems: {summary['ok']} ok, {summary['flagged']} flagged, "

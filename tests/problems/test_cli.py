@@ -114,3 +114,17 @@ def test_json_is_the_only_stdout_whatever_the_reference_prints(
     captured = capsys.readouterr()
     json.loads(captured.out)
     assert "loading" in captured.err and "forward" in captured.err
+
+
+def test_audit_json_of_a_reference_with_nan_outputs_is_json(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A reference whose output holds NaN (log of randn) made `audit --json` write `"max_abs": NaN`,
+    which is no JSON (jq and strict parsers refuse it); a value that is no number is null."""
+    ref = _reference(tmp_path, "log_randn", "return torch.log(x)")
+    assert main(["audit", str(ref), "--json"]) == 0
+
+    def refuse(word: str) -> None:
+        raise ValueError(f"not JSON: {word}")
+
+    problem = json.loads(capsys.readouterr().out, parse_constant=refuse)["problems"][0]
+    assert problem["max_abs"] is None and problem["variation"] is None
