@@ -128,3 +128,24 @@ def test_audit_json_of_a_reference_with_nan_outputs_is_json(tmp_path: Path,
 
     problem = json.loads(capsys.readouterr().out, parse_constant=refuse)["problems"][0]
     assert problem["max_abs"] is None and problem["variation"] is None
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_suite_baselines_goes_on_past_a_reference_that_raises(as_json: bool, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """One reference of a folder that raised in forward was a traceback, exit 1, and the table of the
+    others never printed; it is one stderr line naming it, the others are timed, and the exit is 1."""
+    folder = tmp_path / "suite"
+    folder.mkdir()
+    _reference(folder, "a_broken", 'raise RuntimeError("boom")')
+    _reference(folder, "b_double", "return x * 2")
+    argv = ["suite", "baselines", str(folder), "--trials", "1", "--store", str(tmp_path / "b.json")]
+    assert main([*argv, *(["--json"] if as_json else [])]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "drkernel suite: a_broken: the reference failed: RuntimeError: boom"
+    if as_json:
+        out = json.loads(captured.out)
+        assert [t["problem"] for t in out["timings"]] == ["b_double"]
+        assert out["failed"] == [{"problem": "a_broken", "error": "RuntimeError: boom"}]
+    else:
+        assert "b_double" in captured.out and "1 reference failed" in captured.out
