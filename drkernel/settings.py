@@ -16,8 +16,10 @@ from typing import Any
 
 from drkernel.errors import ConfigError
 
-__all__ = ["DEFAULT_SPARES", "JUDGE_ENV", "JudgeSettings", "judge_settings_from_env", "read_environment"]
+__all__ = ["DEFAULT_SPARES", "JUDGE_ENV", "MAX_MEMORY_LIMIT_MB", "JudgeSettings", "judge_settings_from_env",
+           "read_environment"]
 
+MAX_MEMORY_LIMIT_MB = 1 << 40  # 1 EiB: the most a sandbox's host memory limit may say
 DEFAULT_SPARES = {"cuda": 6, "cpu": 2}  # warm sandboxes (6 beat 3 by 10-13 % a minute on the H200)
 
 
@@ -49,6 +51,10 @@ class JudgeSettings:
     def __post_init__(self) -> None:
         if self.spares is not None and not 1 <= self.spares <= 64:
             raise ConfigError(f"judge.spares: {self.spares} not in 1..64")
+        # a sandbox's limit in bytes must fit setrlimit's C long: past it every sandbox died at its start
+        if self.memory_limit_mb is not None and not 64 <= self.memory_limit_mb <= MAX_MEMORY_LIMIT_MB:
+            raise ConfigError(f"judge.memory_limit_mb: {self.memory_limit_mb} not in "
+                              f"64..{MAX_MEMORY_LIMIT_MB} (MiB of host memory a sandbox may hold)")
         if not 0 <= self.retries <= 3:
             raise ConfigError(f"judge.retries: {self.retries} not in 0..3")
         for name in ("candidate_gpu_fraction", "reference_gpu_fraction"):

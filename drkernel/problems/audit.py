@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -74,7 +75,12 @@ class ProblemAudit:
         return "error" if self.error else ("flagged" if self.flags else "ok")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "status": self.status}
+        """As JSON takes it: a measure that is no number (NaN or inf outputs) is None."""
+        out = {**dataclasses.asdict(self), "status": self.status}
+        for name in ("max_abs", "variation"):
+            if out[name] is not None and not math.isfinite(out[name]):
+                out[name] = None
+        return out
 
 
 def passes(out: Sequence[torch.Tensor], ref: Sequence[torch.Tensor], policy: str) -> bool:

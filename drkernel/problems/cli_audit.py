@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = AuditConfig(max_input_numel=args.max_input_numel)
     show = None if args.json else (lambda a: print(_row(a), flush=True))
     with contextlib.ExitStack() as stack:
+        if args.json:  # the references run here: what they print must not come before the JSON object
+            stack.enter_context(contextlib.redirect_stdout(sys.stderr))
         judge = None
         if args.judge:  # started before the table's header: a judge that cannot start is one line
             from drkernel.sandbox.judge import Judge
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {s: sum(a.status == s for a in results) for s in ("ok", "flagged", "error")}
     if args.json:
         json.dump({"suite": args.suite, "judge": args.judge, "summary": summary,
-                   "problems": [a.to_dict() for a in results]}, sys.stdout, indent=1)
+                   "problems": [a.to_dict() for a in results]}, sys.stdout, indent=1, allow_nan=False)
         print()
     else:
         print(f"{len(results)} problems: {summary['ok']} ok, {summary['flagged']} flagged, "

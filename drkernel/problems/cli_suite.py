@@ -8,6 +8,7 @@ Output is a table, or one JSON object with --json; usage errors exit 2 with one 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import Any
@@ -97,17 +98,33 @@ def run_baselines(args: argparse.Namespace) -> int:
         raise ConfigError(f"--device {args.device!r}: expected cpu, cuda or cuda:N")
     store = BaselineStore(args.store)
     backends = BACKENDS if args.backend == "both" else (args.backend,)
-    timings = refresh_baselines(problems, store, device=args.device, backends=backends, force=args.force,
-                                trials=args.trials, warmup=args.warmup)
+    timings, failed = [], []
+    for problem in problems:
+        # the references run here: with --json, what they print must not come before the JSON object
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            try:
+                timings += refresh_baselines([problem], store, device=args.device, backends=backends,
+                                             force=args.force, trials=args.trials, warmup=args.warmup)
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the user's reference: one that fails is a finding
+                error = (str(exc).removeprefix(f"{problem.name}: ") if isinstance(exc, ProblemError)
+                         else f"{type(exc).__name__}: {exc}")
+                failed.append({"problem": problem.name, "error": error})
+                print(f"drkernel suite: {problem.name}: the reference failed: {error}", file=sys.stderr)
+    code = 1 if failed else 0
     if args.json:
-        print(json.dumps({"store": str(store.path), "timings": [t.to_dict() for t in timings]}, indent=1))
-        return 0
+        print(json.dumps({"store": str(store.path), "timings": [t.to_dict() for t in timings],
+                          "failed": failed}, indent=1))
+        return code
     label = "" if args.device.startswith("cuda") else "  (CPU timings: not GPU baselines)"
     print(f"{'problem':48s} {'backend':8s} {'median_ms':>10s} {'device'}{label}")
     for t in timings:
         print(f"{t.problem[:48]:48s} {t.backend:8s} {t.median_ms:10.3f} {t.device_name}")
+    if failed:
+        print(f"{len(failed)} reference{'s' if len(failed) > 1 else ''} failed (see above): not timed")
     print(f"stored in {store.path}")
-    return 0
+    return code
 
 
 def _register_survey(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -228,7 +245,10 @@ def run_table(args: argparse.Namespace) -> int:
     from drkernel.problems.survey import load_survey
     from drkernel.problems.survey_table import render_table
 
-    text = render_table([load_survey(p) for p in args.surveys], markdown=args.markdown)
+    surveys = [load_survey(p) for p in args.surveys]
+    if args.out is not None and any(_same_file(args.out, p) for p in args.surveys):
+        raise ConfigError(f"--out {args.out} is one of the surveys it reads: the table would replace it")
+    text = render_table(surveys, markdown=args.markdown)
     if args.out is None:
         print(text, end="")
         return 0
@@ -239,3 +259,13 @@ def run_table(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ConfigError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     return 0
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths `a` and `b` name one file (False where `a` does not exist yet)."""
+    import os
+
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -140,6 +140,10 @@ def load_survey(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: not JSON: not UTF-8 text (byte {exc.start})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("rows"), list):
         raise ConfigError(f"{p}: not a survey file ({FORMAT})")
+    for i, row in enumerate(data["rows"], 1):
+        if not (isinstance(row, dict) and isinstance(row.get("name"), str)
+                and isinstance(row.get("status"), str)):
+            raise ConfigError(f"{p}: row {i} is not a survey row (an object with a name and a status)")
     return data
 
 

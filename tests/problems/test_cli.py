@@ -90,3 +90,62 @@ def test_audit_bad_arguments_are_one_line(argv: list[str], message: str,
     captured = capsys.readouterr()
     assert message in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
     assert captured.out == ""  # no table header before the error
+
+
+def _reference(tmp_path: Path, name: str, forward: str, top: str = "") -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(
+        f"import torch\nimport torch.nn as nn\n{top}\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        f"        {forward}\n\ndef get_inputs():\n    return [torch.randn(64)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("command", [["audit"], ["suite", "baselines", "--trials", "1"]])
+def test_json_is_the_only_stdout_whatever_the_reference_prints(
+        command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """References run in this process: their print() calls came before the JSON object on stdout
+    (`audit --json | jq` failed), in audit and in suite baselines alike; they go to stderr."""
+    ref = _reference(tmp_path, "chatty", 'print("forward", x.shape)\n        return x * 2',
+                     top='print("loading")\n')
+    store = ["--store", str(tmp_path / "b.json")] if command[0] == "suite" else []
+    assert main([*command, str(ref), *store, "--json"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)
+    assert "loading" in captured.err and "forward" in captured.err
+
+
+def test_audit_json_of_a_reference_with_nan_outputs_is_json(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A reference whose output holds NaN (log of randn) made `audit --json` write `"max_abs": NaN`,
+    which is no JSON (jq and strict parsers refuse it); a value that is no number is null."""
+    ref = _reference(tmp_path, "log_randn", "return torch.log(x)")
+    assert main(["audit", str(ref), "--json"]) == 0
+
+    def refuse(word: str) -> None:
+        raise ValueError(f"not JSON: {word}")
+
+    problem = json.loads(capsys.readouterr().out, parse_constant=refuse)["problems"][0]
+    assert problem["max_abs"] is None and problem["variation"] is None
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_suite_baselines_goes_on_past_a_reference_that_raises(as_json: bool, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """One reference of a folder that raised in forward was a traceback, exit 1, and the table of the
+    others never printed; it is one stderr line naming it, the others are timed, and the exit is 1."""
+    folder = tmp_path / "suite"
+    folder.mkdir()
+    _reference(folder, "a_broken", 'raise RuntimeError("boom")')
+    _reference(folder, "b_double", "return x * 2")
+    argv = ["suite", "baselines", str(folder), "--trials", "1", "--store", str(tmp_path / "b.json")]
+    assert main([*argv, *(["--json"] if as_json else [])]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "drkernel suite: a_broken: the reference failed: RuntimeError: boom"
+    if as_json:
+        out = json.loads(captured.out)
+        assert [t["problem"] for t in out["timings"]] == ["b_double"]
+        assert out["failed"] == [{"problem": "a_broken", "error": "RuntimeError: boom"}]
+    else:
+        assert "b_double" in captured.out and "1 reference failed" in captured.out

@@ -417,3 +417,30 @@ def test_nulls_none_is_said_in_words_and_names_are_trimmed() -> None:
 
     assert _parse_nulls("none") == () and _parse_nulls(" None ") == ()
     assert _parse_nulls(" zeros, identity ,") == ("zeros", "identity")
+
+
+def test_table_out_on_one_of_its_surveys_is_refused(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`suite table s.json --out s.json` wrote the table over the survey it read (hours of device time
+    gone, exit 0); it is a one-line usage error and the survey is left as it was."""
+    survey = tmp_path / "s.json"
+    text = json.dumps({"format": "drkernel-survey-v1", "rows": [{"name": "a", "level": 1, "status": "ok"}]})
+    survey.write_text(text)
+    (tmp_path / "sub").mkdir()
+    for out in (survey, tmp_path / "sub" / ".." / "s.json"):
+        assert main(["suite", "table", str(survey), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "is one of the surveys it reads" in err and len(err.strip().splitlines()) == 1, err
+        assert survey.read_text() == text
+
+
+@pytest.mark.parametrize("rows", ['[1]', '[{}]', '[{"name": "a"}]', '[{"name": 3, "status": "ok"}]'])
+def test_a_survey_whose_rows_are_not_rows_is_one_line(rows: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A survey file cut or edited by hand, with a row that is no object or lacks its name or status,
+    was a traceback (TypeError, KeyError) from `suite table` and `survey --resume`."""
+    survey = tmp_path / "s.json"
+    survey.write_text('{"format": "drkernel-survey-v1", "rows": %s}' % rows)
+    assert main(["suite", "table", str(survey)]) == 2
+    err = capsys.readouterr().err
+    assert "s.json: row 1 is not a survey row" in err and len(err.strip().splitlines()) == 1, err

@@ -149,6 +149,18 @@ def test_the_judge_refuses_a_negative_tolerance_from_the_api_too() -> None:
                                      options=EvalOptions(memory_limit_mb=1)))
 
 
+def test_a_memory_limit_past_what_the_system_takes_is_a_usage_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--memory-limit-mb 1e20` passed the flag check (>= 64): every sandbox then died at its start
+    (OverflowError in setrlimit, a traceback on stderr) and the honest kernel got runtime_error, exit 0."""
+    from drkernel.cli import main
+
+    argv = ["eval", str(REFERENCE), str(ASSETS / "kernels" / "relu_scale.py"), "--device", "cpu"]
+    assert main([*argv, "--memory-limit-mb", str(10**20)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"memory_limit_mb: {10**20} not in 64.." in err, err
+
+
 @pytest.mark.parametrize("where", ["folder", "missing_parent_of_a_file", "not_a_database"])
 def test_a_cache_that_cannot_be_opened_is_a_usage_error(tmp_path: Path, where: str) -> None:
     """`--cache` names the reference timing cache: a folder, a path under a file, or a file that is not
