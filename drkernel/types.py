@@ -25,6 +25,7 @@ __all__ = [
     "EvalStatus",
     "KernelTime",
     "MAX_SOURCE_BYTES",
+    "MAX_TIMEOUT_S",
     "PaperTiming",
     "Problem",
     "REWARD_PRESET_NAMES",
@@ -36,6 +37,7 @@ __all__ = [
 
 # The largest reference or kernel source the judge takes, and the server's request-body limit: one limit.
 MAX_SOURCE_BYTES = 32 * 1024 * 1024
+MAX_TIMEOUT_S = 86400.0  # an evaluation's wall-clock limit: at most a day
 
 
 class EvalStatus(StrEnum):

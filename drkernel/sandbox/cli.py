@@ -14,8 +14,15 @@ from typing import TYPE_CHECKING
 
 from drkernel.errors import ConfigError
 from drkernel.helpfmt import DefaultsHelpFormatter
-from drkernel.settings import judge_settings_from_env
-from drkernel.types import MAX_SOURCE_BYTES, REWARD_PRESET_NAMES, EvalOptions, EvalRequest, EvalResult
+from drkernel.settings import MAX_MEMORY_LIMIT_MB, judge_settings_from_env
+from drkernel.types import (
+    MAX_SOURCE_BYTES,
+    MAX_TIMEOUT_S,
+    REWARD_PRESET_NAMES,
+    EvalOptions,
+    EvalRequest,
+    EvalResult,
+)
 
 if TYPE_CHECKING:
     from drkernel.sandbox.plumbing.process import ComparisonProcess, Zygote
@@ -92,15 +99,16 @@ _RANGES = (
     ("--warmup", 0, 10000),
     ("--atol", 0.0, math.inf),
     ("--rtol", 0.0, math.inf),
-    ("--memory-limit-mb", 64, math.inf),
+    ("--memory-limit-mb", 64, MAX_MEMORY_LIMIT_MB),
     ("--launch-preroll-us", 0.0, 1000.0),
 )
 
 
 def _check_flags(args: argparse.Namespace) -> None:
     """Each bad value is a usage error that names its flag (not the option field behind it)."""
-    if not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise ConfigError(f"--timeout {args.timeout:g}: must be a number of seconds > 0")
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:
+        raise ConfigError(f"--timeout {args.timeout:g}: must be a number of seconds > 0 "
+                          f"and at most {MAX_TIMEOUT_S:g}")
     for flag, low, high in _RANGES:
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is None:

@@ -144,7 +144,7 @@ def test_the_judge_refuses_a_negative_tolerance_from_the_api_too() -> None:
     with pytest.raises(ConfigError, match="timeout_s: must be > 0"):
         validate_request(EvalRequest(reference_code="x", kernel_code="y", options=EvalOptions(timeout_s=0)))
     # what `eval --memory-limit-mb` refuses, a served request may not ask either (it was accepted: 202)
-    with pytest.raises(ConfigError, match="memory_limit_mb: 1 is below 64"):
+    with pytest.raises(ConfigError, match="memory_limit_mb: 1 is not between 64 and"):
         validate_request(EvalRequest(reference_code="x", kernel_code="y",
                                      options=EvalOptions(memory_limit_mb=1)))
 
@@ -158,7 +158,35 @@ def test_a_memory_limit_past_what_the_system_takes_is_a_usage_error(
     argv = ["eval", str(REFERENCE), str(ASSETS / "kernels" / "relu_scale.py"), "--device", "cpu"]
     assert main([*argv, "--memory-limit-mb", str(10**20)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and f"memory_limit_mb: {10**20} not in 64.." in err, err
+    assert len(err.splitlines()) == 1 and "--memory-limit-mb 1e+20: must be between 64 and" in err, err
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"timeout_s": float("inf")}, "timeout_s: must be > 0 and at most 86400"),
+    ({"timeout_s": 1e300}, "timeout_s: must be > 0 and at most"),
+    ({"timeout_s": float("nan")}, "timeout_s"),
+    ({"num_profile_calls": 0}, "num_profile_calls"),
+    ({"num_verified_timed_calls": -5}, "num_verified_timed_calls"),
+    ({"seed": 10**30}, "seed: must be between 0 and 2\\*\\*63"),
+    ({"seed": -1}, "seed"),
+    ({"gpu_memory_fraction": -3.0}, "gpu_memory_fraction"),
+    ({"gpu_memory_fraction": 1.5}, "gpu_memory_fraction"),
+    ({"memory_limit_mb": 10**20}, "memory_limit_mb: 100000000000000000000 is not between"),
+    ({"entry_point": "not valid!"}, "entry_point: 'not valid!' is not a Python class name"),
+])
+def test_a_request_of_options_no_judge_can_honour_is_refused_before_it_is_queued(
+        options: dict, message: str) -> None:
+    """Each was accepted (202 on a server) and reached the judge: an endless wait, a sandbox that
+    could not start, a generator that refused the seed, a class that cannot exist."""
+    from drkernel.errors import ConfigError
+    from drkernel.sandbox.judge import validate_request
+    from drkernel.types import EvalOptions, EvalRequest
+
+    with pytest.raises(ConfigError, match=message):
+        validate_request(EvalRequest(reference_code="x", kernel_code="y", options=EvalOptions(**options)))
+    validate_request(EvalRequest(reference_code="x", kernel_code="y",
+                                 options=EvalOptions(seed=2**63 - 1, gpu_memory_fraction=1.0,
+                                                     timeout_s=86400, num_profile_calls=1)))
 
 
 @pytest.mark.parametrize("where", ["folder", "missing_parent_of_a_file", "not_a_database"])
