@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import json
 import math
@@ -118,6 +119,33 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise ConfigError(f"{flag} {value:g}: must be {bound}")
 
 
+def _assigned(tree: ast.Module) -> set[str]:
+    """The names a module's top-level statements assign."""
+    names: set[str] = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else [])
+        for target in targets:
+            names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def _check_shape(snippet: str, reference: str, path: Path) -> None:
+    """A --shape is Python that sets at least one of the reference's module-level names: one that sets
+    none (`batch = 3` for `batch_size = 3`) changed nothing, and its variant was counted as passed."""
+    try:
+        names = _assigned(ast.parse(snippet, "--shape"))
+    except SyntaxError as exc:
+        raise ConfigError(f"--shape {snippet!r} is not Python: {exc.msg}") from None
+    try:
+        known = _assigned(ast.parse(reference))
+    except SyntaxError:
+        return  # the reference's own error is the judge's to report
+    if not names & known:
+        constants = ", ".join(sorted(n for n in known if not n.startswith("_"))) or "none"
+        raise ConfigError(f"--shape {snippet!r} sets no module-level name of {path} (it has: {constants})")
+
+
 def _read(path: Path, what: str) -> str:
     try:
         if path.is_file() and path.stat().st_size > MAX_SOURCE_BYTES:
@@ -150,10 +178,7 @@ def run(args: argparse.Namespace) -> int:
                           f"{' and no '.join(missing)} (a reference defines class Model, get_inputs() and "
                           "get_init_inputs())")
     for snippet in args.shape:
-        try:
-            compile(snippet, "--shape", "exec")
-        except SyntaxError as exc:
-            raise ConfigError(f"--shape {snippet!r} is not Python: {exc.msg}") from None
+        _check_shape(snippet, reference, args.reference)
     request = EvalRequest(reference_code=reference, kernel_code=kernel, options=options,
                           problem_name=args.reference.stem, shape_variants=tuple(args.shape))
     try:

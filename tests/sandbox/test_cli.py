@@ -54,6 +54,9 @@ def test_other_sizes_are_checked_with_shape_and_never_change_the_verdict(tmp_pat
     assert "shapes    0/1 other sizes passed" in proc.stdout
     assert "variant 1: output differs" in proc.stdout and "variant 2: not counted" in proc.stdout
     assert_usage_error(drkernel_eval(REFERENCE, kernel, "--shape", "batch_size = ("), "--shape")
+    # a typo of the constant's name changed nothing, and its variant was counted as passed
+    assert_usage_error(drkernel_eval(REFERENCE, kernel, "--shape", "batch = 3"),
+                       "--shape 'batch = 3' sets no module-level name of")
 
 
 def test_json_is_one_object_with_the_contract_despite_a_forged_verdict_on_stdout(tmp_path: Path) -> None:
