@@ -46,7 +46,8 @@ class AnchorRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    task_id: str | None = Field(default=None, min_length=1, max_length=100)
+    # printable: a newline or a control character in an id reached the log lines that name the task
+    task_id: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$")
     reference_code: str = Field(min_length=10)
     kernel_code: str = Field(min_length=10)
     backend: Literal["triton", "cuda"] = "triton"

@@ -41,6 +41,9 @@ def test_a_timeout_past_the_clock_leaves_a_thread_judge_free(serve) -> None:
     srv = serve(isolation="thread", workers=1)
     body = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"),
                         "task_id": "long", "options": {"timeout_s": 1e300}}}
+    refused = post_raw(srv, "/v1/tasks", body)  # now refused before it is queued: at most a day
+    assert refused.status_code == 400 and "timeout_s: must be > 0 and at most 86400" in refused.text
+    body["request"]["options"]["timeout_s"] = 86400.0  # the longest a request may ask
     assert post_raw(srv, "/v1/tasks", body).status_code == 202
     view = srv.http.get("/v1/tasks/long?wait=10").json()
     assert view["state"] == "done" and view["result"]["outcome"] == "ok", view
@@ -138,3 +141,18 @@ def test_a_wait_of_nan_or_a_boolean_is_a_400(serve) -> None:
     assert r.status_code == 400, r.text
     assert post_raw(srv, "/v1/tasks/wait", {"task_ids": ["x"], "timeout_s": float("inf")}).status_code == 200
     assert srv.http.post("/v1/tasks/wait", json={"task_ids": ["x"], "timeout_s": 0.1}).status_code == 200
+
+
+def test_a_task_id_with_a_newline_or_a_control_character_is_a_400(serve) -> None:
+    """Such ids were accepted (202) and reached the log lines that name the task."""
+    srv = serve(workers=1)
+    for task_id in ("a\nb", "a\u0000b", "tab\there", "\x1b[31mred"):
+        native = srv.http.post("/v1/tasks", json={"request": {"reference_code": REF, "kernel_code": kernel(""),
+                                                              "task_id": task_id}})
+        assert native.status_code == 400 and "printable" in native.json()["message"], native.text
+        anchor = srv.http.post("/evaluate", json={"reference_code": REF, "kernel_code": kernel(""),
+                                                  "task_id": task_id})
+        assert anchor.status_code in (400, 422), anchor.text
+    ok = srv.http.post("/v1/tasks", json={"request": {"reference_code": REF, "kernel_code": kernel(""),
+                                                      "task_id": "plain id/with ünïcode"}})
+    assert ok.status_code == 202, ok.text
