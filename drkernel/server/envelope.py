@@ -172,7 +172,7 @@ def submit_or_raise(state: ServerState, tasks: list[NewTask]) -> list[tuple[Task
     try:
         return state.scheduler.submit(tasks)
     except TaskConflict as exc:
-        raise ApiError(409, "CONFLICT", str(exc)) from None
+        raise ApiError(409, "CONFLICT", str(exc), task_id=exc.task_id) from None
     except Overloaded as exc:
         raise ApiError(429, "QUEUE_FULL", str(exc),
                        headers={"Retry-After": str(state.settings.retry_after_s)}) from None

@@ -56,6 +56,24 @@ FINISHED = ("done", "cancelled")
 class TaskConflict(DrKernelError):
     """A task id already names a different request."""
 
+    def __init__(self, message: str, task_id: str | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """The keys (options.* one level down) whose values differ between two requests' dicts."""
+    out: list[str] = []
+    for key in sorted(set(old) | set(new)):
+        if key == "task_id" or old.get(key) == new.get(key):
+            continue
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict) and not prefix:
+            out.extend(_differences(a, b, f"{key}."))
+        else:
+            out.append(prefix + key)
+    return out
+
 
 def fingerprint(request: EvalRequest) -> str:
     payload = request.to_dict() | {"task_id": None}
@@ -168,7 +186,12 @@ class TaskStore:
                 if row is not None:
                     existing = _record(row[:-1])
                     if row[-1] != fp and not task.force:
-                        raise TaskConflict(f"task_id {rid!r} already names a different request")
+                        differ = _differences(json.loads(existing.request_json), task.request.to_dict())
+                        raise TaskConflict(
+                            f"task_id {rid!r} already names a different request (it differs in "
+                            f"{', '.join(differ[:8]) or 'its fields'}; a request sent to the other API "
+                            "differs in its default options): choose another task_id, or force it",
+                            task_id=rid)
                     if not (task.force and existing.finished):
                         out.append((existing, False))
                         continue

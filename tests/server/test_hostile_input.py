@@ -156,3 +156,17 @@ def test_a_task_id_with_a_newline_or_a_control_character_is_a_400(serve) -> None
     ok = srv.http.post("/v1/tasks", json={"request": {"reference_code": REF, "kernel_code": kernel(""),
                                                       "task_id": "plain id/with ünïcode"}})
     assert ok.status_code == 202, ok.text
+
+
+def test_a_task_id_reused_across_the_two_apis_says_what_differs(serve) -> None:
+    """The same code under one id through /evaluate then /v1/tasks was a 409 'already names a different
+    request' with task_id null: the two APIs' default options (timeouts 300 and 180 s) differ."""
+    srv = serve(workers=1)
+    code = kernel("# fake: speedup=2")
+    first = srv.http.post("/evaluate", json={"reference_code": REF, "kernel_code": code, "task_id": "same"})
+    assert first.status_code == 200, first.text
+    again = srv.http.post("/v1/tasks", json={"request": {"reference_code": REF, "kernel_code": code,
+                                                         "task_id": "same"}})
+    assert again.status_code == 409
+    body = again.json()
+    assert body["task_id"] == "same" and "options.timeout_s" in body["message"], body

@@ -42,8 +42,9 @@ def test_submission_is_idempotent_and_conflicts_are_refused(tmp_path: Path) -> N
     [(_, created)] = store.submit([task("a")])
     [(_, again)] = store.submit([task("a")])
     assert created and not again
-    with pytest.raises(TaskConflict):
+    with pytest.raises(TaskConflict, match="it differs in kernel_code") as info:
         store.submit([task("a", code="other")])
+    assert info.value.task_id == "a"
     store.mark_running("a")
     store.finish("a", EvalResult(outcome=EvalOutcome.OK))
     forced = task("a", code="other")
