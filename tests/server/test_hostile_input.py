@@ -147,8 +147,8 @@ def test_a_task_id_with_a_newline_or_a_control_character_is_a_400(serve) -> None
     """Such ids were accepted (202) and reached the log lines that name the task."""
     srv = serve(workers=1)
     for task_id in ("a\nb", "a\u0000b", "tab\there", "\x1b[31mred"):
-        native = srv.http.post("/v1/tasks", json={"request": {"reference_code": REF, "kernel_code": kernel(""),
-                                                              "task_id": task_id}})
+        body = {"request": {"reference_code": REF, "kernel_code": kernel(""), "task_id": task_id}}
+        native = srv.http.post("/v1/tasks", json=body)
         assert native.status_code == 400 and "printable" in native.json()["message"], native.text
         anchor = srv.http.post("/evaluate", json={"reference_code": REF, "kernel_code": kernel(""),
                                                   "task_id": task_id})
