@@ -198,12 +198,7 @@ class OpenAIPolicy:
             raise err
         if resp.status_code != 200:
             raise PolicyError(f"HTTP {resp.status_code} from {self.config.base_url}: {resp.text[:500]}")
-        try:
-            data = resp.json()
-            return [_parse_choice(c, data.get("usage") or {}) for c in data["choices"]]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise PolicyError(f"malformed chat completion response: {exc}") from exc
-
+        return _parse_completions(resp)
 
     def _overlong(self, body: dict[str, Any], error: str) -> list[Completion]:
         """Prompt + max_tokens past the model's context: shrink max_tokens to what is left, as
@@ -217,20 +212,45 @@ class OpenAIPolicy:
             with _map_httpx_errors():
                 resp = self._client.post("/chat/completions", json={**body, "max_tokens": room})
             if resp.status_code == 200:
-                return [_parse_choice(c, resp.json().get("usage") or {}) for c in resp.json()["choices"]]
+                return _parse_completions(resp)
         log.warning("prompt too long for the model's context: empty completion")
         return [Completion(text="", finish_reason="prompt_overlong") for _ in range(int(body.get("n", 1)))]
 
 
-def _parse_choice(choice: dict[str, Any], usage: dict[str, Any]) -> Completion:
-    message = choice.get("message") or {}
+def _parse_completions(resp: httpx.Response) -> list[Completion]:
+    """The choices of a chat completion; a body of another shape (a server's garbage) is a PolicyError."""
+    try:
+        data = resp.json()
+        if not isinstance(data, dict):
+            raise TypeError(f"the body is a JSON {type(data).__name__}, not an object")
+        usage = data.get("usage") or {}
+        if not isinstance(usage, dict):
+            raise TypeError(f"usage is {usage!r}, not an object")
+        return [_parse_choice(c, usage) for c in data["choices"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PolicyError(f"malformed chat completion response: {exc}") from exc
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} is {str(value)[:80]!r}, not an object")
+    return value
+
+
+def _parse_choice(choice: Any, usage: dict[str, Any]) -> Completion:
+    choice = _object(choice, "a choice")
+    message = _object(choice.get("message") or {}, "a choice's message")
+    text = message.get("content") or ""
+    if not isinstance(text, str):
+        raise TypeError(f"a message's content is {str(text)[:80]!r}, not text")
     tokens = logprobs = None
-    content_lp = (choice.get("logprobs") or {}).get("content")
+    content_lp = _object(choice.get("logprobs") or {}, "a choice's logprobs").get("content")
     if content_lp:
-        tokens = [str(x.get("token", "")) for x in content_lp]
-        logprobs = [float(x["logprob"]) for x in content_lp]
+        entries = [_object(x, "a token's logprob") for x in content_lp]
+        tokens = [str(x.get("token", "")) for x in entries]
+        logprobs = [float(x["logprob"]) for x in entries]
     return Completion(
-        text=message.get("content") or "",
+        text=text,
         finish_reason=choice.get("finish_reason"),
         tokens=tokens,
         logprobs=logprobs,
