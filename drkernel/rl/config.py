@@ -77,6 +77,8 @@ class TinyModelConfig:
     variants: tuple[str, ...] = ("honest", "passthrough")
 
     def __post_init__(self) -> None:
+        if self.heads < 1:
+            raise ConfigError(f"model.tiny.heads: must be >= 1, got {self.heads}")
         if self.hidden_size < 8 or self.hidden_size % self.heads:
             raise ConfigError("model.tiny.hidden_size: must be >= 8 and divisible by heads")
         if self.layers < 1:
@@ -107,6 +109,12 @@ class DataConfig:
     validation_problems: tuple[str, ...] = ()
     validation_levels: tuple[int, ...] = ()
     validation_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("limit", "validation_limit"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"data.{name}: must be >= 1 (none: every problem), got {value}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -168,6 +176,15 @@ class OptimConfig:
             raise ConfigError("optim: lr and grad_clip must be > 0")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError("optim.warmup_ratio: must be in [0, 1)")
+        _check_adamw("optim", self.betas, self.weight_decay)
+
+
+def _check_adamw(section: str, betas: tuple[float, float], weight_decay: float) -> None:
+    """AdamW's own checks, made when the config is built rather than once the model has loaded."""
+    if not all(0 <= b < 1 for b in betas):
+        raise ConfigError(f"{section}.betas: each must be in [0, 1), got {','.join(map(str, betas))}")
+    if weight_decay < 0:
+        raise ConfigError(f"{section}.weight_decay: must be >= 0, got {weight_decay}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -188,6 +205,11 @@ class TrainerConfig:
                 raise ConfigError(f"trainer.{name}: must be >= 1")
         if self.validate_every < 0:
             raise ConfigError("trainer.validate_every: must be >= 0")
+        if self.validation_samples < 1:
+            raise ConfigError(f"trainer.validation_samples: must be >= 1 (trainer.validate_every=0 turns "
+                              f"validation off), got {self.validation_samples}")
+        if not 0 < self.validation_top_p <= 1:
+            raise ConfigError(f"trainer.validation_top_p: must be in (0, 1], got {self.validation_top_p}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
