@@ -182,7 +182,7 @@ class OptimConfig:
 def _check_adamw(section: str, betas: tuple[float, float], weight_decay: float) -> None:
     """AdamW's own checks, made when the config is built rather than once the model has loaded."""
     if not all(0 <= b < 1 for b in betas):
-        raise ConfigError(f"{section}.betas: each must be in [0, 1), got {','.join(map(str, betas))}")
+        raise ConfigError(f"{section}.betas: must be two numbers in [0, 1), got {','.join(map(str, betas))}")
     if weight_decay < 0:
         raise ConfigError(f"{section}.weight_decay: must be >= 0, got {weight_decay}")
 
@@ -248,6 +248,13 @@ class SFTConfig:
             raise ConfigError("sft.lr: must be > 0")
         if self.lora_rank < 0:
             raise ConfigError(f"sft.lora_rank: must be >= 0 (0: no LoRA), got {self.lora_rank}")
+        if self.lora_alpha < 1:
+            raise ConfigError(f"sft.lora_alpha: must be >= 1, got {self.lora_alpha}")
+        if self.grad_clip <= 0:
+            raise ConfigError(f"sft.grad_clip: must be > 0, got {self.grad_clip}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"sft.warmup_ratio: must be in [0, 1), got {self.warmup_ratio}")
+        _check_adamw("sft", self.betas, self.weight_decay)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
