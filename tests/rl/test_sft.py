@@ -212,3 +212,14 @@ def test_cli_sft_refuses_optimizer_settings_out_of_range(tmp_path, capsys, overr
     err = capsys.readouterr().err
     assert f"{key}: must be" in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("content", [None, 42, [{"type": "text", "text": "hi"}]])
+def test_sft_data_whose_content_is_no_text_names_the_record(tmp_path, content):
+    messages = [*_conversation(), {"role": "user", "content": content}]
+    data = tmp_path / "d.jsonl"
+    lines = [json.dumps({"messages": _conversation()}), json.dumps({"messages": messages})]
+    data.write_text("\n".join(lines) + "\n")
+    # it was trained on as the text "None", "42" or the list's repr, silently
+    with pytest.raises(ConfigError, match=r"d\.jsonl: record 2: message 5's content is not text"):
+        load_conversations(data)
