@@ -42,7 +42,9 @@ EPISODES = "episodes.jsonl"
 ERRORS = "errors.jsonl"
 # run settings that must match for a resumed run to be one benchmark
 _RESUME_KEYS = ("model", "samples", "turns", "context", "reference_backend", "held_out", "problems",
-                "protocol", "reward_preset", "prompt_template")
+                "protocol", "reward_preset", "prompt_template", "sampling")
+# the judge's options that decide a verdict (correct or not, the speedup's timing) must match too
+_RESUME_EVAL_KEYS = ("atol", "rtol", "check_relative_error", "paper_timing")
 # what a config.json written before a key existed meant
 _RESUME_DEFAULTS = {"held_out": False, "protocol": "ours", "reward_preset": "paper", "prompt_template": None}
 
@@ -115,6 +117,9 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
             old["context"] = {"rank_by": "reward", "overflow": "shrink", "max_model_len": None,  # recorded
                               **old["context"]}
         diff = [k for k in _RESUME_KEYS if old.get(k) != meta.get(k)]
+        old_eval = old.get("eval_options") or {}
+        diff += [f"eval_options.{k}" for k in _RESUME_EVAL_KEYS
+                 if old_eval.get(k, meta["eval_options"][k]) != meta["eval_options"][k]]
         if diff:
             raise ConfigError(f"--resume: this run differs from the one in {out} in {', '.join(diff)}")
     cfg_path.write_text(json.dumps(meta, indent=2) + "\n")
