@@ -441,12 +441,19 @@ def _parse_text(text: str) -> Any:
 
 
 def _coerce_text(value: Any, tp: Any) -> Any:
-    """Let "1" set a str field, "x" a one-item tuple, and "1e-6" a float."""
+    """Let "1" set a str field, "x" a one-item tuple (optional or not), and "1e-6" a float."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is str and not isinstance(value, str):
         return json.dumps(value) if not isinstance(value, (int, float)) else str(value)
     if origin is tuple and not isinstance(value, (list, tuple)):
+        return [value]
+    if (  # an optional list (`judge.devices=cuda:0`): one value is a list of one
+        origin in (typing.Union, types.UnionType)
+        and any(typing.get_origin(a) is tuple for a in args)
+        and value is not None
+        and not isinstance(value, (list, tuple))
+    ):
         return [value]
     if (
         origin in (typing.Union, types.UnionType)
