@@ -141,6 +141,8 @@ class RolloutConfig:
                 raise ConfigError(f"rollout.{name}: must be >= 1")
         if not 0 < self.top_p <= 1 or self.temperature < 0:
             raise ConfigError("rollout: need temperature >= 0 and top_p in (0, 1]")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"rollout.base_url: {self.base_url!r} is not an http(s) URL")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
