@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -110,7 +111,14 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
             "or choose another --out"
         )
     if resume and cfg_path.exists():
-        old = json.loads(cfg_path.read_text())
+        try:
+            old = json.loads(cfg_path.read_text())
+        except ValueError as exc:
+            old = exc
+        if not isinstance(old, dict):
+            what = f"{type(old).__name__}: {old}" if isinstance(old, ValueError) else "not a JSON object"
+            raise ConfigError(f"{cfg_path}: not a bench run's config ({what}); delete it to resume with this "
+                              "command's settings")
         for key, value in _RESUME_DEFAULTS.items():
             old.setdefault(key, value)
         if isinstance(old.get("context"), dict):  # written before rank_by, overflow, max_model_len were
@@ -122,7 +130,9 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
                  if old_eval.get(k, meta["eval_options"][k]) != meta["eval_options"][k]]
         if diff:
             raise ConfigError(f"--resume: this run differs from the one in {out} in {', '.join(diff)}")
-    cfg_path.write_text(json.dumps(meta, indent=2) + "\n")
+    tmp = cfg_path.with_name(f".{cfg_path.name}.tmp-{os.getpid()}")  # a kill mid-write leaves the old one
+    tmp.write_text(json.dumps(meta, indent=2) + "\n")
+    os.replace(tmp, cfg_path)
     return finished
 
 

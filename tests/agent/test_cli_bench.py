@@ -81,6 +81,18 @@ def test_a_resume_that_samples_or_judges_otherwise_is_refused(chat_server, suite
     assert main([*bench_argv(suite, out, srv.base_url), "--limit", "1", "--resume"]) == 0
 
 
+@pytest.mark.parametrize("text", ["", "{", "[]"])
+def test_resume_beside_a_config_json_that_is_no_config_is_one_line(chat_server, suite, tmp_path, capsys,
+                                                                   text):
+    srv = chat_server(fake_answer)
+    out = tmp_path / "out"
+    assert main([*bench_argv(suite, out, srv.base_url), "--limit", "1"]) == 0
+    (out / "config.json").write_text(text)  # a kill while it was written left it empty or cut
+    assert main([*bench_argv(suite, out, srv.base_url), "--limit", "1", "--resume"]) == 2
+    err = capsys.readouterr().err  # was a JSONDecodeError or AttributeError traceback
+    assert f"{out / 'config.json'}: not a bench run's config" in err and "Traceback" not in err
+
+
 def test_bench_counts_failed_episodes_as_missing(chat_server, suite, tmp_path, capsys):
     srv = chat_server(fake_answer, fail_next=10**6, fail_status=401)  # the model refuses us
     out = tmp_path / "down"
