@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -42,7 +43,9 @@ EPISODES = "episodes.jsonl"
 ERRORS = "errors.jsonl"
 # run settings that must match for a resumed run to be one benchmark
 _RESUME_KEYS = ("model", "samples", "turns", "context", "reference_backend", "held_out", "problems",
-                "protocol", "reward_preset", "prompt_template")
+                "protocol", "reward_preset", "prompt_template", "sampling")
+# the judge's options that decide a verdict (correct or not, the speedup's timing) must match too
+_RESUME_EVAL_KEYS = ("atol", "rtol", "check_relative_error", "paper_timing")
 # what a config.json written before a key existed meant
 _RESUME_DEFAULTS = {"held_out": False, "protocol": "ours", "reward_preset": "paper", "prompt_template": None}
 
@@ -108,16 +111,28 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
             "or choose another --out"
         )
     if resume and cfg_path.exists():
-        old = json.loads(cfg_path.read_text())
+        try:
+            old = json.loads(cfg_path.read_text())
+        except ValueError as exc:
+            old = exc
+        if not isinstance(old, dict):
+            what = f"{type(old).__name__}: {old}" if isinstance(old, ValueError) else "not a JSON object"
+            raise ConfigError(f"{cfg_path}: not a bench run's config ({what}); delete it to resume with this "
+                              "command's settings")
         for key, value in _RESUME_DEFAULTS.items():
             old.setdefault(key, value)
         if isinstance(old.get("context"), dict):  # written before rank_by, overflow, max_model_len were
             old["context"] = {"rank_by": "reward", "overflow": "shrink", "max_model_len": None,  # recorded
                               **old["context"]}
         diff = [k for k in _RESUME_KEYS if old.get(k) != meta.get(k)]
+        old_eval = old.get("eval_options") or {}
+        diff += [f"eval_options.{k}" for k in _RESUME_EVAL_KEYS
+                 if old_eval.get(k, meta["eval_options"][k]) != meta["eval_options"][k]]
         if diff:
             raise ConfigError(f"--resume: this run differs from the one in {out} in {', '.join(diff)}")
-    cfg_path.write_text(json.dumps(meta, indent=2) + "\n")
+    tmp = cfg_path.with_name(f".{cfg_path.name}.tmp-{os.getpid()}")  # a kill mid-write leaves the old one
+    tmp.write_text(json.dumps(meta, indent=2) + "\n")
+    os.replace(tmp, cfg_path)
     return finished
 
 

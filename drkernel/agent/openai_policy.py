@@ -42,6 +42,11 @@ def _map_httpx_errors() -> Iterator[None]:
         raise _Retryable(f"connection error: {exc}") from exc
 
 
+def _point(url_key: str) -> str:
+    """"point --base-url" (a flag) or "set rollout.base_url" (a setting)."""
+    return f"point {url_key}" if url_key.startswith("-") else f"set {url_key}"
+
+
 class _Retryable(PolicyError):
     retry_after: float | None = None
 
@@ -105,34 +110,38 @@ class OpenAIPolicy:
     def close(self) -> None:
         self._client.close()
 
-    def check_endpoint(self, timeout_s: float = 10.0) -> None:
+    def check_endpoint(self, timeout_s: float = 10.0, *, url_key: str = "--base-url",
+                       model_key: str = "--model",
+                       key_hint: str = "set the key's environment variable (--api-key-env)") -> None:
         """GET /models once: a server that is down, refuses the key or does not serve the model is one
-        clear ConfigError here, before any judge starts or any retry is spent."""
+        clear ConfigError here, before any judge starts or any retry is spent. The keys are the names
+        the user set the URL, the model and the key with (bench's flags, or train rl's settings)."""
         url = f"{self.config.base_url.rstrip('/')}/models"
         try:
             response = self._client.get("/models", timeout=timeout_s)
         except httpx.HTTPError as exc:
             raise ConfigError(f"the model server does not answer at {url} ({type(exc).__name__}: {exc}): "
-                              "start it, or point --base-url at it") from None
+                              f"start it, or {_point(url_key)} at it") from None
         if response.status_code in (401, 403):
             raise ConfigError(f"the model server at {url} refused the API key (HTTP {response.status_code}): "
-                              "set the key's environment variable (--api-key-env)")
+                              f"{key_hint}")
         try:
             body = response.json()
         except ValueError:  # a web page, a proxy's error: no model server answered
             kind = response.headers.get("content-type", "no content type").split(";")[0]
             raise ConfigError(f"{url} is not an OpenAI-compatible endpoint (HTTP {response.status_code}, "
-                              f"{kind}): point --base-url at one, e.g. http://HOST:PORT/v1") from None
+                              f"{kind}): {_point(url_key)} at one, e.g. http://HOST:PORT/v1") from None
         if response.status_code != 200:  # an API without a model list: the requests will tell
             log.warning("the model server at %s answered HTTP %d to GET /models", url, response.status_code)
             return
         if not isinstance(body, dict) or not isinstance(body.get("data"), list):
             raise ConfigError(f"{url} answered GET /models with no model list: it is not an "
-                              "OpenAI-compatible endpoint; point --base-url at one, e.g. http://HOST:PORT/v1")
+                              f"OpenAI-compatible endpoint; {_point(url_key)} at one, e.g. http://HOST:PORT/v1")
         served = [str(m.get("id")) for m in body["data"] if isinstance(m, dict)]
         if served and self.config.model not in served:
+            what = f"pass {model_key}" if model_key.startswith("-") else f"set {model_key}"
             raise ConfigError(f"the model server at {url} serves {', '.join(served[:5])}, not "
-                              f"{self.config.model!r}: pass --model with one of those")
+                              f"{self.config.model!r}: {what} with one of those")
 
     # -- internals ------------------------------------------------------------------------------
     def _load_counter(self) -> Callable[[str], int]:
@@ -198,12 +207,7 @@ class OpenAIPolicy:
             raise err
         if resp.status_code != 200:
             raise PolicyError(f"HTTP {resp.status_code} from {self.config.base_url}: {resp.text[:500]}")
-        try:
-            data = resp.json()
-            return [_parse_choice(c, data.get("usage") or {}) for c in data["choices"]]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise PolicyError(f"malformed chat completion response: {exc}") from exc
-
+        return _parse_completions(resp)
 
     def _overlong(self, body: dict[str, Any], error: str) -> list[Completion]:
         """Prompt + max_tokens past the model's context: shrink max_tokens to what is left, as
@@ -217,20 +221,45 @@ class OpenAIPolicy:
             with _map_httpx_errors():
                 resp = self._client.post("/chat/completions", json={**body, "max_tokens": room})
             if resp.status_code == 200:
-                return [_parse_choice(c, resp.json().get("usage") or {}) for c in resp.json()["choices"]]
+                return _parse_completions(resp)
         log.warning("prompt too long for the model's context: empty completion")
         return [Completion(text="", finish_reason="prompt_overlong") for _ in range(int(body.get("n", 1)))]
 
 
-def _parse_choice(choice: dict[str, Any], usage: dict[str, Any]) -> Completion:
-    message = choice.get("message") or {}
+def _parse_completions(resp: httpx.Response) -> list[Completion]:
+    """The choices of a chat completion; a body of another shape (a server's garbage) is a PolicyError."""
+    try:
+        data = resp.json()
+        if not isinstance(data, dict):
+            raise TypeError(f"the body is a JSON {type(data).__name__}, not an object")
+        usage = data.get("usage") or {}
+        if not isinstance(usage, dict):
+            raise TypeError(f"usage is {usage!r}, not an object")
+        return [_parse_choice(c, usage) for c in data["choices"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PolicyError(f"malformed chat completion response: {exc}") from exc
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} is {str(value)[:80]!r}, not an object")
+    return value
+
+
+def _parse_choice(choice: Any, usage: dict[str, Any]) -> Completion:
+    choice = _object(choice, "a choice")
+    message = _object(choice.get("message") or {}, "a choice's message")
+    text = message.get("content") or ""
+    if not isinstance(text, str):
+        raise TypeError(f"a message's content is {str(text)[:80]!r}, not text")
     tokens = logprobs = None
-    content_lp = (choice.get("logprobs") or {}).get("content")
+    content_lp = _object(choice.get("logprobs") or {}, "a choice's logprobs").get("content")
     if content_lp:
-        tokens = [str(x.get("token", "")) for x in content_lp]
-        logprobs = [float(x["logprob"]) for x in content_lp]
+        entries = [_object(x, "a token's logprob") for x in content_lp]
+        tokens = [str(x.get("token", "")) for x in entries]
+        logprobs = [float(x["logprob"]) for x in entries]
     return Completion(
-        text=message.get("content") or "",
+        text=text,
         finish_reason=choice.get("finish_reason"),
         tokens=tokens,
         logprobs=logprobs,

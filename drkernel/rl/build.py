@@ -184,6 +184,12 @@ def build_sampler(cfg: RolloutConfig, model: Any, tokenizer: Any) -> Sampler:
     policy = OpenAIPolicy.Config(
         base_url=cfg.base_url, model=cfg.served_model or "policy", max_concurrency=cfg.concurrency
     ).build()
+    try:  # a server that is down or serves another model: one line now, not a run of failed episodes
+        policy.check_endpoint(url_key="rollout.base_url", model_key="rollout.served_model",
+                              key_hint="train rl sends no API key: serve it without one")
+    except BaseException:
+        policy.close()
+        raise
     log.warning(
         "rollouts come from %s: that server must serve the current weights (reload it from "
         "run_dir/checkpoints/latest after each step), or the samples are off-policy", cfg.base_url

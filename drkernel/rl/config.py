@@ -77,6 +77,8 @@ class TinyModelConfig:
     variants: tuple[str, ...] = ("honest", "passthrough")
 
     def __post_init__(self) -> None:
+        if self.heads < 1:
+            raise ConfigError(f"model.tiny.heads: must be >= 1, got {self.heads}")
         if self.hidden_size < 8 or self.hidden_size % self.heads:
             raise ConfigError("model.tiny.hidden_size: must be >= 8 and divisible by heads")
         if self.layers < 1:
@@ -108,6 +110,12 @@ class DataConfig:
     validation_levels: tuple[int, ...] = ()
     validation_limit: int | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("limit", "validation_limit"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"data.{name}: must be >= 1 (none: every problem), got {value}")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RolloutConfig:
@@ -133,6 +141,8 @@ class RolloutConfig:
                 raise ConfigError(f"rollout.{name}: must be >= 1")
         if not 0 < self.top_p <= 1 or self.temperature < 0:
             raise ConfigError("rollout: need temperature >= 0 and top_p in (0, 1]")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"rollout.base_url: {self.base_url!r} is not an http(s) URL")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -168,6 +178,15 @@ class OptimConfig:
             raise ConfigError("optim: lr and grad_clip must be > 0")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError("optim.warmup_ratio: must be in [0, 1)")
+        _check_adamw("optim", self.betas, self.weight_decay)
+
+
+def _check_adamw(section: str, betas: tuple[float, float], weight_decay: float) -> None:
+    """AdamW's own checks, made when the config is built rather than once the model has loaded."""
+    if not all(0 <= b < 1 for b in betas):
+        raise ConfigError(f"{section}.betas: must be two numbers in [0, 1), got {','.join(map(str, betas))}")
+    if weight_decay < 0:
+        raise ConfigError(f"{section}.weight_decay: must be >= 0, got {weight_decay}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -188,6 +207,11 @@ class TrainerConfig:
                 raise ConfigError(f"trainer.{name}: must be >= 1")
         if self.validate_every < 0:
             raise ConfigError("trainer.validate_every: must be >= 0")
+        if self.validation_samples < 1:
+            raise ConfigError(f"trainer.validation_samples: must be >= 1 (trainer.validate_every=0 turns "
+                              f"validation off), got {self.validation_samples}")
+        if not 0 < self.validation_top_p <= 1:
+            raise ConfigError(f"trainer.validation_top_p: must be in (0, 1], got {self.validation_top_p}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -226,6 +250,13 @@ class SFTConfig:
             raise ConfigError("sft.lr: must be > 0")
         if self.lora_rank < 0:
             raise ConfigError(f"sft.lora_rank: must be >= 0 (0: no LoRA), got {self.lora_rank}")
+        if self.lora_alpha < 1:
+            raise ConfigError(f"sft.lora_alpha: must be >= 1, got {self.lora_alpha}")
+        if self.grad_clip <= 0:
+            raise ConfigError(f"sft.grad_clip: must be > 0, got {self.grad_clip}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"sft.warmup_ratio: must be in [0, 1), got {self.warmup_ratio}")
+        _check_adamw("sft", self.betas, self.weight_decay)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -412,12 +443,19 @@ def _parse_text(text: str) -> Any:
 
 
 def _coerce_text(value: Any, tp: Any) -> Any:
-    """Let "1" set a str field, "x" a one-item tuple, and "1e-6" a float."""
+    """Let "1" set a str field, "x" a one-item tuple (optional or not), and "1e-6" a float."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is str and not isinstance(value, str):
         return json.dumps(value) if not isinstance(value, (int, float)) else str(value)
     if origin is tuple and not isinstance(value, (list, tuple)):
+        return [value]
+    if (  # an optional list (`judge.devices=cuda:0`): one value is a list of one
+        origin in (typing.Union, types.UnionType)
+        and any(typing.get_origin(a) is tuple for a in args)
+        and value is not None
+        and not isinstance(value, (list, tuple))
+    ):
         return [value]
     if (
         origin in (typing.Union, types.UnionType)

@@ -73,7 +73,11 @@ def load_conversations(path: str | Path) -> list[Messages]:
         if not msgs or not any(m.get("role") == "assistant" for m in msgs):
             log.warning("%s: record %d has no assistant message; skipped", p, i + 1)
             continue
-        out.append([{"role": str(m["role"]), "content": str(m["content"])} for m in msgs])
+        for k, m in enumerate(msgs):
+            if not isinstance(m["content"], str):
+                raise ConfigError(f"sft data {p}: record {i + 1}: message {k + 1}'s content is not text "
+                                  f"({str(m['content'])[:60]!r})")
+        out.append([{"role": str(m["role"]), "content": m["content"]} for m in msgs])
     if not out:
         raise ConfigError(f"sft data {p}: no conversation with an assistant message")
     return out

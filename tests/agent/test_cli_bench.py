@@ -61,6 +61,38 @@ def test_bench_resume_reruns_only_unfinished_episodes(chat_server, suite, tmp_pa
     assert main(bench_argv(suite, out, srv.base_url, "--resume", "--turns", "4")) == 2
 
 
+@pytest.mark.parametrize("change, key", [
+    (["--temperature", "0.3"], "sampling"),
+    (["--max-tokens", "100"], "sampling"),
+    (["--paper-tolerance"], "eval_options.atol"),
+])
+def test_a_resume_that_samples_or_judges_otherwise_is_refused(chat_server, suite, tmp_path, capsys, change,
+                                                              key):
+    srv = chat_server(fake_answer)
+    out = tmp_path / "out"
+    assert main([*bench_argv(suite, out, srv.base_url), "--limit", "1"]) == 0
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    (out / "episodes.jsonl").write_text(lines[0] + "\n")  # one episode left to run
+    before = (out / "config.json").read_text()
+    # it ran the rest with the new setting and wrote it into config.json, as if the whole run had it
+    assert main([*bench_argv(suite, out, srv.base_url), "--limit", "1", "--resume", *change]) == 2
+    assert f"differs from the one in {out} in {key}" in capsys.readouterr().err
+    assert (out / "config.json").read_text() == before
+    assert main([*bench_argv(suite, out, srv.base_url), "--limit", "1", "--resume"]) == 0
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]"])
+def test_resume_beside_a_config_json_that_is_no_config_is_one_line(chat_server, suite, tmp_path, capsys,
+                                                                   text):
+    srv = chat_server(fake_answer)
+    out = tmp_path / "out"
+    assert main([*bench_argv(suite, out, srv.base_url), "--limit", "1"]) == 0
+    (out / "config.json").write_text(text)  # a kill while it was written left it empty or cut
+    assert main([*bench_argv(suite, out, srv.base_url), "--limit", "1", "--resume"]) == 2
+    err = capsys.readouterr().err  # was a JSONDecodeError or AttributeError traceback
+    assert f"{out / 'config.json'}: not a bench run's config" in err and "Traceback" not in err
+
+
 def test_bench_counts_failed_episodes_as_missing(chat_server, suite, tmp_path, capsys):
     srv = chat_server(fake_answer, fail_next=10**6, fail_status=401)  # the model refuses us
     out = tmp_path / "down"

@@ -174,3 +174,29 @@ def test_context_overflow_shrinks_max_tokens_or_gives_an_empty_turn():
     assert out[0].text == "ok0" and bodies[-1]["max_tokens"] == 100
     out = p.generate([{"role": "user", "content": "x" * 995}], n=2, sampling=SamplingParams(max_tokens=500))
     assert [c.finish_reason for c in out] == ["prompt_overlong"] * 2 and out[0].text == ""
+
+
+@pytest.mark.parametrize("payload", [
+    {"choices": ["hello"]},  # a choice that is no object
+    {"choices": [{"message": "hi"}]},  # a message that is no object
+    {"choices": [{"message": {"content": 42}}]},  # content that is no text
+    {"choices": [{"message": {"content": "x"}, "logprobs": "none"}]},
+    {"choices": [{"message": {"content": "x"}, "logprobs": {"content": ["a"]}}]},
+    {"choices": [{"message": {"content": "x"}}], "usage": "lots"},
+    ["a list"],
+])
+def test_a_garbled_completion_is_a_policy_error(payload):
+    with pytest.raises(PolicyError, match="malformed chat completion response"):
+        policy(lambda req: httpx.Response(200, json=payload)).generate(MSGS)
+
+
+def test_a_garbled_answer_to_the_shrunk_request_is_a_policy_error():
+    def handler(req):
+        if json.loads(req.content)["max_tokens"] == 500:
+            msg = ("This model's maximum context length is 1000 tokens. However, you requested 1400 "
+                   "tokens (900 in the messages, 500 in the completion).")
+            return httpx.Response(400, json={"error": {"message": msg}})
+        return httpx.Response(200, json={"choices": [{"message": "hi"}]})
+
+    with pytest.raises(PolicyError, match="malformed chat completion response"):
+        policy(handler).generate(MSGS, sampling=SamplingParams(max_tokens=500))

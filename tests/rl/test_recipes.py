@@ -194,3 +194,23 @@ def test_numbers_must_be_finite_on_the_command_line_and_in_a_config_file(tmp_pat
 
     with pytest.raises(ConfigError, match="optim.lr: expected a finite number"):
         load_config(path)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("model.tiny.heads=0", "model.tiny.heads"),  # was a ZeroDivisionError traceback
+    ("optim.betas=2,3", "optim.betas"),  # was torch's ValueError traceback once the model had loaded
+    ("optim.betas=0.9,-0.1", "optim.betas"),
+    ("optim.weight_decay=-1", "optim.weight_decay"),
+    ("trainer.validation_samples=0", "trainer.validation_samples"),  # validation ran nothing, silently
+    ("trainer.validation_top_p=5", "trainer.validation_top_p"),  # refused only at the first validation
+    ("trainer.validation_top_p=0", "trainer.validation_top_p"),
+    ("data.limit=0", "data.limit"),  # meant no limit
+    ("data.limit=-1", "data.limit"),  # dropped the last problem
+    ("data.validation_limit=0", "data.validation_limit"),
+])
+def test_settings_out_of_range_are_refused_with_their_key(capsys, override, key):
+    with pytest.raises(ConfigError, match=rf"^{key}: "):
+        apply_overrides(shipped.debug_cpu(), [override])
+    assert main(["train", "rl", "--recipe", "debug_cpu", "--set", override, "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert key in err and "Traceback" not in err

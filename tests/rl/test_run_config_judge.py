@@ -74,6 +74,13 @@ def test_the_executor_key_picks_the_config_and_its_keys_follow_it() -> None:
                 "eval.coverage_weight"} & set(keys)
 
 
+def test_one_judge_device_is_a_list_of_one() -> None:
+    # `judge.devices=cuda:0`, the one GPU a judge runs on, was "expected a list, got 'cuda:0'"
+    assert apply_overrides(debug_cpu(), ["judge.devices=cuda:0"]).judge.devices == ("cuda:0",)
+    assert apply_overrides(debug_cpu(), ["judge.devices=cpu,cpu"]).judge.devices == ("cpu", "cpu")
+    assert apply_overrides(debug_cpu(), ["judge.devices=none"]).judge.devices is None
+
+
 @pytest.mark.parametrize(("key", "words"), [
     ("judge.server=http://j:1", "judge.server: moved to judge.base_url"),
     ("judge.device=cpu", "judge.device: moved to judge.devices"),

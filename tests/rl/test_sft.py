@@ -194,3 +194,32 @@ def test_cli_sft_refuses_a_negative_lora_rank_and_an_out_that_is_a_file(tmp_path
     assert main([*argv, "--out", str(data)]) == 2
     err = capsys.readouterr().err
     assert f"--out {data}: is a file, not a folder" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("override, key", [
+    ("sft.grad_clip=-1", "sft.grad_clip"),  # a negative clip flipped every gradient: ascent, silently
+    ("sft.grad_clip=0", "sft.grad_clip"),
+    ("sft.betas=1.5,0.9", "sft.betas"),  # torch's ValueError traceback once the model had loaded
+    ("sft.weight_decay=-1", "sft.weight_decay"),
+    ("sft.warmup_ratio=2", "sft.warmup_ratio"),  # the lr never reached sft.lr
+    ("sft.lora_alpha=0", "sft.lora_alpha"),  # adapters scaled by 0: nothing learnt
+])
+def test_cli_sft_refuses_optimizer_settings_out_of_range(tmp_path, capsys, override, key):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"messages": _conversation()}) + "\n")
+    assert main(["train", "sft", "--recipe", "debug_cpu", "--data", str(data), "--out", str(tmp_path / "o"),
+                 "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert f"{key}: must be" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("content", [None, 42, [{"type": "text", "text": "hi"}]])
+def test_sft_data_whose_content_is_no_text_names_the_record(tmp_path, content):
+    messages = [*_conversation(), {"role": "user", "content": content}]
+    data = tmp_path / "d.jsonl"
+    lines = [json.dumps({"messages": _conversation()}), json.dumps({"messages": messages})]
+    data.write_text("\n".join(lines) + "\n")
+    # it was trained on as the text "None", "42" or the list's repr, silently
+    with pytest.raises(ConfigError, match=r"d\.jsonl: record 2: message 5's content is not text"):
+        load_conversations(data)
