@@ -352,4 +352,6 @@ def run(args: argparse.Namespace) -> int:
     if differences:
         print(f"note: --protocol paper: this run differs from the authors' evaluation in {len(differences)} "
               f"ways, listed under paper_differences in {Path(args.out) / 'config.json'}", file=sys.stderr)
-    return 0
+    # a run with episodes missing (a model or judge that failed them) is not a finished run: a script
+    # must be able to tell (the reports are written either way; --resume retries those)
+    return 1 if summary["episode_errors"] + summary["missing"] else 0

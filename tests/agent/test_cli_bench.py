@@ -97,7 +97,7 @@ def test_bench_counts_failed_episodes_as_missing(chat_server, suite, tmp_path, c
     srv = chat_server(fake_answer, fail_next=10**6, fail_status=401)  # the model refuses us
     out = tmp_path / "down"
     argv = bench_argv(suite, out, srv.base_url) + ["--limit", "1"]
-    assert main(argv) == 0
+    assert main(argv) == 1  # the reports are written, but a script must be able to tell (it was 0)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["missing"] == 2 and summary["per_turn"][0]["fast_p"]["1"] == 0.0
     assert len((out / "errors.jsonl").read_text().splitlines()) == 2
