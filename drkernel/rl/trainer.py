@@ -22,6 +22,7 @@ from drkernel.agent.env import EnvConfig
 from drkernel.agent.feedback import FeedbackConfig
 from drkernel.agent.policy import SamplingParams
 from drkernel.agent.trajectories import save_trajectories
+from drkernel.errors import PolicyError
 from drkernel.executors.base import Executor
 from drkernel.executors.build import build_executor
 from drkernel.executors.caching import CachingExecutor
@@ -140,7 +141,13 @@ class Trainer:
         while self.state.step < tc.steps:
             step = self.state.step + 1
             t0 = time.perf_counter()
-            metrics = self.train_step(step)
+            try:
+                metrics = self.train_step(step)
+            except PolicyError:  # the model server is gone: keep what was trained, then stop
+                if self.state.step % tc.save_every and self.state.step > first:
+                    save_checkpoint(self.ckpt_dir, self.state, self.model, self.tokenizer, self.optimizer,
+                                    keep=tc.keep_checkpoints)
+                raise
             if tc.validate_every and step % tc.validate_every == 0 and self.validation:
                 self.progress.line(f"step {step}/{tc.steps}: validating on {len(self.validation)} problems")
                 metrics.update(self.validate(step))
@@ -221,6 +228,7 @@ class Trainer:
         cfg = self.config
         t0 = time.perf_counter()
         batch, rounds = self._rollouts()
+        _check_generated(batch, step)
         t1 = time.perf_counter()
         groups_ok = self._pick_groups(batch)
         self.progress.line(f"step {step}/{cfg.trainer.steps}: scoring {len(batch.samples)} turns "
@@ -328,3 +336,13 @@ class Trainer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+def _check_generated(batch: RolloutBatch, step: int) -> None:
+    """A step whose every rollout failed at generation has nothing to train on: the model server went
+    away (or answers errors only). Each such step logged reward nan and the run went on, exit 0."""
+    errors = [t.error for t in batch.trajectories]
+    if batch.samples or not errors or not all(e and e.startswith("PolicyError") for e in errors):
+        return
+    raise PolicyError(f"step {step}: the generation of every rollout failed, nothing to train on "
+                      f"({str(errors[0]).removeprefix('PolicyError: ')[:300]}); the run stops after step "
+                      f"{step - 1}: rerun the same command to continue once the model answers")

@@ -169,3 +169,30 @@ def test_metrics_go_to_weights_and_biases_when_it_is_set_up(tmp_path, monkeypatc
     run_id = (tmp_path / "wandb_run_id").read_text()
     assert list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
     assert wandb.run is None  # finished
+
+
+def test_a_model_server_that_fails_every_rollout_stops_the_run_keeping_its_steps(tmp_path):
+    """A server that answered at the start and then failed every request: each step logged reward nan,
+    checkpointed nothing worth having, and the run ended with exit 0."""
+    from drkernel.errors import PolicyError
+
+    class Dies(ScriptedSampler):
+        dead = False
+
+        def sample(self, conversations, sampling):
+            if self.dead:
+                raise PolicyError("POST /v1/chat/completions: HTTP 500")
+            return super().sample(conversations, sampling)
+
+    with _trainer(tmp_path, ["trainer.steps=3", "trainer.save_every=2"]) as tr:
+        tr.sampler = sampler = Dies(3)
+        steps = tr.fit_iter()
+        assert next(steps)["step"] == 1
+        sampler.dead = True  # the server answered step 1, then fails every request
+        with pytest.raises(PolicyError, match="step 2: the generation of every rollout failed, nothing to "
+                                              "train on \\(POST /v1/chat/completions: HTTP 500\\); the run "
+                                              "stops after step 1: rerun"):
+            next(steps)
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
+    # step 1 was not due a checkpoint (save_every 2), yet it is kept: the rerun starts at step 2
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_000001"
