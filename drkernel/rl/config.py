@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -97,6 +98,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.path is None and self.tiny is None:
             raise ConfigError("model: set model.path (or model.tiny, which takes precedence)")
+        if self.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+            raise ConfigError(f"model.device: {self.device!r} is not cpu, cuda or cuda:N (none: cuda:0 "
+                              "when present, else cpu)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,6 +119,17 @@ class DataConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"data.{name}: must be >= 1 (none: every problem), got {value}")
+        for name in ("problems", "validation_problems"):
+            names = getattr(self, name)
+            if any(not isinstance(n, str) or not n.strip() for n in names):  # `--set data.problems=`
+                raise ConfigError(f"data.{name}: an empty problem name in {list(names)} (empty list: all)")
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:  # each was trained on twice an epoch
+                raise ConfigError(f"data.{name}: {', '.join(twice)} named more than once")
+        for name in ("levels", "validation_levels"):
+            bad = [v for v in getattr(self, name) if v not in (1, 2, 3, 4)]
+            if bad:  # refused at load time, after the model had loaded
+                raise ConfigError(f"data.{name}: {bad} (KernelBench's levels are 1 to 4)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,6 +158,8 @@ class RolloutConfig:
             raise ConfigError("rollout: need temperature >= 0 and top_p in (0, 1]")
         if not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"rollout.base_url: {self.base_url!r} is not an http(s) URL")
+        if self.feedback_chars < 200:  # the feedback's own floor, met only once the run had started
+            raise ConfigError(f"rollout.feedback_chars: {self.feedback_chars} is below 200")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

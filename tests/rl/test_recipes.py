@@ -207,6 +207,13 @@ def test_numbers_must_be_finite_on_the_command_line_and_in_a_config_file(tmp_pat
     ("data.limit=0", "data.limit"),  # meant no limit
     ("data.limit=-1", "data.limit"),  # dropped the last problem
     ("data.validation_limit=0", "data.validation_limit"),
+    ("data.problems=101_ReLU,101_ReLU", "data.problems"),  # trained on twice an epoch
+    ("data.problems=", "data.problems"),  # [''], refused only at load time
+    ("data.validation_problems=a,,b", "data.validation_problems"),
+    ("data.levels=7", "data.levels"),  # refused only once the model had loaded
+    ("data.validation_levels=0", "data.validation_levels"),
+    ("model.device=", "model.device"),  # these two were refused only once the run had started
+    ("rollout.feedback_chars=0", "rollout.feedback_chars"),
 ])
 def test_settings_out_of_range_are_refused_with_their_key(capsys, override, key):
     with pytest.raises(ConfigError, match=rf"^{key}: "):
