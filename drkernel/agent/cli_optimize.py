@@ -199,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
               f"-> {out / 'best_kernel.py'}")
     if _interpreter(traj):
         print(f"note: {OPTIMIZE_CAVEAT}", file=sys.stderr)
-    if traj.error:
+    if traj.error:  # the model server or the judge failed: a script must be able to tell
         print(f"drkernel optimize: episode ended early: {traj.error}", file=sys.stderr)
+        return 1
     return 0

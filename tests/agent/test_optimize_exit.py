@@ -1,5 +1,6 @@
 """Ctrl-C during `drkernel optimize` keeps the turns already judged: their report, trajectory and best
-kernel are written before the command exits 130 (they were all lost: nothing was written)."""
+kernel are written before the command exits 130 (they were all lost: nothing was written). An episode
+that the model server ended early exits 1 (it exited 0)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,15 @@ def test_ctrl_c_keeps_the_turns_judged_so_far(monkeypatch, tmp_path, capsys):
     assert "speedup=3.0" in (out / "best_kernel.py").read_text()
     assert len((out / "trajectory.jsonl").read_text().splitlines()) == 1
     assert str(out) in capsys.readouterr().err
+
+
+def test_an_episode_ended_by_a_failing_model_server_exits_1(chat_server, tmp_path, capsys):
+    srv = chat_server(lambda messages: "unused", fail_next=1000, fail_status=400)
+    ref = tmp_path / "relu.py"
+    ref.write_text(RELU_REF)
+    out = tmp_path / "run"
+    code = main(["optimize", str(ref), "--model", "stub", "--base-url", srv.base_url, "--executor", "fake",
+                 "--turns", "2", "--out", str(out)])
+    report = json.loads((out / "report.json").read_text())
+    assert code == 1 and report["turns"] == [] and report["error"].startswith("PolicyError")
+    assert "ended early" in capsys.readouterr().err
