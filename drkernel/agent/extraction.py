@@ -9,6 +9,7 @@ never searched. `preflight_result` turns a missing submission into a compile err
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 
 from drkernel.types import ErrorInfo, EvalOutcome, EvalResult
@@ -37,7 +38,8 @@ class Extraction:
 
 
 def _fences(text: str) -> list[tuple[str, str]]:
-    return [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
+    # a fence indented in a list item indents its code as much (CommonMark): the code starts at the margin
+    return [(m.group(1).lower(), textwrap.dedent(m.group(2))) for m in _FENCE.finditer(text)]
 
 
 def extract_code(response: str, entry_point: str = "Model") -> Extraction:

@@ -65,3 +65,10 @@ def test_thinking_cut_by_the_token_limit_is_ignored():
     # an answer that ran out of tokens while thinking submits no draft from its reasoning
     assert extract_code(f"<think>\nLet me try.\n```python\n{CODE}```\nhmm, but").method == "none"
     assert extract_code(f"```python\n{CODE}```\n<think>\nmore ideas").code == CODE
+
+
+def test_a_fence_indented_in_a_list_gives_code_at_the_margin():
+    indented = "".join("   " + line + "\n" for line in CODE.splitlines())
+    ex = extract_code(f"1. The kernel:\n   ```python\n{indented}   ```\n2. Done.")
+    assert ex.method == "last_fence" and ex.code == CODE
+    compile(ex.code, "k.py", "exec")
