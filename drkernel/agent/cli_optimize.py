@@ -26,7 +26,7 @@ from drkernel.agent.loop import LoopConfig, run_episode
 from drkernel.agent.paper_protocol import paper_differences
 from drkernel.agent.policy import Policy, token_counter
 from drkernel.agent.trajectories import Trajectory, save_trajectories
-from drkernel.cli import make_folder
+from drkernel.cli import INTERRUPTED, make_folder
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
 from drkernel.problems.loaders import load_problem_file
@@ -114,13 +114,25 @@ def _report_md(traj: Trajectory, lines: list[dict[str, Any]]) -> str:
 def optimize(
     problem: Problem, policy: Policy, executor: Executor, config: LoopConfig, out_dir: str | Path
 ) -> Trajectory:
-    """Run one episode and write best_kernel.py (if any), trajectory.jsonl and the report."""
+    """Run one episode and write best_kernel.py (if any), trajectory.jsonl and the report. Ctrl-C writes
+    them for the turns judged so far (`error` "interrupted"), then raises KeyboardInterrupt."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env = KernelEnv(
         problem, executor, config.env, model=config.model, count_tokens=token_counter(policy)
     )
-    traj = run_episode(env, policy, config)
+    try:
+        traj = run_episode(env, policy, config)
+    except KeyboardInterrupt:
+        if env.trajectory is not None:
+            env.trajectory.error = "interrupted"
+            _write_reports(env.trajectory, problem, config, out)
+        raise
+    _write_reports(traj, problem, config, out)
+    return traj
+
+
+def _write_reports(traj: Trajectory, problem: Problem, config: LoopConfig, out: Path) -> None:
     save_trajectories(out / "trajectory.jsonl", [traj])
     lines = [_turn_line(t) for t in traj.turns]
     best = traj.best_turn()
@@ -144,7 +156,6 @@ def optimize(
         report["paper_differences"] = paper_differences(config, [problem])
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "report.md").write_text(_report_md(traj, lines))
-    return traj
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,6 +179,10 @@ def run(args: argparse.Namespace) -> int:
     policy, executor = start_policy_and_executor(args)
     try:
         traj = optimize(problem, policy, executor, config, out)
+    except KeyboardInterrupt:
+        print(f"drkernel optimize: interrupted; the turns judged so far are reported in {out}",
+              file=sys.stderr)
+        return INTERRUPTED
     finally:
         executor.close()
         close_policy(policy)
@@ -184,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
               f"-> {out / 'best_kernel.py'}")
     if _interpreter(traj):
         print(f"note: {OPTIMIZE_CAVEAT}", file=sys.stderr)
-    if traj.error:
+    if traj.error:  # the model server or the judge failed: a script must be able to tell
         print(f"drkernel optimize: episode ended early: {traj.error}", file=sys.stderr)
+        return 1
     return 0

@@ -270,7 +270,7 @@ def build_policy(args: argparse.Namespace) -> Policy:
         print(f"warning: the prompt budget ({prompt_budget(args)} tokens) is counted as characters / 4 "
               "without --tokenizer, which undercounts code: pass the served model's tokenizer "
               "(a local path or hub name) for exact counts", file=sys.stderr)
-    return OpenAIPolicy.Config(
+    policy = OpenAIPolicy.Config(
         base_url=args.base_url,
         model=args.model,
         api_key=os.environ.get(args.api_key_env) or None,
@@ -278,6 +278,13 @@ def build_policy(args: argparse.Namespace) -> Policy:
         max_concurrency=max(args.concurrency, 1),
         tokenizer=args.tokenizer,
     ).build()
+    if args.tokenizer:
+        try:  # loaded now: a path with no tokenizer is one line here, not a traceback at the first prompt
+            policy.count_tokens("")
+        except BaseException:
+            policy.close()
+            raise
+    return policy
 
 
 def server_token(args: argparse.Namespace) -> str | None:

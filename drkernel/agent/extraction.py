@@ -2,12 +2,14 @@
 
 Order: an ```answer block, then the authors' marker blocks, then the last fenced block (an unclosed
 final fence, as left by a truncated response, counts), then the whole response if it defines the
-entry class. `preflight_result` turns a missing submission into a compile error without a judge.
+entry class; thinking (`<think>` sections, opened by the chat template or cut by the token limit) is
+never searched. `preflight_result` turns a missing submission into a compile error without a judge.
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 
 from drkernel.types import ErrorInfo, EvalOutcome, EvalResult
@@ -36,7 +38,8 @@ class Extraction:
 
 
 def _fences(text: str) -> list[tuple[str, str]]:
-    return [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
+    # a fence indented in a list item indents its code as much (CommonMark): the code starts at the margin
+    return [(m.group(1).lower(), textwrap.dedent(m.group(2))) for m in _FENCE.finditer(text)]
 
 
 def extract_code(response: str, entry_point: str = "Model") -> Extraction:
@@ -47,7 +50,7 @@ def extract_code(response: str, entry_point: str = "Model") -> Extraction:
     >>> extract_code("I cannot help with that.").method
     'none'
     """
-    text = _THINK.sub("", response)
+    text = _without_reasoning(response)
     fences = _fences(text)
     answers = [body for lang, body in fences if lang == "answer"]
     if answers:
@@ -64,6 +67,22 @@ def extract_code(response: str, entry_point: str = "Model") -> Extraction:
     if f"class {entry_point}New" in text:
         return Extraction(text, "whole_response")
     return Extraction(None, "none")
+
+
+def _without_reasoning(response: str) -> str:
+    """The response less its thinking: `<think>` sections, the reasoning before a lone `</think>` (a chat
+    template that opened the section in the prompt: DeepSeek-R1, Qwen3 thinking models), and a section
+    left open at the end (an answer that ran out of tokens while thinking).
+
+    >>> _without_reasoning("draft</think>final<think>cut off")
+    'final'
+    """
+    text = _THINK.sub("", response)
+    closed = text.rfind("</think>")
+    if closed >= 0:
+        text = text[closed + len("</think>") :]
+    opened = text.find("<think>")
+    return text if opened < 0 else text[:opened]
 
 
 def _unclosed_tail(text: str, fences: list[tuple[str, str]]) -> str | None:

@@ -8,6 +8,8 @@ the quantity MRS compares against the trainer's (docs/paper_spec.md §6).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +27,22 @@ def _transformers() -> Any:
     return transformers
 
 
+@contextmanager
+def _loading(what: str, path: str) -> Iterator[None]:
+    """transformers' words for a path it cannot load (no such folder or hub id, a folder without the
+    files) as one ConfigError line: `what` is the thing the user named ("model", "tokenizer")."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise ConfigError(f"{what} {path}: cannot load it ({first.strip()})") from None
+
+
 def load_tokenizer(path: str) -> Any:
-    return _transformers().AutoTokenizer.from_pretrained(path)
+    """The tokenizer at `path` (a folder or a hub id); one ConfigError line when there is none."""
+    tf = _transformers()
+    with _loading("tokenizer", path):
+        return tf.AutoTokenizer.from_pretrained(path)
 
 
 class HFPolicy:
@@ -44,12 +60,13 @@ class HFPolicy:
             dtype = getattr(torch, self.dtype, None)
             if not isinstance(dtype, torch.dtype):
                 raise ConfigError(f"hf.dtype: unknown dtype {self.dtype!r}")
-            tok = tf.AutoTokenizer.from_pretrained(
-                self.model_path, trust_remote_code=self.trust_remote_code
-            )
-            model = tf.AutoModelForCausalLM.from_pretrained(
-                self.model_path, dtype=dtype, trust_remote_code=self.trust_remote_code
-            )
+            with _loading("model", self.model_path):
+                tok = tf.AutoTokenizer.from_pretrained(
+                    self.model_path, trust_remote_code=self.trust_remote_code
+                )
+                model = tf.AutoModelForCausalLM.from_pretrained(
+                    self.model_path, dtype=dtype, trust_remote_code=self.trust_remote_code
+                )
             return HFPolicy(model.to(self.device), tok, name=self.model_path)
 
     def __init__(self, model: Any, tokenizer: Any, *, name: str | None = None) -> None:

@@ -145,7 +145,9 @@ def _yaml_template(path: str, text: str) -> str:
     except yaml.YAMLError as exc:
         raise ConfigError(f"--prompt-template {path}: not YAML: {' '.join(str(exc).split())}") from None
     entries = data.get("per_turn_prompts") if isinstance(data, dict) else None
-    found = [e for e in entries or () if isinstance(e, dict) and e.get("name") == _AUTHORS_ENTRY]
+    if not isinstance(entries, list):  # a number, a mapping: no list of entries
+        entries = []
+    found = [e for e in entries if isinstance(e, dict) and e.get("name") == _AUTHORS_ENTRY]
     if not found or not isinstance(found[0].get("template"), str):
         raise ConfigError(f"--prompt-template {path}: no per_turn_prompts entry named {_AUTHORS_ENTRY} "
                           "with a template (or give the template alone in a text file)")

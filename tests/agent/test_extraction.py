@@ -52,3 +52,23 @@ def test_code_without_entry_class_is_rejected_before_judging():
     r = preflight_result(ex)
     assert r.error.kind == "no_code" and "ModelNew" in r.error.message
     assert preflight_result(extract_code(f"```python\n{CODE}```")) is None
+
+
+def test_thinking_opened_by_the_chat_template_is_ignored():
+    # DeepSeek-R1 and Qwen3 thinking templates open <think> in the prompt: the answer holds only </think>
+    draft = "```python\n# Kernel draft\nclass ModelNew: draft\n```"
+    assert extract_code(f"Let me try.\n{draft}\n</think>\nFinal:\n```python\n{CODE}```").code == CODE
+    assert extract_code(f"Let me try.\n{draft}\n</think>\nI cannot do it.").method == "none"
+
+
+def test_thinking_cut_by_the_token_limit_is_ignored():
+    # an answer that ran out of tokens while thinking submits no draft from its reasoning
+    assert extract_code(f"<think>\nLet me try.\n```python\n{CODE}```\nhmm, but").method == "none"
+    assert extract_code(f"```python\n{CODE}```\n<think>\nmore ideas").code == CODE
+
+
+def test_a_fence_indented_in_a_list_gives_code_at_the_margin():
+    indented = "".join("   " + line + "\n" for line in CODE.splitlines())
+    ex = extract_code(f"1. The kernel:\n   ```python\n{indented}   ```\n2. Done.")
+    assert ex.method == "last_fence" and ex.code == CODE
+    compile(ex.code, "k.py", "exec")

@@ -102,6 +102,8 @@ def test_without_a_template_paper_uses_our_words_and_says_so(chat_server, suite,
     ("{feedback} then a lone { brace\n", "not a template"),
     ("per_turn_prompts:\n  - name: first_turn\n    template: null\n", "no per_turn_prompts entry named"),
     ("per_turn_prompts: [unclosed\n", "not YAML"),
+    ("per_turn_prompts: 3\n", "no per_turn_prompts entry named"),
+    ("per_turn_prompts:\n  tool_response: {template: '{feedback}'}\n", "no per_turn_prompts entry named"),
 ])
 def test_a_bad_template_file_is_one_line_and_exit_2(tmp_path, capsys, suite, text, says):
     path = tmp_path / ("t.yaml" if text.startswith("per_turn") else "t.txt")

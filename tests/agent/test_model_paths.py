@@ -1,0 +1,40 @@
+"""A --tokenizer or an `--backend hf` --model that names no tokenizer or model is one line on stderr and
+exit code 2, before any turn is asked for (it was a transformers traceback, for --tokenizer only once
+the first prompt was counted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drkernel.cli import main
+from tests.agent.agent_fixtures import RELU_REF
+
+pytest.importorskip("transformers")
+
+
+def _optimize(tmp_path: Path, *extra: str) -> list[str]:
+    ref = tmp_path / "relu.py"
+    ref.write_text(RELU_REF)
+    return ["optimize", str(ref), "--executor", "fake", "--turns", "1", "--out", str(tmp_path / "run"),
+            *extra]
+
+
+@pytest.mark.parametrize("where", ["missing", "empty_folder"])
+def test_a_tokenizer_that_cannot_load_is_one_line(where, chat_server, tmp_path, capsys):
+    srv = chat_server(lambda messages: "no code")
+    path = tmp_path / "nothing" if where == "missing" else tmp_path
+    code = main(_optimize(tmp_path, "--model", "stub", "--base-url", srv.base_url, "--tokenizer", str(path),
+                          "--prompt-budget", "4000"))
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("warning:")]
+    assert code == 2 and len(err) == 1 and f"tokenizer {path}" in err[0], err
+    assert srv.requests == []  # refused before the model was asked anything
+
+
+@pytest.mark.parametrize("where", ["missing", "empty_folder"])
+def test_an_hf_model_that_cannot_load_is_one_line(where, tmp_path, capsys):
+    path = tmp_path / "nothing" if where == "missing" else tmp_path
+    code = main(_optimize(tmp_path, "--backend", "hf", "--model", str(path)))
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 1 and f"model {path}" in err[0], err
