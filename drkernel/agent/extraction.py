@@ -1,9 +1,9 @@
 """Model response -> submitted kernel source (docs/paper_spec.md §2.5), or a clear "no code" verdict.
 
 Order: an ```answer block, then the authors' marker blocks, then the last fenced block (an unclosed
-final fence, as left by a truncated response, counts), then the whole response if it defines the
-entry class; thinking (`<think>` sections, opened by the chat template or cut by the token limit) is
-never searched. `preflight_result` turns a missing submission into a compile error without a judge.
+final fence, as left by a truncated response, counts; of complete blocks, the last that defines the
+entry class, else the last that is not empty), then the whole response if it defines the entry class;
+thinking (`<think>` sections, opened by the chat template or cut by the token limit) is never searched. `preflight_result` turns a missing submission into a compile error without a judge.
 """
 
 from __future__ import annotations
@@ -62,8 +62,12 @@ def extract_code(response: str, entry_point: str = "Model") -> Extraction:
     tail = _unclosed_tail(text, fences)
     if tail is not None:
         return Extraction(tail, "unclosed_fence")
-    if fences and fences[-1][1].strip():
-        return Extraction(fences[-1][1], "last_fence")
+    # the last block that defines the entry class, else the last that holds anything: a usage example
+    # or an empty block after the kernel hid it (scored no_code, or the whole answer sent to the judge)
+    bodies = [body for _, body in fences if body.strip()]
+    defining = [body for body in bodies if f"class {entry_point}New" in body]
+    if defining or bodies:
+        return Extraction((defining or bodies)[-1], "last_fence")
     if f"class {entry_point}New" in text:
         return Extraction(text, "whole_response")
     return Extraction(None, "none")

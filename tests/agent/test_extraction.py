@@ -72,3 +72,16 @@ def test_a_fence_indented_in_a_list_gives_code_at_the_margin():
     ex = extract_code(f"1. The kernel:\n   ```python\n{indented}   ```\n2. Done.")
     assert ex.method == "last_fence" and ex.code == CODE
     compile(ex.code, "k.py", "exec")
+
+
+def test_a_usage_block_or_an_empty_block_after_the_kernel_does_not_hide_it():
+    """The last block was taken whatever it held: a usage example after the kernel was submitted (a
+    `no ModelNew` compile error), an empty one sent the whole answer, prose and all, to the judge."""
+    usage = f"```python\n{CODE}```\nUsage:\n```python\nm = ModelNew()\n```"
+    assert extract_code(usage).code == CODE and extract_code(usage).method == "last_fence"
+    empty = f"```python\n{CODE}```\nI could add tests:\n```python\n```\n"
+    assert extract_code(empty).code == CODE
+    # of two blocks that define the class, the last (a revision) wins; without one, the last non-empty
+    revised = CODE.replace("pass", "x = 2")
+    assert extract_code(f"```python\n{CODE}```\nbetter:\n```python\n{revised}```").code == revised
+    assert extract_code("```python\nx = 1\n```\n```python\ny = 2\n```\n```\n```").code == "y = 2\n"
