@@ -32,6 +32,10 @@ ALWAYS = (
     "prompt tokens: each message's tokens plus 8 for the chat template (characters / 4 without "
     "--tokenizer); the authors count the chat template's token ids, so the over-long edge "
     "(max_model_len - 1) and the room left for an answer are approximate",
+    "code extraction: of several complete code blocks, the last that defines class ModelNew (else the "
+    "last that is not empty); the authors take the last block whatever it holds, so a usage example "
+    "after the kernel is their no-code turn and drkernel's judged kernel; thinking before a lone "
+    "</think> is never searched",
 )
 
 

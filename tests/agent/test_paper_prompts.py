@@ -71,6 +71,7 @@ def test_paper_asks_the_datas_own_prompt_then_the_users_template(chat_server, su
     assert any(d.startswith("first-turn prompt: 1 of 2 problem(s)") for d in diffs)
     assert not any(d.startswith("later-turn prompt") for d in diffs)
     assert any(d.startswith("timing:") for d in diffs) and not any("avg_difference" in d for d in diffs)
+    assert any(d.startswith("code extraction: of several complete code blocks") for d in diffs)
     assert cfg["prompt_template"] == str(template)
     firsts = [r["messages"] for r in srv.requests if len(r["messages"]) == 1]
     plain = next(m for m in firsts if m != OWN_PROMPT)
