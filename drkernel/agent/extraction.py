@@ -3,7 +3,8 @@
 Order: an ```answer block, then the authors' marker blocks, then the last fenced block (an unclosed
 final fence, as left by a truncated response, counts; of complete blocks, the last that defines the
 entry class, else the last that is not empty), then the whole response if it defines the entry class;
-thinking (`<think>` sections, opened by the chat template or cut by the token limit) is never searched. `preflight_result` turns a missing submission into a compile error without a judge.
+thinking (`<think>` sections, opened by the chat template or cut by the token limit) is never searched.
+`preflight_result` turns a missing submission into a compile error without a judge.
 """
 
 from __future__ import annotations
