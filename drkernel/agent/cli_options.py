@@ -261,6 +261,9 @@ def close_policy(policy: Policy) -> None:
 
 def build_policy(args: argparse.Namespace) -> Policy:
     if args.backend == "hf":
+        if args.tokenizer:  # it was ignored: the local model's own tokenizer counts and generates
+            raise ConfigError("--tokenizer is for --backend openai (a served model); --backend hf uses "
+                              "the tokenizer of --model's folder")
         from drkernel.agent.hf_policy import HFPolicy
 
         return HFPolicy.Config(model_path=args.model, device=args.device or "cpu").build()

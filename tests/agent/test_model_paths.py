@@ -38,3 +38,12 @@ def test_an_hf_model_that_cannot_load_is_one_line(where, tmp_path, capsys):
     code = main(_optimize(tmp_path, "--backend", "hf", "--model", str(path)))
     err = capsys.readouterr().err.splitlines()
     assert code == 2 and len(err) == 1 and f"model {path}" in err[0], err
+
+
+def test_a_tokenizer_beside_a_local_model_is_refused_not_ignored(tmp_path, capsys):
+    """`--backend hf --tokenizer T` used the model's own tokenizer and said nothing of T."""
+    argv = _optimize(tmp_path, "--backend", "hf", "--model", str(tmp_path), "--tokenizer", str(tmp_path))
+    code = main(argv)
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and err == ["drkernel optimize: --tokenizer is for --backend openai (a served model); "
+                                 "--backend hf uses the tokenizer of --model's folder"], err
