@@ -195,7 +195,10 @@ class Scheduler:
             except Exception as exc:  # process edge of a dispatch thread: never let one task kill it
                 logger.exception("dispatching %s failed", task_id)
                 self.counters["dispatch_errors"] += 1
-                self._give_up(task_id, exc)
+                try:
+                    self._give_up(task_id, exc)
+                except Exception:  # the store failing too: the task stays for the next start
+                    logger.exception("could not end %s after its dispatch failed", task_id)
             finally:
                 with self._cv:
                     self._running.pop(task_id, None)
