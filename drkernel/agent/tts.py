@@ -59,6 +59,12 @@ class ContextConfig:
             raise ConfigError("context.ties: must be 'latest' or 'earliest'")
         if self.max_model_len is not None and self.max_model_len < 64:
             raise ConfigError("context.max_model_len: must be >= 64 tokens")
+        if (self.overflow == "shrink" and self.max_model_len is not None and self.token_budget is not None
+                and self.token_budget >= self.max_model_len):  # a prompt shrunk to the budget left the
+            # answer max_tokens 1: each such turn was sent, wasted, and scored no code
+            raise ConfigError(f"context.token_budget: {self.token_budget} prompt tokens leave no room for an "
+                              f"answer within a context of {self.max_model_len} (--max-model-len): give a "
+                              "smaller --prompt-budget (--tts sets 20480 unless told)")
 
     @classmethod
     def paper_stts(cls, token_budget: int | None = 20480) -> ContextConfig:

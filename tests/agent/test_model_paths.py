@@ -47,3 +47,16 @@ def test_a_tokenizer_beside_a_local_model_is_refused_not_ignored(tmp_path, capsy
     err = capsys.readouterr().err.splitlines()
     assert code == 2 and err == ["drkernel optimize: --tokenizer is for --backend openai (a served model); "
                                  "--backend hf uses the tokenizer of --model's folder"], err
+
+
+def test_a_prompt_budget_past_the_context_is_refused_under_ours_not_paper(chat_server, tmp_path, capsys):
+    """--tts (a 20,480-token budget) with --max-model-len 16384: prompts shrunk to the budget left
+    answers max_tokens 1, each turn sent and wasted. The authors' protocol ends such a turn instead."""
+    code = main(_optimize(tmp_path, "--model", "m", "--tts", "--max-model-len", "16384"))
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 1 and "--prompt-budget: 20480 prompt tokens leave no room" in err[0], err
+    srv = chat_server(lambda messages: "no code")
+    paper = _optimize(tmp_path, "--model", "stub", "--base-url", srv.base_url, "--tts", "--max-model-len",
+                      "16384", "--protocol", "paper", "--overwrite")
+    assert main(paper) == 0  # the pair is valid there: the run goes on (no verified kernel)
+    assert "leave no room" not in capsys.readouterr().err
