@@ -17,12 +17,17 @@ from pathlib import Path
 from drkernel.errors import ConfigError
 
 __all__ = ["JUDGE_CARD_BYTES", "card_memory", "card_memory_bytes", "gpu_key", "judges_that_fit", "lock_dir",
-           "resolve_device"]
+           "is_device_name", "resolve_device"]
 
 # Of a GPU's memory, what one judge may need at 2048^2: its reference with a sealed span (8-9 GiB), its
 # candidate, its comparison child and its warm spares. Judge processes on one H100 80GB judged every honest
 # kernel with four, and ran the card out of memory with six and eight (runs BO-BP, docs/service.md).
 JUDGE_CARD_BYTES = 18 << 30
+
+
+def is_device_name(device: str) -> bool:
+    """Whether `device` is spelled as drkernel takes one: cpu, cuda or cuda:N."""
+    return device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())
 
 
 def resolve_device(device: str | None) -> str:
@@ -33,7 +38,7 @@ def resolve_device(device: str | None) -> str:
     torch.cuda.is_available()'s cuInit took 0.2 s of a single `drkernel eval` on the H200 (run AO)."""
     if device == "cpu":
         return device
-    if device is not None and device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
+    if device is not None and not is_device_name(device):
         raise ConfigError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
     import torch
 

@@ -42,9 +42,10 @@ def _map_httpx_errors() -> Iterator[None]:
         raise _Retryable(f"connection error: {exc}") from exc
 
 
-def _point(url_key: str) -> str:
-    """"point --base-url" (a flag) or "set rollout.base_url" (a setting)."""
-    return f"point {url_key}" if url_key.startswith("-") else f"set {url_key}"
+def _ask(verb: str, key: str) -> str:
+    """What to do with `key`: "point --base-url" for a flag (with `verb`), "set rollout.base_url" for
+    a setting."""
+    return f"{verb} {key}" if key.startswith("-") else f"set {key}"
 
 
 class _Retryable(PolicyError):
@@ -117,11 +118,12 @@ class OpenAIPolicy:
         clear ConfigError here, before any judge starts or any retry is spent. The keys are the names
         the user set the URL, the model and the key with (bench's flags, or train rl's settings)."""
         url = f"{self.config.base_url.rstrip('/')}/models"
+        point = _ask("point", url_key)
         try:
             response = self._client.get("/models", timeout=timeout_s)
         except httpx.HTTPError as exc:
             raise ConfigError(f"the model server does not answer at {url} ({type(exc).__name__}: {exc}): "
-                              f"start it, or {_point(url_key)} at it") from None
+                              f"start it, or {point} at it") from None
         if response.status_code in (401, 403):
             raise ConfigError(f"the model server at {url} refused the API key (HTTP {response.status_code}): "
                               f"{key_hint}")
@@ -130,18 +132,17 @@ class OpenAIPolicy:
         except ValueError:  # a web page, a proxy's error: no model server answered
             kind = response.headers.get("content-type", "no content type").split(";")[0]
             raise ConfigError(f"{url} is not an OpenAI-compatible endpoint (HTTP {response.status_code}, "
-                              f"{kind}): {_point(url_key)} at one, e.g. http://HOST:PORT/v1") from None
+                              f"{kind}): {point} at one, e.g. http://HOST:PORT/v1") from None
         if response.status_code != 200:  # an API without a model list: the requests will tell
             log.warning("the model server at %s answered HTTP %d to GET /models", url, response.status_code)
             return
         if not isinstance(body, dict) or not isinstance(body.get("data"), list):
             raise ConfigError(f"{url} answered GET /models with no model list: it is not an "
-                              f"OpenAI-compatible endpoint; {_point(url_key)} at one, e.g. http://HOST:PORT/v1")
+                              f"OpenAI-compatible endpoint; {point} at one, e.g. http://HOST:PORT/v1")
         served = [str(m.get("id")) for m in body["data"] if isinstance(m, dict)]
         if served and self.config.model not in served:
-            what = f"pass {model_key}" if model_key.startswith("-") else f"set {model_key}"
             raise ConfigError(f"the model server at {url} serves {', '.join(served[:5])}, not "
-                              f"{self.config.model!r}: {what} with one of those")
+                              f"{self.config.model!r}: {_ask('pass', model_key)} with one of those")
 
     # -- internals ------------------------------------------------------------------------------
     def _load_counter(self) -> Callable[[str], int]:

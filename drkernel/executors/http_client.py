@@ -43,8 +43,7 @@ class ClientConfig:
             raise ConfigError(f"client.base_url: {self.base_url!r} is not an http(s) URL")
         # the server's root: the client adds /v1/... itself, and an OpenAI-style '.../v1' (or a
         # trailing '/') made every path '/v1/v1/...', each call a bare 404
-        root = self.base_url.rstrip("/")
-        object.__setattr__(self, "base_url", root.removesuffix("/v1") if root.endswith("/v1") else root)
+        object.__setattr__(self, "base_url", self.base_url.rstrip("/").removesuffix("/v1"))
         if not (self.max_retries >= 0 and self.backoff_s >= 0):
             raise ConfigError(f"client.max_retries ({self.max_retries}) and client.backoff_s "
                               f"({self.backoff_s}) must be >= 0")

@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from drkernel.device import is_device_name
 from drkernel.errors import ConfigError
 from drkernel.executors.build import CLIENT_EXECUTORS, EXECUTORS, ClientExecutorConfig, executor_name
 from drkernel.executors.local import LocalExecutor
@@ -98,7 +98,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.path is None and self.tiny is None:
             raise ConfigError("model: set model.path (or model.tiny, which takes precedence)")
-        if self.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+        if self.device is not None and not is_device_name(self.device):
             raise ConfigError(f"model.device: {self.device!r} is not cpu, cuda or cuda:N (none: cuda:0 "
                               "when present, else cpu)")
 
