@@ -212,7 +212,7 @@ class Scheduler:
         if record.attempts > self.settings.max_attempts:
             result = infra_result(request, "gave_up", f"task interrupted {record.attempts - 1} "
                                   "times (worker or server crashes); not retried again")
-            self._finish(task_id, result, 0.0)
+            self._finish(task_id, result, 0.0, record.seq)
             return
         started = time.monotonic()
         try:
@@ -222,7 +222,7 @@ class Scheduler:
                 self.store.requeue(task_id)
                 return
             result = infra_result(request, "executor_error", str(exc))
-        self._finish(task_id, result, time.monotonic() - started)
+        self._finish(task_id, result, time.monotonic() - started, record.seq)
 
     def _give_up(self, task_id: str, exc: Exception) -> None:
         """A dispatch that raised: the task ends as infra_error, never `running` for ever (its waiters
@@ -235,9 +235,9 @@ class Scheduler:
         message = f"the server could not dispatch this task: {type(exc).__name__}: {exc}"
         self._finish(task_id, infra_result(record.request, "dispatch_error", message), 0.0)
 
-    def _finish(self, task_id: str, result: EvalResult, seconds: float) -> None:
+    def _finish(self, task_id: str, result: EvalResult, seconds: float, seq: int | None = None) -> None:
         result.task_id = task_id
-        if self.store.finish(task_id, result):
+        if self.store.finish(task_id, result, seq):
             self.counters["finished"] += 1
             self.outcomes[result.outcome.value] += 1
             self.error_codes[error_code(result.outcome, result.error.kind if result.error else "")] += 1

@@ -48,7 +48,7 @@ _ADDED_COLUMNS = (("dedupe_key", "TEXT"),)
 _ADDED_INDEXES = "CREATE INDEX IF NOT EXISTS tasks_dedupe ON tasks(dedupe_key, submitted_at);"
 
 _COLUMNS = "task_id, state, priority, request, result, attempts, worker, submitted_at, " \
-           "started_at, finished_at, meta"
+           "started_at, finished_at, meta, seq"
 
 FINISHED = ("done", "cancelled")
 
@@ -104,6 +104,9 @@ class TaskRecord:
     started_at: float | None
     finished_at: float | None
     meta: dict[str, Any]
+    # the row's number: a task forced again under its id is a new row, so a late result of the
+    # run it replaced (cancelled, still running) cannot end it
+    seq: int = 0
 
     @property
     def request(self) -> EvalRequest:
@@ -126,12 +129,12 @@ class TaskRecord:
 
 
 def _record(row: tuple[Any, ...]) -> TaskRecord:
-    task_id, state, priority, request, result, attempts, worker, sub, start, fin, meta = row
+    task_id, state, priority, request, result, attempts, worker, sub, start, fin, meta, seq = row
     return TaskRecord(
         task_id=task_id, state=state, priority=priority, request_json=request,
         result=EvalResult.from_dict(json.loads(result)) if result else None,
         attempts=attempts, worker=worker, submitted_at=sub, started_at=start, finished_at=fin,
-        meta=json.loads(meta),
+        meta=json.loads(meta), seq=seq,
     )
 
 
@@ -196,14 +199,14 @@ class TaskStore:
                         out.append((existing, False))
                         continue
                     db.execute("DELETE FROM tasks WHERE task_id=?", (rid,))
-                db.execute(
+                cur = db.execute(
                     "INSERT INTO tasks (task_id, state, priority, request, fingerprint, "
                     "submitted_at, meta, dedupe_key) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)",
                     (rid, task.priority, json.dumps(task.request.to_dict()), fp, now,
                      json.dumps(task.meta), task.dedupe[0] if task.dedupe else None),
                 )
                 out.append((TaskRecord(rid, "queued", task.priority, "", None, 0, None, now,
-                                       None, None, task.meta), True))
+                                       None, None, task.meta, cur.lastrowid or 0), True))
         return out
 
     def mark_running(self, task_id: str, worker: str | None = None) -> TaskRecord | None:
@@ -236,13 +239,14 @@ class TaskStore:
                         json.dumps(meta), task_id))
         return True
 
-    def finish(self, task_id: str, result: EvalResult) -> bool:
-        """running|queued -> done with its result; False if it was cancelled meanwhile."""
+    def finish(self, task_id: str, result: EvalResult, seq: int | None = None) -> bool:
+        """running|queued -> done with its result; False if it was cancelled meanwhile, or, given the
+        `seq` of the row that was run, if the task was forced again since (a new row)."""
         with self._tx() as db:
             cur = db.execute(
                 "UPDATE tasks SET state='done', result=?, finished_at=? "
-                "WHERE task_id=? AND state IN ('running', 'queued')",
-                (json.dumps(result.to_dict()), time.time(), task_id))
+                "WHERE task_id=? AND state IN ('running', 'queued') AND (? IS NULL OR seq=?)",
+                (json.dumps(result.to_dict()), time.time(), task_id, seq, seq))
             return cur.rowcount > 0
 
     def requeue(self, task_id: str) -> bool:

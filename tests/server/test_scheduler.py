@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from drkernel.errors import Overloaded
-from drkernel.executors.fake import FakeExecutor
+from drkernel.executors.fake import FakeExecutor, scripted_result
 from drkernel.server.scheduler import Scheduler, TaskQueue
 from drkernel.server.settings import Settings
 from drkernel.server.store import NewTask, TaskStore
-from drkernel.types import EvalOutcome, EvalRequest
+from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 
 
 def task(task_id: str, priority: str = "normal") -> NewTask:
@@ -133,3 +134,40 @@ def test_tasks_submitted_together_have_distinct_queue_positions() -> None:
     q.push("urgent", "high", 100.0)
     assert [q.position(n) for n in ("urgent", "a", "b", "c")] == [0, 1, 2, 3]
     assert [q.pop() for _ in range(4)] == ["urgent", "a", "b", "c"]
+
+
+def test_a_forced_rerun_of_a_cancelled_task_gets_its_own_result_not_the_cancelled_runs(
+        tmp_path: Path) -> None:
+    """Cancel a running task whose evaluation cannot be interrupted, then force it again with new
+    code: the cancelled run's late result (of the old code) was stored as the re-run's, which never ran."""
+    release = threading.Event()
+
+    def handler(request: EvalRequest) -> EvalResult:
+        if "old" in request.kernel_code:
+            release.wait(10)  # the cancelled evaluation runs on
+        return scripted_result(request)
+
+    settings = Settings(db_path=str(tmp_path / "s.db"))
+    s = Scheduler(TaskStore(settings.db_path), FakeExecutor(handler), settings)
+    s.start()
+    try:
+        old = EvalRequest(reference_code="r", kernel_code="# old\n# fake: incorrect", task_id="t")
+        s.submit([NewTask(old)])
+        deadline = time.monotonic() + 5
+        while s.store.get("t").state != "running":  # type: ignore[union-attr]
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert s.cancel("t") == "running"
+        new = EvalRequest(reference_code="r", kernel_code="# new\n# fake: speedup=2", task_id="t")
+        s.submit([NewTask(new, force=True)])
+        release.set()
+        deadline = time.monotonic() + 5
+        while (record := s.store.get("t")) is None or record.state != "done" or s.running():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        release.set()
+        s.stop()
+    assert record.attempts == 1 and record.request.kernel_code.startswith("# new")
+    assert record.result is not None and record.result.outcome is EvalOutcome.OK
+    assert record.result.speedup == 2.0
