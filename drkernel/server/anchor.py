@@ -27,6 +27,7 @@ __all__ = [
     "anchor_state",
     "anchor_task",
     "coverage_fields",
+    "finished_status",
     "iso",
     "now_iso",
     "status_response",
@@ -181,8 +182,7 @@ def _verdict(result: EvalResult, record: TaskRecord) -> _Verdict:
         message = f"Kernel produced incorrect results: reward hack detected ({found})"
         return _Verdict("completed", True, code, message,
                         {"correctness_issue": f"reward hack detected ({found})"})
-    if outcome is EvalOutcome.COMPILE_ERROR and kind == "triton_compile_error" or \
-            outcome is EvalOutcome.RUNTIME_ERROR and kind not in _DEAD_SANDBOX:
+    if _failed_at_launch(outcome, kind):
         return _Verdict("completed", True, code, f"Kernel execution failed: {text}",
                         {"runtime_error": text, "runtime_error_name": _error_name(result)})
     if outcome is EvalOutcome.COMPILE_ERROR:
@@ -207,6 +207,21 @@ def _verdict(result: EvalResult, record: TaskRecord) -> _Verdict:
 # sandboxes that died or broke protocol: the anchor's worker process dies the same way and the
 # task comes back failed, not compiled (its child is restarted and the error classified)
 _DEAD_SANDBOX = {"crash", "memory_limit", "protocol"}
+
+
+def _failed_at_launch(outcome: EvalOutcome, kind: str) -> bool:
+    """A module that loaded and then failed when run (an exception in forward, a Triton compile
+    error at first launch): `completed` and compiled on the anchor's routes."""
+    return outcome is EvalOutcome.COMPILE_ERROR and kind == "triton_compile_error" or \
+        outcome is EvalOutcome.RUNTIME_ERROR and kind not in _DEAD_SANDBOX
+
+
+def finished_status(outcome: EvalOutcome, kind: str) -> str:
+    """The anchor's status of a finished (not cancelled) task, `completed` or `failed`, as /status,
+    /results and /evaluate/batch give it (`_verdict`) and /health counts it."""
+    if outcome in (EvalOutcome.OK, EvalOutcome.INCORRECT, EvalOutcome.HACK_DETECTED):
+        return "completed"
+    return "completed" if _failed_at_launch(outcome, kind) else "failed"
 
 
 def error_code(outcome: EvalOutcome, kind: str) -> str | None:

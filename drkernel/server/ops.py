@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
-from drkernel.server.anchor import iso, now_iso
+from drkernel.server.anchor import finished_status, iso, now_iso
 from drkernel.server.envelope import ServerState, server_state
 from drkernel.types import EvalOutcome
 
@@ -109,6 +109,19 @@ def stored_totals(state: ServerState) -> dict[str, int]:
             "cancelled": state.store.counts().get("cancelled", 0)}
 
 
+def _anchor_totals(state: ServerState) -> dict[str, int]:
+    """Finished tasks by the status the KernelGYM routes give each (`completed` for an exception in
+    forward, as /results and /evaluate/batch say it; stored_totals counts the native status)."""
+    counts = {"completed": 0, "failed": 0}
+    for (outcome, kind), n in state.store.verdict_counts().items():
+        try:
+            counts[finished_status(EvalOutcome(outcome), kind)] += n
+        except ValueError:  # an outcome written by a newer version: count it as a failure
+            counts["failed"] += n
+    return {"total_processed": counts["completed"] + counts["failed"], **counts,
+            "cancelled": state.store.counts().get("cancelled", 0)}
+
+
 def _is_error(outcome: str) -> bool:
     try:
         return EvalOutcome(outcome).status.is_error()
@@ -121,7 +134,7 @@ def health_body(state: ServerState) -> dict[str, Any]:
     sched = state.scheduler
     cap = capacity(state)
     depth = sched.depth()
-    totals = stored_totals(state)
+    totals = _anchor_totals(state)
     return {
         "status": anchor_health_status(cap),
         "degraded": health_status(cap) == "degraded",

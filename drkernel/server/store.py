@@ -312,6 +312,14 @@ class TaskStore:
                 "WHERE state='done' GROUP BY 1").fetchall()
         return {str(outcome): n for outcome, n in rows if outcome}
 
+    def verdict_counts(self) -> dict[tuple[str, str], int]:
+        """Finished (done) tasks by (outcome, error kind; "" when none)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT json_extract(result, '$.outcome'), json_extract(result, '$.error.kind'), "
+                "COUNT(*) FROM tasks WHERE state='done' GROUP BY 1, 2").fetchall()
+        return {(str(outcome), str(kind or "")): n for outcome, kind, n in rows if outcome}
+
     def counts(self) -> dict[str, int]:
         with self._lock:
             rows = self._db.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall()

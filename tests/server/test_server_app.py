@@ -320,3 +320,34 @@ def test_a_bad_query_value_is_named_in_words_not_as_a_python_list(serve) -> None
     assert bad["message"] == ("Request validation failed: query.wait: "
                               "Input should be a valid number, unable to parse string as a number")
     assert bad["errors"][0]["loc"] == ["query", "wait"]
+
+
+def _scripted_errors(request):  # an exception in forward; a timeout; else the markers
+    from drkernel.executors.fake import scripted_result
+    from drkernel.types import EvalOutcome, EvalResult
+
+    if "forward_error" in request.kernel_code:
+        return EvalResult.failure(EvalOutcome.RUNTIME_ERROR, "forward_error", "ValueError: boom",
+                                  task_id=request.task_id)
+    if "hang" in request.kernel_code:
+        return EvalResult.failure(EvalOutcome.TIMEOUT, "timeout", "evaluation exceeded 300 s",
+                                  task_id=request.task_id)
+    return scripted_result(request)
+
+
+def test_health_counts_completed_and_failed_as_the_results_say_them(serve) -> None:
+    """An exception in forward is `completed` in /results and /evaluate/batch (as KernelGYM), but
+    /health counted it `failed`: its numbers disagreed with the statuses the client got."""
+    from drkernel.executors.fake import FakeExecutor
+
+    srv = serve(executor=lambda _: FakeExecutor(_scripted_errors))
+    tasks = [drkernel_payload(f"h{i}", marks) for i, marks in
+             enumerate(["# fake: speedup=2", "# forward_error", "# hang", "# fake: compile_error"])]
+    batch = srv.http.post("/evaluate/batch", json={"batch_id": "b", "tasks": tasks}).json()
+    statuses = [r["status"] for r in batch["results"]]
+    assert statuses == ["completed", "completed", "failed", "failed"]
+    health = srv.http.get("/health").json()
+    assert health["total_processed"] == 4
+    counted = (health["completed"], health["failed"])
+    assert counted == (batch["completed_tasks"], batch["failed_tasks"]) == (2, 2)
+    assert health["queue_status"]["completed"] == 2
