@@ -14,19 +14,22 @@ import logging
 import threading
 import time
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from drkernel.errors import ExecutorError, Overloaded
 from drkernel.executors.base import Executor
 from drkernel.executors.pool import infra_result
 from drkernel.server.anchor import error_code
 from drkernel.server.settings import Settings
-from drkernel.server.store import NewTask, TaskRecord, TaskStore
+from drkernel.server.store import NewTask, StoreUnavailable, TaskRecord, TaskStore
 from drkernel.types import EvalResult
 
 __all__ = ["PRIORITIES", "Scheduler", "TaskQueue"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 PRIORITIES = ("high", "normal", "low")
 
@@ -204,8 +207,22 @@ class Scheduler:
                     self._running.pop(task_id, None)
                 self._notify(task_id)
 
+    def _stored(self, what: str, write: Callable[[], T]) -> T:
+        """A store write the task cannot go on without, tried again while the store cannot commit (a
+        full disk): a result waits in memory until there is room. Raises if the server stops meanwhile
+        (a task left queued or running is re-queued at the next start)."""
+        delay = 0.5
+        while True:
+            try:
+                return write()
+            except StoreUnavailable as exc:
+                logger.error("%s: %s; trying again in %.1f s", what, exc, delay)
+                if self._stop.wait(delay):
+                    raise
+            delay = min(2 * delay, 30.0)
+
     def _run(self, task_id: str) -> None:
-        record = self.store.mark_running(task_id)
+        record = self._stored(f"starting {task_id}", lambda: self.store.mark_running(task_id))
         if record is None:  # cancelled while queued
             return
         request = record.request
@@ -237,7 +254,7 @@ class Scheduler:
 
     def _finish(self, task_id: str, result: EvalResult, seconds: float, seq: int | None = None) -> None:
         result.task_id = task_id
-        if self.store.finish(task_id, result, seq):
+        if self._stored(f"storing the result of {task_id}", lambda: self.store.finish(task_id, result, seq)):
             self.counters["finished"] += 1
             self.outcomes[result.outcome.value] += 1
             self.error_codes[error_code(result.outcome, result.error.kind if result.error else "")] += 1

@@ -14,14 +14,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 from drkernel.errors import DrKernelError
 from drkernel.types import EvalRequest, EvalResult
 
-__all__ = ["NewTask", "TaskConflict", "TaskRecord", "TaskStore", "fingerprint"]
+__all__ = ["NewTask", "StoreUnavailable", "TaskConflict", "TaskRecord", "TaskStore", "fingerprint"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -51,6 +51,11 @@ _COLUMNS = "task_id, state, priority, request, result, attempts, worker, submitt
            "started_at, finished_at, meta, seq"
 
 FINISHED = ("done", "cancelled")
+
+
+class StoreUnavailable(DrKernelError):
+    """The store could not commit a write (a full disk, a read-only or locked file); nothing of it
+    was kept, and the same write may succeed later."""
 
 
 class TaskConflict(DrKernelError):
@@ -157,13 +162,19 @@ class TaskStore:
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            except sqlite3.OperationalError as exc:  # a full disk, a read-only or locked file
+                if self._db.in_transaction:
+                    with suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                raise StoreUnavailable(f"the task store {self.path} cannot be written: {exc}") from exc
 
     def submit(self, tasks: list[NewTask]) -> list[tuple[TaskRecord, bool]]:
         """Insert tasks atomically; (record, created) each. Same id + same request: attached."""

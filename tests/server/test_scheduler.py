@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -171,3 +173,44 @@ def test_a_forced_rerun_of_a_cancelled_task_gets_its_own_result_not_the_cancelle
     assert record.attempts == 1 and record.request.kernel_code.startswith("# new")
     assert record.result is not None and record.result.outcome is EvalOutcome.OK
     assert record.result.speedup == 2.0
+
+
+class _FullDiskStore(TaskStore):
+    """A store whose first `fail` writes of one kind find the disk full, as SQLite says it."""
+
+    def __init__(self, path: str, method: str, fail: int) -> None:
+        super().__init__(path)
+        self.failures = {method: fail}
+
+    def _fail(self, method: str) -> None:
+        if self.failures.get(method, 0) > 0:
+            self.failures[method] -= 1
+            with self._tx():
+                raise sqlite3.OperationalError("database or disk is full")
+
+    def finish(self, *args: Any, **kw: Any) -> bool:
+        self._fail("finish")
+        return super().finish(*args, **kw)
+
+    def purge(self, finished_before: float) -> int:
+        self._fail("purge")
+        return super().purge(finished_before)
+
+
+def test_a_result_is_kept_when_the_disk_is_full_for_a_while(tmp_path: Path) -> None:
+    """A full disk when the result was written: the evaluation's result was dropped and the task
+    ended infra_error / dispatch_error (or stayed running, its waiters waiting); now the write is
+    tried again until there is room."""
+    settings = Settings(db_path=str(tmp_path / "s.db"))
+    executor = FakeExecutor()
+    s = Scheduler(_FullDiskStore(settings.db_path, "finish", 2), executor, settings)
+    s.start()
+    try:
+        s.submit([task("kept")])
+        record = asyncio.run(s.wait(["kept"], 15))["kept"]
+    finally:
+        s.stop()
+    assert record.state == "done" and record.result is not None
+    assert record.result.outcome is EvalOutcome.OK and record.result.speedup == 2.0
+    assert len(executor.calls) == 1 and s.counters["dispatch_errors"] == 0
+
