@@ -263,7 +263,11 @@ class Scheduler:
     def _purge_loop(self) -> None:
         period = max(1.0, min(60.0, self.settings.retention_s / 4))
         while not self._stop.wait(period):
-            n = self.store.purge(time.time() - self.settings.retention_s)
+            try:
+                n = self.store.purge(time.time() - self.settings.retention_s)
+            except StoreUnavailable as exc:  # a full disk: purge next time, never stop purging
+                logger.warning("purging finished tasks: %s", exc)
+                continue
             if n:
                 logger.info("purged %d tasks past retention", n)
                 self.counters["purged"] += n

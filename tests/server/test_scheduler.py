@@ -214,3 +214,21 @@ def test_a_result_is_kept_when_the_disk_is_full_for_a_while(tmp_path: Path) -> N
     assert record.result.outcome is EvalOutcome.OK and record.result.speedup == 2.0
     assert len(executor.calls) == 1 and s.counters["dispatch_errors"] == 0
 
+
+def test_retention_goes_on_after_a_purge_that_found_the_disk_full(tmp_path: Path) -> None:
+    """The purge thread died at its first failed delete: nothing was purged again until a restart."""
+    settings = Settings(db_path=str(tmp_path / "s.db"), retention_s=4.0)  # a purge every second
+    store = _FullDiskStore(settings.db_path, "purge", 1)
+    store.submit([task("old")])
+    store.mark_running("old")
+    store.finish("old", EvalResult(outcome=EvalOutcome.OK))
+    s = Scheduler(store, FakeExecutor(), settings)
+    s.start()
+    try:
+        deadline = time.monotonic() + 10
+        while store.get("old") is not None:
+            assert time.monotonic() < deadline, "the finished task was never purged"
+            time.sleep(0.1)
+    finally:
+        s.stop()
+    assert store.failures["purge"] == 0 and s.counters["purged"] == 1
