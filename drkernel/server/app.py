@@ -40,7 +40,7 @@ from drkernel.server.envelope import (
 )
 from drkernel.server.scheduler import Scheduler
 from drkernel.server.settings import Settings
-from drkernel.server.store import TaskRecord, TaskStore
+from drkernel.server.store import StoreUnavailable, TaskRecord, TaskStore
 from drkernel.server.workflow import anchor_tasks, parse, submit_anchor, wait_finished
 
 if TYPE_CHECKING:
@@ -188,6 +188,13 @@ def _install_middleware(app: FastAPI, settings: Settings) -> None:
     @app.exception_handler(ConfigError)
     async def bad_option(_: Request, exc: ConfigError) -> JSONResponse:
         return error_response(ApiError(400, "VALIDATION", str(exc)))
+
+    @app.exception_handler(StoreUnavailable)
+    async def store_unavailable(_: Request, exc: StoreUnavailable) -> JSONResponse:
+        # a full disk: nothing was committed, and the same request may pass later (clients retry 503)
+        logger.error("%s", exc)
+        return error_response(ApiError(503, "STORE_UNAVAILABLE", str(exc),
+                                       headers={"Retry-After": str(settings.retry_after_s)}))
 
     @app.exception_handler(Exception)
     async def crashed(_: Request, exc: Exception) -> JSONResponse:  # process edge: log, answer 500

@@ -85,6 +85,7 @@ _ENVELOPE: dict[str, tuple[str, str | None]] = {
     "CONFLICT": ("Conflict", "VALIDATION_ERROR"),
     "NOT_FOUND": ("NotFound", None),
     "QUEUE_FULL": ("QueueFull", "RESOURCE_ERROR"),
+    "STORE_UNAVAILABLE": ("StoreUnavailable", "RESOURCE_ERROR"),
     "SYSTEM": ("InternalServerError", "SYSTEM_ERROR"),
 }
 

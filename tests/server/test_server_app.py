@@ -351,3 +351,25 @@ def test_health_counts_completed_and_failed_as_the_results_say_them(serve) -> No
     counted = (health["completed"], health["failed"])
     assert counted == (batch["completed_tasks"], batch["failed_tasks"]) == (2, 2)
     assert health["queue_status"]["completed"] == 2
+
+
+def test_a_full_disk_is_a_503_that_says_so_not_a_bare_500(serve, monkeypatch) -> None:
+    """The store failing to commit answered 500 'internal error: OperationalError', which no client
+    retries; it is a 503 with Retry-After naming the store's own words, and the clients retry it."""
+    import sqlite3
+
+    from drkernel.server.store import TaskStore
+
+    def full(self, tasks):
+        with self._tx():
+            raise sqlite3.OperationalError("database or disk is full")
+
+    srv = serve()
+    monkeypatch.setattr(TaskStore, "submit", full)
+    r = srv.http.post("/v1/tasks", json={"reference_code": REF, "kernel_code": kernel("# fake: speedup=2")})
+    assert r.status_code == 503 and r.headers["retry-after"] == "5"
+    body = r.json()
+    assert "task store" in body["message"] and "database or disk is full" in body["message"]
+    assert body["error_code"] == "RESOURCE_ERROR"
+    anchor = srv.http.post("/evaluate", json=drkernel_payload("full-1", "# fake: speedup=2"))
+    assert anchor.status_code == 503 and "database or disk is full" in anchor.json()["message"]
