@@ -162,8 +162,9 @@ def _check_listen(host: str, port: int) -> None:
 
 
 def _check_store(db_path: str) -> None:
-    """Open the task store once: a --db that SQLite cannot open or that is not a database is one line,
-    where it was a traceback in the app's startup."""
+    """Open the task store once and read what the start reads (the tasks to run again, the counts):
+    a --db that SQLite cannot open, that is not a database or that is damaged is one line, where it
+    was a traceback in the app's startup."""
     import sqlite3
 
     from drkernel.server.store import TaskStore
@@ -171,9 +172,17 @@ def _check_store(db_path: str) -> None:
     if db_path == ":memory:":
         return
     try:
-        TaskStore(db_path).close()
+        store = TaskStore(db_path)
     except (sqlite3.Error, OSError) as exc:
         raise ConfigError(f"--db {db_path}: cannot open it as the task store: {exc}") from None
+    try:
+        store.queued()
+        store.counts()
+    except sqlite3.Error as exc:
+        raise ConfigError(f"--db {db_path}: cannot read the task store: {exc} (move the file aside to "
+                          "start with an empty store; `sqlite3 FILE .recover` may save its tasks)") from None
+    finally:
+        store.close()
 
 
 def _executor_error(settings: Any, exc: Exception) -> str:

@@ -61,13 +61,29 @@ def _no_judges(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     return started
 
 
-@pytest.mark.parametrize("case", ["port in use", "db is a folder", "db is not a database", "bad host"])
+def _damaged_store(db: Path) -> None:
+    """A task store whose pages past its header were overwritten (a disk fault, a copy cut short):
+    SQLite opens it and reads its schema, and the first query of the tasks fails."""
+    from drkernel.server.store import NewTask, TaskStore
+    from drkernel.types import EvalRequest
+
+    store = TaskStore(str(db))
+    store.submit([NewTask(EvalRequest(reference_code="r", kernel_code="k" * 5000 + str(i), task_id=f"t{i}"))
+                  for i in range(50)])
+    store.close()  # the last connection: the WAL is checkpointed into the file
+    with open(db, "r+b") as f:
+        f.seek(4096 * 3)
+        f.write(b"\xa5" * 4096 * 4)
+
+
+@pytest.mark.parametrize("case", ["port in use", "db is a folder", "db is not a database", "db is damaged",
+                                  "bad host"])
 def test_what_serve_can_check_is_one_line_before_any_judge_starts(
         case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """A port in use was uvicorn's multi-line error and exit code 3 after every judge had started; a --db
     that SQLite cannot open was a traceback and 'Application startup failed'; an unresolvable --host a
-    UnicodeError traceback."""
+    UnicodeError traceback; a damaged one, that opens but fails its first query, a traceback and exit 3."""
     started = _no_judges(monkeypatch)
     port, db, host = _free_port(), tmp_path / "s.db", "127.0.0.1"
     with socket.socket() as busy:
@@ -79,6 +95,8 @@ def test_what_serve_can_check_is_one_line_before_any_judge_starts(
             db.mkdir()
         elif case == "db is not a database":
             db.write_bytes(b"\xff" * 4096)
+        elif case == "db is damaged":
+            _damaged_store(db)
         else:
             host = "bad..host"
         code = main(["serve", "--judge", "fake", "--host", host, "--port", str(port), "--db", str(db)])
