@@ -152,8 +152,10 @@ class SlotPool:
             for t in starters:
                 t.join()
         if not any(s.handle is not None for s in slots):
+            failed = [s.state for s in slots if s.state.last_error]  # the reason, in the same line
+            why = f" ({failed[0].worker_id}: {str(failed[0].last_error).splitlines()[0]})" if failed else ""
             self.close()
-            raise WorkerLost("no judge worker could be started")
+            raise WorkerLost(f"no judge worker could be started{why}")
         if self.liveness_s > 0:
             threading.Thread(target=self._watch_idle, daemon=True, name="pool-liveness").start()
 

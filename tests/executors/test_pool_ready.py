@@ -100,6 +100,15 @@ def test_a_first_ready_pool_where_no_worker_starts_says_so() -> None:
     assert time.monotonic() - started < 10  # three quick tries each (0.5 + 1 s of back-off), no hang
 
 
+def test_no_worker_started_says_why_in_the_same_line() -> None:
+    """`drkernel serve --devices cuda:0` on a host without a GPU ended, after a minute of warnings, in
+    'no judge worker could be started', the reason left in the warnings above it."""
+    with pytest.raises(WorkerLost) as info:
+        _Pool([None, None], first_ready=False)
+    assert str(info.value) == ("no judge worker could be started (w0: start failed: this worker cannot "
+                               "start)")
+
+
 def test_the_local_executor_takes_the_setting_and_refuses_others() -> None:
     config = LocalExecutor.Config(devices=("cpu", "cpu"), isolation="thread", ready="first")
     with config.build(fake_judge) as ex:
