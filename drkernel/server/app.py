@@ -76,8 +76,9 @@ def serve_executor_config(settings: Settings) -> ExecutorConfig:
     from drkernel.executors.local import detect_devices
 
     devices = settings.devices or detect_devices(settings.num_workers)
-    if settings.num_workers and devices[0] != "cpu":
-        devices = devices[: settings.num_workers]
+    if settings.num_workers:  # that many CPU judges, or the first GPUs of the list
+        cpu = set(devices) == {"cpu"}
+        devices = ("cpu",) * settings.num_workers if cpu else devices[: settings.num_workers]
     return executor_config("local", devices=devices, isolation=settings.isolation,
                            heartbeat_timeout_s=settings.heartbeat_timeout_s,
                            deadline_grace_s=settings.deadline_grace_s,

@@ -134,3 +134,13 @@ def test_serve_help_says_which_flags_have_a_variable(capsys: pytest.CaptureFixtu
                      and a.dest not in fields and a.dest != "help")
     assert without  # --isolation, --devices, ... have no variable
     assert "Every flag can also be set" not in text, without
+
+
+def test_workers_on_the_cpu_devices_are_that_many_judges() -> None:
+    """`serve --devices cpu --workers 4` started one CPU judge: --workers only cut a GPU list."""
+    from drkernel.server.app import serve_executor_config
+
+    config = serve_executor_config(Settings(devices=("cpu",), num_workers=4, db_path=":memory:"))
+    assert isinstance(config, LocalExecutor.Config) and config.devices == ("cpu",) * 4
+    two = serve_executor_config(Settings(devices=("cpu", "cpu"), db_path=":memory:"))
+    assert isinstance(two, LocalExecutor.Config) and two.devices == ("cpu", "cpu")
