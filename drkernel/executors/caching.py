@@ -21,8 +21,8 @@ __all__ = ["CachingExecutor", "request_key"]
 log = logging.getLogger(__name__)
 
 
-def request_key(request: EvalRequest) -> str:
-    """Stable hash of what decides a verdict (task ids excluded)."""
+def request_key(request: EvalRequest, scope: str = "") -> str:
+    """Stable hash of what decides a verdict (task ids excluded), within `scope` (the judge's)."""
     payload = json.dumps(
         [
             request.reference_code,
@@ -32,12 +32,18 @@ def request_key(request: EvalRequest) -> str:
         ],
         sort_keys=True,
     )
+    if scope:  # an empty scope keeps the keys of a file written before scopes existed
+        payload += "\n" + scope
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
 class CachingExecutor:
-    def __init__(self, inner: Executor, path: str | Path | None = None) -> None:
+    """`scope` names the judge behind `inner` (its config): a file shared by runs that judged
+    through other judges (the fake, another device) never answers for this one."""
+
+    def __init__(self, inner: Executor, path: str | Path | None = None, scope: str = "") -> None:
         self.inner = inner
+        self.scope = scope
         self.path = Path(path) if path is not None else None
         self._results: dict[str, EvalResult] = {}
         self._locks: dict[str, threading.Lock] = {}
@@ -62,7 +68,7 @@ class CachingExecutor:
                 f.write(json.dumps({"key": key, "result": result.to_dict()}) + "\n")
 
     def _one(self, request: EvalRequest) -> EvalResult:
-        key = request_key(request)
+        key = request_key(request, self.scope)
         with self._lock:
             key_lock = self._locks.setdefault(key, threading.Lock())
         with key_lock:

@@ -7,6 +7,7 @@ filter; TRLOO advantages; one clipped update. Then metrics (JSONL, TensorBoard) 
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import secrets
@@ -24,7 +25,7 @@ from drkernel.agent.policy import SamplingParams
 from drkernel.agent.trajectories import save_trajectories
 from drkernel.errors import PolicyError
 from drkernel.executors.base import Executor
-from drkernel.executors.build import build_executor
+from drkernel.executors.build import ClientExecutorConfig, build_executor
 from drkernel.executors.caching import CachingExecutor
 from drkernel.rl.build import (
     build_model,
@@ -40,6 +41,7 @@ from drkernel.rl.checkpoint import (
     save_checkpoint,
 )
 from drkernel.rl.config import RunConfig, save_config, to_dict
+from drkernel.rl.config_layout import judge_dict
 from drkernel.rl.filters import dynamic_sampling_filter
 from drkernel.rl.masks import last_present_values
 from drkernel.rl.progress import Progress, format_duration
@@ -50,9 +52,16 @@ from drkernel.rl.step import StepTensors, batch_metrics, prepare_step
 from drkernel.rl.update import backward_rows
 from drkernel.types import Problem
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "cached_executor"]
 
 log = logging.getLogger(__name__)
+
+
+def cached_executor(executor: Executor, judge: ClientExecutorConfig, path: Path) -> CachingExecutor:
+    """`executor` behind the run's cache of verdicts (`rollout.cache_evaluations`), each kept under the
+    judge config that gave it: a run folder judged again through another judge (the fake's every-kernel-
+    correct, another device) reuses none of the other's verdicts."""
+    return CachingExecutor(executor, path, scope=json.dumps(judge_dict(judge), sort_keys=True))
 
 
 @dataclass(slots=True)
@@ -98,7 +107,7 @@ class Trainer:
         if executor is None:
             executor = build_executor(cfg.judge)
         if cfg.rollout.cache_evaluations:
-            executor = CachingExecutor(executor, self.run_dir / "eval_cache.jsonl")
+            executor = cached_executor(executor, cfg.judge, self.run_dir / "eval_cache.jsonl")
         self.executor = executor
         self.sampler = given.sampler or build_sampler(cfg.rollout, self.model, self.tokenizer)
         self.env_config = EnvConfig(
