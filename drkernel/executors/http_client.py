@@ -20,7 +20,7 @@ from urllib.parse import quote
 import httpx
 
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, Overloaded
-from drkernel.types import EvalRequest, EvalResult
+from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 
 __all__ = ["AsyncClient", "Client", "ClientConfig", "http_errors"]
 
@@ -122,11 +122,17 @@ def _batch_body(chunk: list[EvalRequest], priority: str) -> dict[str, Any]:
 
 
 def _collect(tasks: list[dict[str, Any]], done: dict[str, EvalResult]) -> None:
+    """A task cancelled on the server is its own infra result, as the local pool gives it (the batch's
+    other results still come back); one the server does not know is the caller's mistake."""
     for view in tasks:
-        if view.get("state") == "done" and view.get("result"):
-            done[view["task_id"]] = EvalResult.from_dict(view["result"])
-        elif view.get("state") in ("cancelled", "unknown"):
-            raise ExecutorError(f"task {view['task_id']} is {view['state']} on the server")
+        task_id, state = view["task_id"], view.get("state")
+        if state == "done" and view.get("result"):
+            done[task_id] = EvalResult.from_dict(view["result"])
+        elif state == "cancelled":
+            done[task_id] = EvalResult.failure(EvalOutcome.INFRA_ERROR, "cancelled",
+                                               f"task {task_id} was cancelled on the server", task_id=task_id)
+        elif state == "unknown":
+            raise ExecutorError(f"task {task_id} is unknown on the server")
 
 
 class _Base:

@@ -186,3 +186,41 @@ def test_a_wait_of_no_number_of_seconds_is_a_config_error_not_a_wait_for_ever(ba
 
     with pytest.raises(ConfigError, match="timeout_s"):
         asyncio.run(run())
+
+
+class CancellingServer(FakeServer):
+    """A server on which task "b" was cancelled by someone else while the batch waited."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        response = super().__call__(request)
+        if request.url.path != "/v1/tasks/wait":
+            return response
+        views = response.json()["tasks"]
+        for view in views:
+            if view["task_id"] == "b":
+                view.update(state="cancelled", result=None)
+        return httpx.Response(200, json={"tasks": views})
+
+
+def test_a_task_cancelled_on_the_server_is_its_own_infra_result_and_the_batch_comes_back() -> None:
+    with executor(CancellingServer(), batch_timeout_s=2) as ex:
+        a, b, c = ex.evaluate([req("a"), req("b"), req("c")])
+    assert a.speedup == 2.0 and c.speedup == 2.0
+    assert b.task_id == "b" and b.outcome.value == "infra_error"
+    assert b.error is not None and b.error.kind == "cancelled"
+    assert "cancelled on the server" in b.error.message
+
+    async def run() -> list[EvalResult]:
+        transport = httpx.MockTransport(CancellingServer())
+        async with AsyncClient(base_url="http://judge.test", transport=transport) as client:
+            return await client.evaluate([req("a"), req("b")], timeout_s=2)
+
+    a, b = asyncio.run(run())
+    assert a.speedup == 2.0 and b.error is not None and b.error.kind == "cancelled"
+
+
+def test_a_task_the_server_does_not_know_still_raises() -> None:
+    client = Client(base_url="http://judge.test", transport=httpx.MockTransport(
+        lambda r: httpx.Response(200, json={"tasks": [{"task_id": "x", "state": "unknown"}]})))
+    with pytest.raises(ExecutorError, match="x is unknown"):
+        client.wait(["x"], timeout_s=2)
