@@ -22,6 +22,7 @@ from drkernel.device import is_device_name
 from drkernel.errors import ConfigError
 from drkernel.executors.build import CLIENT_EXECUTORS, EXECUTORS, ClientExecutorConfig, executor_name
 from drkernel.executors.local import LocalExecutor
+from drkernel.problems.loaders import KERNELBENCH_LEVELS, LEVELS_SPAN
 from drkernel.reward import RewardConfig, reward_options
 from drkernel.rl.advantages import AdvantageConfig
 from drkernel.rl.config_layout import (
@@ -127,9 +128,9 @@ class DataConfig:
             if twice:  # each was trained on twice an epoch
                 raise ConfigError(f"data.{name}: {', '.join(twice)} named more than once")
         for name in ("levels", "validation_levels"):
-            bad = [v for v in getattr(self, name) if v not in (1, 2, 3, 4)]
+            bad = [v for v in getattr(self, name) if v not in KERNELBENCH_LEVELS]
             if bad:  # refused at load time, after the model had loaded
-                raise ConfigError(f"data.{name}: {bad} (KernelBench's levels are 1 to 4)")
+                raise ConfigError(f"data.{name}: {bad} (KernelBench's levels are {LEVELS_SPAN})")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
