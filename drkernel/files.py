@@ -1,8 +1,9 @@
 """Files replaced whole: new text -> a file that every reader sees either as it was or as written.
 
-Input: a path and its text; output: the file replaced by one rename, its data on disk first. The one
-writer of the package's small text files (run configs, the `latest` pointer, the survey, the baseline
-store); a failure at any point leaves the old file, or none, and no temporary file beside it.
+Input: a path and its text; output: the file replaced by one rename, its data on disk first. The
+writer of the package's files that must be whole or old (run configs, a resumed run's metrics, the
+`latest` pointer, the survey, the baseline store); a failure at any point leaves the old file, or none,
+and no temporary file beside it.
 """
 
 from __future__ import annotations

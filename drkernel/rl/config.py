@@ -22,6 +22,7 @@ from drkernel.device import is_device_name
 from drkernel.errors import ConfigError
 from drkernel.executors.build import CLIENT_EXECUTORS, EXECUTORS, ClientExecutorConfig, executor_name
 from drkernel.executors.local import LocalExecutor
+from drkernel.files import write_text_atomically
 from drkernel.problems.loaders import KERNELBENCH_LEVELS, LEVELS_SPAN
 from drkernel.reward import RewardConfig, reward_options
 from drkernel.rl.advantages import AdvantageConfig
@@ -421,7 +422,8 @@ def from_dict(cls: type[Any], data: dict[str, Any], prefix: str = "", where: str
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
+    """Written whole or not at all: a run that resumes compares its config with this file."""
+    write_text_atomically(path, json.dumps(to_dict(cfg), indent=2) + "\n")
 
 
 def load_config(path: str | Path) -> RunConfig:
