@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -31,6 +30,7 @@ from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, sa
 from drkernel.cli import INTERRUPTED, make_folder, rerun_command
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
+from drkernel.files import write_text_atomically
 from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.problems.loaders import load_suite, parse_levels
 from drkernel.types import Problem
@@ -130,9 +130,7 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
                  if old_eval.get(k, meta["eval_options"][k]) != meta["eval_options"][k]]
         if diff:
             raise ConfigError(f"--resume: this run differs from the one in {out} in {', '.join(diff)}")
-    tmp = cfg_path.with_name(f".{cfg_path.name}.tmp-{os.getpid()}")  # a kill mid-write leaves the old one
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(tmp, cfg_path)
+    write_text_atomically(cfg_path, json.dumps(meta, indent=2) + "\n")  # a kill mid-write leaves the old one
     return finished
 
 

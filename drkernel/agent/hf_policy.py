@@ -16,7 +16,7 @@ from typing import Any
 from drkernel.agent.policy import Completion, SamplingParams
 from drkernel.errors import ConfigError, PolicyError
 
-__all__ = ["HFPolicy", "load_tokenizer"]
+__all__ = ["HFPolicy", "load_tokenizer", "reword_load_errors"]
 
 
 def _transformers() -> Any:
@@ -28,9 +28,10 @@ def _transformers() -> Any:
 
 
 @contextmanager
-def _loading(what: str, path: str) -> Iterator[None]:
+def reword_load_errors(what: str, path: str) -> Iterator[None]:
     """transformers' words for a path it cannot load (no such folder or hub id, a folder without the
-    files) as one ConfigError line: `what` is the thing the user named ("model", "tokenizer")."""
+    files) as one ConfigError line: `what` is the thing the user named ("model", "tokenizer"). The
+    agent's models and tokenizers and the trainer's (rl/build.py) load under it."""
     try:
         yield
     except (OSError, ValueError) as exc:
@@ -41,7 +42,7 @@ def _loading(what: str, path: str) -> Iterator[None]:
 def load_tokenizer(path: str) -> Any:
     """The tokenizer at `path` (a folder or a hub id); one ConfigError line when there is none."""
     tf = _transformers()
-    with _loading("tokenizer", path):
+    with reword_load_errors("tokenizer", path):
         return tf.AutoTokenizer.from_pretrained(path)
 
 
@@ -60,7 +61,7 @@ class HFPolicy:
             dtype = getattr(torch, self.dtype, None)
             if not isinstance(dtype, torch.dtype):
                 raise ConfigError(f"hf.dtype: unknown dtype {self.dtype!r}")
-            with _loading("model", self.model_path):
+            with reword_load_errors("model", self.model_path):
                 tok = tf.AutoTokenizer.from_pretrained(
                     self.model_path, trust_remote_code=self.trust_remote_code
                 )

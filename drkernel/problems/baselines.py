@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import statistics
 import time
 from collections.abc import Iterable
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 
 from drkernel.errors import ConfigError
+from drkernel.files import write_text_atomically
 from drkernel.problems.reference import load_reference
 from drkernel.types import Problem
 
@@ -90,11 +90,10 @@ class BaselineStore:
 
     def put(self, timing: BaselineTiming) -> None:
         self._entries[timing.key] = timing.to_dict()
-        tmp = self.path.with_suffix(".tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"version": 1, "entries": self._entries}, indent=1, sort_keys=True))
-            os.replace(tmp, self.path)
+            write_text_atomically(self.path, json.dumps({"version": 1, "entries": self._entries}, indent=1,
+                                                        sort_keys=True))
         except OSError as exc:
             raise ConfigError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
 

@@ -19,12 +19,15 @@ from drkernel.problems.suite import load_builtin_suite
 from drkernel.types import Problem
 
 __all__ = [
+    "KERNELBENCH_LEVELS",
+    "LEVELS_SPAN",
     "load_folder",
     "load_jsonl",
     "load_kernelbench",
     "load_problem_file",
     "load_rl_parquet",
     "load_suite",
+    "parse_levels",
     "problem_from_record",
     "prompt_messages",
 ]
@@ -32,6 +35,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _LEVEL_DIR = re.compile(r"^level_?(\d+)$", re.I)
+KERNELBENCH_LEVELS = (1, 2, 3, 4)  # the levels a --levels flag or data.levels may name
+LEVELS_SPAN = f"{KERNELBENCH_LEVELS[0]} to {KERNELBENCH_LEVELS[-1]}"
 LEVEL4_MESSAGE = (
     "KernelBench level 4 builds Hugging Face models with from_pretrained (gpt2, opt-1.3b, bart-large, ...), "
     "which needs model downloads; drkernel loads levels 1-3 only"
@@ -228,12 +233,12 @@ def parse_levels(text: str) -> tuple[int, ...]:
         for part in filter(None, (p.strip() for p in text.split(","))):
             lo, dash, hi = part.partition("-")
             first, last = int(lo), int(hi if dash else lo)
-            if not 1 <= first <= last <= 4:
+            if first not in KERNELBENCH_LEVELS or last not in KERNELBENCH_LEVELS or first > last:
                 raise ValueError
             levels.extend(range(first, last + 1))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected KernelBench levels 1 to 4, e.g. 1,2 or 1-3") from None
+            f"{text!r}: expected KernelBench levels {LEVELS_SPAN}, e.g. 1,2 or 1-3") from None
     if not levels:
         raise argparse.ArgumentTypeError("no level given: expected e.g. 1,2 or 1-3")
     return tuple(dict.fromkeys(levels))

@@ -12,7 +12,6 @@ import datetime
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from drkernel.errors import ConfigError
+from drkernel.files import write_text_atomically
 from drkernel.problems.audit import AuditConfig
 from drkernel.problems.nulls import constant_candidate, identity_candidate, shrink_sizes, wrapper_candidate
 from drkernel.problems.survey_probe import ProbeWorker
@@ -149,9 +149,7 @@ def load_survey(path: str | Path) -> dict[str, Any]:
 
 def _write(path: Path, data: dict[str, Any]) -> None:
     data["updated_at"] = _now()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_text_atomically(path, json.dumps(data, indent=1) + "\n")
 
 
 def _open(path: Path, suite: str, cfg: SurveyConfig, resume: bool) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from drkernel.agent.hf_policy import reword_load_errors
 from drkernel.errors import ConfigError
 from drkernel.rl.config import DataConfig, ModelConfig, RolloutConfig
 from drkernel.rl.rollout import ModelSampler, PolicySampler, Sampler
@@ -100,14 +101,11 @@ def load_pretrained(
     except ModuleNotFoundError as exc:
         raise ConfigError("training needs transformers (pip install 'drkernel[train]')") from exc
     local_only = model_source(path) == "cache"
-    try:
+    with reword_load_errors("model", path):
         tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
                                                      trust_remote_code=trust_remote_code,
                                                      local_files_only=local_only)
-    except (OSError, ValueError) as exc:  # transformers' words for a model it cannot find or read
-        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        raise ConfigError(f"model {path}: {first}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from drkernel.errors import ConfigError
+from drkernel.files import write_text_atomically
 
 __all__ = ["TrainState", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
 
@@ -48,9 +49,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _write_pointer(root: Path, name: str) -> None:
-    tmp = root / f".latest.{os.getpid()}"
-    tmp.write_text(name + "\n")
-    os.replace(tmp, root / "latest")
+    write_text_atomically(root / "latest", name + "\n")
 
 
 def save_checkpoint(

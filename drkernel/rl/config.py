@@ -22,6 +22,8 @@ from drkernel.device import is_device_name
 from drkernel.errors import ConfigError
 from drkernel.executors.build import CLIENT_EXECUTORS, EXECUTORS, ClientExecutorConfig, executor_name
 from drkernel.executors.local import LocalExecutor
+from drkernel.files import write_text_atomically
+from drkernel.problems.loaders import KERNELBENCH_LEVELS, LEVELS_SPAN
 from drkernel.reward import RewardConfig, reward_options
 from drkernel.rl.advantages import AdvantageConfig
 from drkernel.rl.config_layout import (
@@ -127,9 +129,9 @@ class DataConfig:
             if twice:  # each was trained on twice an epoch
                 raise ConfigError(f"data.{name}: {', '.join(twice)} named more than once")
         for name in ("levels", "validation_levels"):
-            bad = [v for v in getattr(self, name) if v not in (1, 2, 3, 4)]
+            bad = [v for v in getattr(self, name) if v not in KERNELBENCH_LEVELS]
             if bad:  # refused at load time, after the model had loaded
-                raise ConfigError(f"data.{name}: {bad} (KernelBench's levels are 1 to 4)")
+                raise ConfigError(f"data.{name}: {bad} (KernelBench's levels are {LEVELS_SPAN})")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -420,7 +422,8 @@ def from_dict(cls: type[Any], data: dict[str, Any], prefix: str = "", where: str
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
+    """Written whole or not at all: a run that resumes compares its config with this file."""
+    write_text_atomically(path, json.dumps(to_dict(cfg), indent=2) + "\n")
 
 
 def load_config(path: str | Path) -> RunConfig:

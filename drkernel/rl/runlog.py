@@ -17,6 +17,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from drkernel.files import write_text_atomically
+
 __all__ = ["RunLog", "read_metrics", "wandb_wanted"]
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,7 @@ class RunLog:
                  config: dict[str, Any] | None = None) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
         kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= resume_step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        write_text_atomically(self.path, "".join(json.dumps(r) + "\n" for r in kept))  # whole or old
         self._tb: Any = None
         if tensorboard:
             try:

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from drkernel.advice import hack_advice, hacks_text
-from drkernel.server.store import NewTask, TaskRecord
+from drkernel.server.store import ANCHOR_TASK_ID_MAX_CHARS, NewTask, TaskRecord, task_id_error
 from drkernel.types import EvalOptions, EvalOutcome, EvalRequest, EvalResult
 
 __all__ = [
@@ -47,8 +48,7 @@ class AnchorRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    # printable: a newline or a control character in an id reached the log lines that name the task
-    task_id: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$")
+    task_id: str | None = None  # task_id_error's rule, at the anchor's length (below)
     reference_code: str = Field(min_length=10)
     kernel_code: str = Field(min_length=10)
     backend: Literal["triton", "cuda"] = "triton"
@@ -68,6 +68,14 @@ class AnchorRequest(BaseModel):
     uuid: str | None = None
     use_reference_cache: bool = False
     resources: dict[str, Any] | None = None
+
+    @field_validator("task_id")
+    @classmethod
+    def _printable_id(cls, task_id: str | None) -> str | None:
+        why = None if task_id is None else task_id_error(task_id, ANCHOR_TASK_ID_MAX_CHARS)
+        if why:
+            raise PydanticCustomError("task_id", why)
+        return task_id
 
 
 class AnchorBatchRequest(BaseModel):

@@ -40,7 +40,7 @@ from drkernel.server.envelope import (
 )
 from drkernel.server.scheduler import Scheduler
 from drkernel.server.settings import Settings
-from drkernel.server.store import StoreUnavailable, TaskRecord, TaskStore
+from drkernel.server.store import TASK_ID_MAX_CHARS, StoreUnavailable, TaskRecord, TaskStore
 from drkernel.server.workflow import anchor_tasks, parse, submit_anchor, wait_finished
 
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ _NATIVE_REQUEST = {
     "properties": {
         "reference_code": {"type": "string", "description": "KernelBench-format reference"},
         "kernel_code": {"type": "string", "description": "the candidate, defining ModelNew"},
-        "task_id": {"type": "string", "maxLength": 200},
+        "task_id": {"type": "string", "maxLength": TASK_ID_MAX_CHARS},
         "options": {"type": "object", "description": "EvalOptions fields (docs/service.md)"},
     },
 }

@@ -29,7 +29,7 @@ from drkernel.server.envelope import (
     submit_or_raise,
 )
 from drkernel.server.scheduler import PRIORITIES
-from drkernel.server.store import NewTask, TaskRecord
+from drkernel.server.store import NewTask, TaskRecord, task_id_error
 from drkernel.types import EvalOptions, EvalRequest
 
 __all__ = ["router", "task_view"]
@@ -85,9 +85,9 @@ def _new_task(state: ServerState, item: Any, default_priority: str, client: str)
     check_code_size(state.settings, body["reference_code"], body["kernel_code"])
     given = body.get("task_id") or item.get("task_id")
     task_id = given or f"task-{uuid.uuid4().hex}"
-    if not isinstance(task_id, str) or not 0 < len(task_id) <= 200 or not task_id.isprintable():
-        # a newline or a control character in an id reached the log lines that name the task
-        raise ApiError(400, "VALIDATION", "task_id: a string of 1-200 printable characters")
+    why = task_id_error(task_id)
+    if why:
+        raise ApiError(400, "VALIDATION", f"task_id: {why}")
     try:
         request = EvalRequest.from_dict(body | {"task_id": task_id})
     except (ConfigError, TypeError, ValueError) as exc:

@@ -21,7 +21,8 @@ from typing import Any
 from drkernel.errors import DrKernelError
 from drkernel.types import EvalRequest, EvalResult
 
-__all__ = ["NewTask", "StoreUnavailable", "TaskConflict", "TaskRecord", "TaskStore", "fingerprint"]
+__all__ = ["ANCHOR_TASK_ID_MAX_CHARS", "TASK_ID_MAX_CHARS", "NewTask", "StoreUnavailable", "TaskConflict",
+           "TaskRecord", "TaskStore", "fingerprint", "task_id_error"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -51,6 +52,22 @@ _COLUMNS = "task_id, state, priority, request, result, attempts, worker, submitt
            "started_at, finished_at, meta, seq"
 
 FINISHED = ("done", "cancelled")
+
+TASK_ID_MAX_CHARS = 200  # the native API's bound
+ANCHOR_TASK_ID_MAX_CHARS = 100  # KernelGYM's (kernelgym-anchor.md §1.2), kept on its routes
+
+
+def task_id_error(task_id: object, max_chars: int = TASK_ID_MAX_CHARS) -> str | None:
+    """Why `task_id` cannot name a task, or None when it can: both APIs' one rule. Printable only: a
+    newline or a control character (C0, C1, a line separator) in an id reached the log lines that name
+    the task.
+
+    >>> task_id_error("run-7/step 3"), task_id_error("a\\nb")
+    (None, 'a string of 1-200 printable characters')
+    """
+    if isinstance(task_id, str) and 0 < len(task_id) <= max_chars and task_id.isprintable():
+        return None
+    return f"a string of 1-{max_chars} printable characters"
 
 
 class StoreUnavailable(DrKernelError):

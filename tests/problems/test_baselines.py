@@ -80,3 +80,14 @@ def test_a_store_that_cannot_be_read_or_written_is_a_config_error(tmp_path: Path
     store = BaselineStore(tmp_path / "file" / "b.json")  # its folder cannot be made
     with pytest.raises(ConfigError, match="cannot write"):
         refresh_baselines([builtin_problem("101_ReLU", "cpu")], store, trials=1, warmup=0)
+
+
+def test_a_put_leaves_a_file_named_like_its_old_temporary_file_alone(tmp_path: Path) -> None:
+    """put() wrote through `<store>.tmp`, a fixed name: a file of that name beside the store was
+    overwritten and renamed away, and two writers of one store shared it."""
+    (tmp_path / "b.tmp").write_text("someone else's\n")
+    store = BaselineStore(tmp_path / "b.json")
+    store.put(measure_baseline(builtin_problem("101_ReLU", "cpu"), trials=1, warmup=0))
+    assert (tmp_path / "b.tmp").read_text() == "someone else's\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "b.tmp"]
+    assert len(BaselineStore(tmp_path / "b.json").entries()) == 1

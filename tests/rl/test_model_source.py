@@ -58,3 +58,22 @@ def test_offline_and_not_cached_is_one_line(tmp_path: Path, monkeypatch: pytest.
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     assert model_source(str(tmp_path / "m")) == "folder"
+
+
+def test_a_model_folder_transformers_cannot_load_is_the_same_line_for_the_trainer_and_the_agent(
+        tmp_path: Path) -> None:
+    """The trainer (rl/build.py) and the agent's hf backend each made the line from transformers' first
+    line by a copy of their own, in other words; both now load under agent.hf_policy.reword_load_errors."""
+    pytest.importorskip("transformers")
+    from drkernel.agent.hf_policy import HFPolicy
+    from drkernel.errors import ConfigError
+    from drkernel.rl.build import load_pretrained
+
+    (tmp_path / "config.json").write_text("{}")  # a model folder by its look, nothing transformers can load
+    with pytest.raises(ConfigError) as trainer:
+        load_pretrained(str(tmp_path), dtype="float32")
+    with pytest.raises(ConfigError) as agent:
+        HFPolicy.Config(model_path=str(tmp_path)).build()
+    line = str(trainer.value)
+    assert line == str(agent.value)
+    assert line.startswith(f"model {tmp_path}: cannot load it (") and "\n" not in line

@@ -221,3 +221,24 @@ def test_settings_out_of_range_are_refused_with_their_key(capsys, override, key)
     assert main(["train", "rl", "--recipe", "debug_cpu", "--set", override, "--print-config"]) == 2
     err = capsys.readouterr().err
     assert key in err and "Traceback" not in err
+
+
+def test_data_levels_take_the_levels_every_levels_flag_takes() -> None:
+    """data.levels repeated the bound of problems.parse_levels (the --levels of bench, audit, suite and
+    train prepare): both read problems.loaders.KERNELBENCH_LEVELS now."""
+    import argparse
+
+    from drkernel.problems.loaders import parse_levels
+    from drkernel.rl.config import DataConfig
+
+    for level in range(-1, 8):
+        try:
+            flag_ok = parse_levels(str(level)) == (level,)
+        except argparse.ArgumentTypeError:
+            flag_ok = False
+        try:
+            DataConfig(levels=(level,), validation_levels=(level,))
+            config_ok = True
+        except ConfigError:
+            config_ok = False
+        assert flag_ok == config_ok, level

@@ -158,6 +158,34 @@ def test_a_task_id_with_a_newline_or_a_control_character_is_a_400(serve) -> None
     assert ok.status_code == 202, ok.text
 
 
+# id -> accepted; the printable rule of both APIs (store.task_id_error), within the anchor's 100 characters
+TASK_IDS = {
+    "plain": True, "plain id/with ünïcode": True, "a" * 100: True,
+    "a\nb": False, "a\u0000b": False, "tab\there": False, "\x1b[31mred": False,
+    "a\x85b": False, "\x9b31mred": False, "a\u2028b": False, "a\u2029b": False, "zero\u200bwidth": False,
+}
+
+
+def test_both_apis_accept_and_refuse_the_same_task_ids(serve) -> None:
+    """The KernelGYM routes checked ids by a regex of their own, C0 controls only: a C1 control (NEL,
+    the 8-bit CSI) or a Unicode line separator was accepted there, refused on /v1, and reached the log
+    lines that name the task. Length: 200 on /v1, the anchor's 100 on its routes. (An empty id is no
+    id on /v1, which makes one; the anchor refuses it, as KernelGYM.)"""
+    native_srv, anchor_srv = serve(workers=1), serve(workers=1)  # one id, two APIs' options: a 409 on one
+    for task_id, ok in [*TASK_IDS.items(), ("a" * 101, None), ("a" * 200, None), ("a" * 201, False)]:
+        native = native_srv.http.post("/v1/tasks", json={"request": {
+            "reference_code": REF, "kernel_code": kernel(""), "task_id": task_id}})
+        anchor = anchor_srv.http.post("/evaluate", json={"reference_code": REF, "kernel_code": kernel(""),
+                                                         "task_id": task_id})
+        assert native.status_code == (400 if ok is False else 202), (task_id, native.text)
+        assert anchor.status_code == (200 if ok else 400), (task_id, anchor.text)
+        if anchor.status_code == 400:
+            assert anchor.json()["message"] == ("Request validation failed: task_id: a string of "
+                                                "1-100 printable characters"), anchor.text
+        if native.status_code == 400:
+            assert native.json()["message"] == "task_id: a string of 1-200 printable characters"
+
+
 def test_a_task_id_reused_across_the_two_apis_says_what_differs(serve) -> None:
     """The same code under one id through /evaluate then /v1/tasks was a 409 'already names a different
     request' with task_id null: the two APIs' default options (timeouts 300 and 180 s) differ."""

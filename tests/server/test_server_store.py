@@ -72,3 +72,12 @@ def test_retention_purges_only_old_finished_tasks(tmp_path: Path) -> None:
     assert store.purge(time.time() + 1) == 1
     assert store.get("old") is None and store.get("queued") is not None
     assert store.counts() == {"queued": 1}
+
+
+def test_the_task_id_rule_doctest_passes() -> None:
+    import doctest
+
+    import drkernel.server.store as store
+
+    result = doctest.testmod(store)
+    assert result.attempted > 0 and result.failed == 0

@@ -1,0 +1,106 @@
+"""drkernel.files: a text file is replaced whole or not at all, through a temporary file of its own that
+never outlives the write; and it is the package's one writer of that kind (the four hand-written copies
+differed in their temporary names, none synced, none removed its temporary file on failure)."""
+
+from __future__ import annotations
+
+import doctest
+import os
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+import drkernel
+import drkernel.files
+from drkernel.files import write_text_atomically
+
+PACKAGE = Path(drkernel.__file__).parent
+
+
+def test_the_doctest_passes() -> None:
+    result = doctest.testmod(drkernel.files)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_file_is_written_then_replaced_and_nothing_else_is_left(tmp_path: Path) -> None:
+    target = tmp_path / "config.json"
+    write_text_atomically(target, "one\n")
+    write_text_atomically(str(target), "two, ünïcode\n")
+    assert target.read_text(encoding="utf-8") == "two, ünïcode\n"
+    assert os.listdir(tmp_path) == ["config.json"]
+
+
+def test_a_new_file_has_the_mode_write_text_gives(tmp_path: Path) -> None:
+    """A private temporary file (mkstemp's 0600) renamed into place would hide a shared store from the
+    other users who read it."""
+    (tmp_path / "plain").write_text("x")
+    write_text_atomically(tmp_path / "atomic", "x")
+    assert (tmp_path / "atomic").stat().st_mode == (tmp_path / "plain").stat().st_mode
+
+
+def test_a_failure_mid_write_leaves_the_old_file_and_no_temporary_file(tmp_path: Path) -> None:
+    target = tmp_path / "store.json"
+    target.write_text("old\n")
+    with pytest.raises(UnicodeEncodeError):  # a lone surrogate: the text fails half-way through
+        write_text_atomically(target, "new " * 10_000 + "\ud800")
+    assert target.read_text() == "old\n" and os.listdir(tmp_path) == ["store.json"]
+
+
+def test_a_failed_sync_or_rename_leaves_no_temporary_file(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "latest"
+    target.write_text("step_000001\n")
+
+    def full_disk(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "fsync", full_disk)
+        with pytest.raises(OSError, match="No space left"):
+            write_text_atomically(target, "step_000002\n")
+    assert target.read_text() == "step_000001\n" and os.listdir(tmp_path) == ["latest"]
+    folder = tmp_path / "folder"
+    (folder / "inside").mkdir(parents=True)  # a file cannot be renamed over a folder
+    with pytest.raises(OSError):
+        write_text_atomically(folder, "x")
+    assert sorted(os.listdir(tmp_path)) == ["folder", "latest"]
+
+
+def test_two_writers_never_share_a_temporary_file(tmp_path: Path) -> None:
+    """A fixed temporary name (the baseline store's `.tmp`): one writer renamed the other's half-written
+    file into place, or found its own gone (FileNotFoundError)."""
+    target = tmp_path / "b.json"
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def write(text: str) -> None:
+        start.wait()
+        try:
+            for _ in range(200):
+                write_text_atomically(target, text)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    texts = ["a" * 50_000, "b" * 50_000]
+    threads = [threading.Thread(target=write, args=(t,)) for t in texts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and target.read_text() in texts and os.listdir(tmp_path) == ["b.json"]
+
+
+def test_the_package_replaces_files_only_here_and_in_its_two_folder_swaps() -> None:
+    """A new temporary-file-then-rename written by hand (the judge's own folder aside) fails here: write
+    text with write_text_atomically. The checkpoint and the SFT model are folders renamed into place."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("sandbox/"):
+            continue
+        count = len(re.findall(r"\bos\.(?:replace|rename)\(|\.(?:replace|rename)\(tmp\b", path.read_text()))
+        if count:
+            found[rel] = count
+    assert found == {"files.py": 1, "rl/checkpoint.py": 1, "rl/sft.py": 1}
