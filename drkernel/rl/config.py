@@ -38,7 +38,7 @@ from drkernel.rl.config_layout import (
 from drkernel.rl.filters import DynamicSamplingConfig
 from drkernel.rl.losses import LossConfig
 from drkernel.rl.rejection import MismatchConfig, ProfilingRejectionConfig
-from drkernel.types import EvalOptions
+from drkernel.types import EvalOptions, EvalRequest
 
 __all__ = [
     "DataConfig",
@@ -303,6 +303,7 @@ class RunConfig:
         for name in EVAL_REWARD_FIELDS:  # the reward has one place: `reward`
             if getattr(self.eval, name) != getattr(_PLAIN_OPTIONS, name):
                 raise ConfigError(f"eval.{name}: {RETIRED_KEYS[f'eval.{name}']}")
+        _check_options(self.eval)
 
     def eval_options(self) -> EvalOptions:
         """The options every request of the run carries: `eval`, with the reward fields that ask the
@@ -313,6 +314,17 @@ class RunConfig:
 
 
 _PLAIN_OPTIONS = EvalOptions()
+
+
+def _check_options(options: EvalOptions) -> None:
+    """The checks every judge makes of a request's options, made when the config is built: a judge
+    refuses each request of a run with options it rejects, and the run trained on nothing."""
+    from drkernel.sandbox.judge import validate_request  # (torch, imported by the rl package anyway)
+
+    try:
+        validate_request(EvalRequest(reference_code="", kernel_code="", options=options))
+    except ConfigError as exc:
+        raise ConfigError(f"eval.{exc}") from None
 
 
 # -- (de)serialisation ---------------------------------------------------------------------------

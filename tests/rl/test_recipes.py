@@ -221,3 +221,29 @@ def test_settings_out_of_range_are_refused_with_their_key(capsys, override, key)
     assert main(["train", "rl", "--recipe", "debug_cpu", "--set", override, "--print-config"]) == 2
     err = capsys.readouterr().err
     assert key in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("override, key", [
+    ("eval.num_correct_trials=0", "eval.num_correct_trials"),
+    ("eval.timeout_s=-1", "eval.timeout_s"),
+    ("eval.num_perf_trials=0", "eval.num_perf_trials"),
+    ("eval.reference_backend=inductor", "eval.reference_backend"),
+    ("eval.entry_point=my model", "eval.entry_point"),
+])
+def test_options_every_judge_refuses_are_refused_with_the_config(tmp_path, capsys, override, key):
+    # they were accepted: the judge refused every evaluation as an infra error, each step trained on
+    # nothing (reward 0, groups 0/2) and the run ended with exit code 0
+    with pytest.raises(ConfigError, match=rf"^{key}: "):
+        apply_overrides(shipped.debug_cpu(), [override])
+    assert main(["train", "rl", "--recipe", "debug_cpu", "--set", override, "--run-dir",
+                 str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert key in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+    data = to_dict(shipped.debug_cpu())
+    data["eval"]["num_correct_trials"] = 0  # a config.json edited by hand
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    from drkernel.rl.config import load_config
+
+    with pytest.raises(ConfigError, match=r"^eval.num_correct_trials: "):
+        load_config(tmp_path / "config.json")
