@@ -24,9 +24,9 @@ from drkernel.agent.policy import SamplingParams
 from drkernel.agent.trajectories import save_trajectories
 from drkernel.errors import PolicyError
 from drkernel.executors.base import Executor
-from drkernel.executors.build import build_executor
 from drkernel.executors.caching import CachingExecutor
 from drkernel.rl.build import (
+    build_judge,
     build_model,
     build_sampler,
     load_pretrained,
@@ -86,6 +86,15 @@ class Trainer:
         torch.manual_seed(cfg.trainer.seed)
         self.problems = given.problems if given.problems is not None else training_problems(cfg.data)
         self.validation = given.validation if given.validation is not None else validation_problems(cfg.data)
+        # the judge before the model: a judge that cannot be had is said before minutes of loading
+        executor = given.executor if given.executor is not None else build_judge(cfg.judge)
+        try:
+            self._start(cfg, given, executor)
+        except BaseException:
+            executor.close()  # its judges (processes of a local pool) end with the run that failed to start
+            raise
+
+    def _start(self, cfg: RunConfig, given: _Parts, executor: Executor) -> None:
         self.model, self.tokenizer = self._model(given)
         params = [p for p in self.model.parameters() if p.requires_grad]
         o = cfg.optim
@@ -94,9 +103,6 @@ class Trainer:
         self.state = load_checkpoint(ckpt, self.optimizer) if ckpt is not None else TrainState()
         if ckpt is not None:
             log.info("resumed from %s (step %d)", ckpt, self.state.step)
-        executor = given.executor
-        if executor is None:
-            executor = build_executor(cfg.judge)
         if cfg.rollout.cache_evaluations:
             executor = CachingExecutor(executor, self.run_dir / "eval_cache.jsonl")
         self.executor = executor
