@@ -22,7 +22,7 @@ from drkernel.agent.env import EnvConfig
 from drkernel.agent.feedback import FeedbackConfig
 from drkernel.agent.policy import SamplingParams
 from drkernel.agent.trajectories import save_trajectories
-from drkernel.errors import PolicyError
+from drkernel.errors import ExecutorError, PolicyError
 from drkernel.executors.base import Executor
 from drkernel.executors.caching import CachingExecutor
 from drkernel.rl.build import (
@@ -149,7 +149,7 @@ class Trainer:
             t0 = time.perf_counter()
             try:
                 metrics = self.train_step(step)
-            except PolicyError:  # the model server is gone: keep what was trained, then stop
+            except (PolicyError, ExecutorError):  # the model or judge is gone: keep what was trained, stop
                 if self.state.step % tc.save_every and self.state.step > first:
                     save_checkpoint(self.ckpt_dir, self.state, self.model, self.tokenizer, self.optimizer,
                                     keep=tc.keep_checkpoints)
@@ -235,6 +235,7 @@ class Trainer:
         t0 = time.perf_counter()
         batch, rounds = self._rollouts()
         _check_generated(batch, step)
+        _check_judged(batch, step)
         t1 = time.perf_counter()
         groups_ok = self._pick_groups(batch)
         self.progress.line(f"step {step}/{cfg.trainer.steps}: scoring {len(batch.samples)} turns "
@@ -352,3 +353,21 @@ def _check_generated(batch: RolloutBatch, step: int) -> None:
     raise PolicyError(f"step {step}: the generation of every rollout failed, nothing to train on "
                       f"({str(errors[0]).removeprefix('PolicyError: ')[:300]}); the run stops after step "
                       f"{step - 1}: rerun the same command to continue once the model answers")
+
+
+_JUDGE_ERRORS = ("ExecutorError", "WorkerLost", "EvalTimeout", "Overloaded")  # drkernel.errors
+_NOT_JUDGED = ("no_code", "prompt_overlong")  # turns the agent decides without the judge
+
+
+def _check_judged(batch: RolloutBatch, step: int) -> None:
+    """A step whose every evaluation failed (the judge's server went away, or its judges cannot start)
+    has nothing to train on. Each such step logged reward 0 with no group kept, and the run went on."""
+    if any(t.result.error is None or t.result.error.kind not in _NOT_JUDGED
+           for traj in batch.trajectories for t in traj.turns):
+        return  # the judge gave a verdict
+    errors = [t.error for t in batch.trajectories if t.error and t.error.startswith(_JUDGE_ERRORS)]
+    if not errors:
+        return
+    raise ExecutorError(f"step {step}: the judge gave no verdict for any of the step's kernels "
+                        f"({str(errors[0])[:300]}); the run stops after step {step - 1}: rerun the same "
+                        "command to continue once the judge answers")
