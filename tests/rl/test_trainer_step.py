@@ -253,3 +253,16 @@ def test_a_step_with_some_verdicts_goes_on(tmp_path):
     with Trainer(cfg, tmp_path, model=model, tokenizer=tok, problems=[_problem(n) for n in "ABC"],
                  validation=[], executor=Flaky(), sampler=ScriptedSampler(3)) as tr:
         assert [m["step"] for m in tr.fit_iter()] == [1, 2]
+
+
+@pytest.mark.parametrize("state", ['{"step": 1}', "[]", '{"step": "one", "cursor": 3}',
+                                   '{"step": 1, "cursor": null}'])
+def test_a_checkpoint_whose_state_is_damaged_is_one_line_naming_it(tmp_path, state):
+    # a state.json without its cursor was a KeyError traceback (a list: TypeError, a word: ValueError)
+    from drkernel.errors import ConfigError
+
+    with _trainer(tmp_path) as tr:
+        tr.fit()
+    (tmp_path / "checkpoints" / "step_000001" / "state.json").write_text(state)
+    with pytest.raises(ConfigError, match=r"checkpoint .*step_000001: unreadable"):
+        _trainer(tmp_path, ["trainer.steps=2"])
