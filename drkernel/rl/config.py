@@ -447,7 +447,10 @@ def load_config(path: str | Path) -> RunConfig:
         raise ConfigError(f"{path}: not JSON (a config.json as `--print-config` writes it): {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object (a config.json as `--print-config` writes it)")
-    cfg = from_dict(RunConfig, moved(data))
+    try:  # the file named: its setting may be one that a --set beside it gives right
+        cfg = from_dict(RunConfig, moved(data))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     assert isinstance(cfg, RunConfig)
     return cfg
 

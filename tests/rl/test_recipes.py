@@ -245,5 +245,5 @@ def test_options_every_judge_refuses_are_refused_with_the_config(tmp_path, capsy
     (tmp_path / "config.json").write_text(json.dumps(data))
     from drkernel.rl.config import load_config
 
-    with pytest.raises(ConfigError, match=r"^eval.num_correct_trials: "):
+    with pytest.raises(ConfigError, match=r"config.json: eval.num_correct_trials: "):
         load_config(tmp_path / "config.json")
