@@ -233,6 +233,8 @@ class Trainer:
     def train_step(self, step: int) -> dict[str, Any]:
         cfg = self.config
         t0 = time.perf_counter()
+        cache = self.executor if isinstance(self.executor, CachingExecutor) else None
+        seen = (cache.hits, cache.misses) if cache is not None else (0, 0)  # this step's counts only
         batch, rounds = self._rollouts()
         _check_generated(batch, step)
         _check_judged(batch, step)
@@ -258,9 +260,9 @@ class Trainer:
             "time/score_s": t2 - t1,
             "time/update_s": t3 - t2,
         })
-        if isinstance(self.executor, CachingExecutor):
-            metrics["judge/cache_hits"] = self.executor.hits
-            metrics["judge/cache_misses"] = self.executor.misses
+        if cache is not None:
+            metrics["judge/cache_hits"] = cache.hits - seen[0]
+            metrics["judge/cache_misses"] = cache.misses - seen[1]
         if cfg.log.save_rollouts:
             (self.run_dir / "rollouts").mkdir(exist_ok=True)
             save_trajectories(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl", batch.trajectories)

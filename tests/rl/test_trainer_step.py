@@ -266,3 +266,14 @@ def test_a_checkpoint_whose_state_is_damaged_is_one_line_naming_it(tmp_path, sta
     (tmp_path / "checkpoints" / "step_000001" / "state.json").write_text(state)
     with pytest.raises(ConfigError, match=r"checkpoint .*step_000001: unreadable"):
         _trainer(tmp_path, ["trainer.steps=2"])
+
+
+def test_judge_cache_counts_are_the_steps_own(tmp_path):
+    # they were counts since the process started: step 2 reported step 1's hits and misses too (and a
+    # resumed run started again from 0)
+    with _trainer(tmp_path, ["trainer.steps=2", "rollout.cache_evaluations=true"]) as tr:
+        first, second = tr.fit()
+    judged = first["judge/cache_hits"] + first["judge/cache_misses"]
+    assert judged > first["judge/cache_misses"] > 0  # the script repeats kernels within a step
+    assert second["judge/cache_misses"] == 0  # the same script: every kernel was judged in step 1
+    assert second["judge/cache_hits"] == judged
