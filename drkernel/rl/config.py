@@ -499,6 +499,12 @@ def _coerce_text(value: Any, tp: Any) -> Any:
     return value
 
 
+def _is_text(tp: Any) -> bool:
+    """`str` or `str | None`: a field whose --set value is the text itself, never a list."""
+    return tp is str or (typing.get_origin(tp) in (typing.Union, types.UnionType)
+                         and set(typing.get_args(tp)) == {str, type(None)})
+
+
 def config_keys(cls: type[Any] = RunConfig, prefix: str = "") -> list[str]:
     """Every settable dotted key of a config class (nested dataclasses expanded; an executor config's
     `executor` and the fields of each executor it may be)."""
@@ -555,7 +561,10 @@ def _set(obj: Any, path: list[str], raw: str, full: str) -> Any:
         raise ConfigError(f"--set {full}: unknown key {name!r} (choose from {choices})")
     tp = hints[name]
     if len(path) == 1:
-        value = _convert(_coerce_text(_parse_text(raw), tp), tp, full)
+        parsed = _parse_text(raw)
+        if parsed is not None and _is_text(tp):  # a name, path or URL: as given, commas and all
+            parsed = raw
+        value = _convert(_coerce_text(parsed, tp), tp, full)
         return dataclasses.replace(obj, **{name: value})
     executors = _executor_choices(tp)
     if executors:

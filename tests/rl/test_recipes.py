@@ -73,6 +73,19 @@ def test_overrides_are_type_checked_and_nested():
             apply_overrides(RunConfig(), [bad])
 
 
+def test_a_text_setting_is_the_text_as_given():
+    # a comma split it into a list, which became its JSON or repr: model.path=/models/a,b was
+    # "['/models/a', 'b']" and name=sweep,lr was '["sweep", "lr"]'
+    cfg = apply_overrides(shipped.debug_cpu(), [
+        "model.path=/models/a,b", "name=sweep,lr", "rollout.served_model=org/m,v2", "data.suite=a,b.jsonl",
+        "log.wandb_project=[x]", "data.validation_suite=none",
+    ])
+    assert cfg.model.path == "/models/a,b" and cfg.name == "sweep,lr"
+    assert cfg.rollout.served_model == "org/m,v2" and cfg.data.suite == "a,b.jsonl"
+    assert cfg.log.wandb_project == "[x]" and cfg.data.validation_suite is None
+    assert apply_overrides(shipped.debug_cpu(), ["name=42"]).name == "42"
+
+
 def test_the_advantage_section_is_its_owners_config_and_old_keys_still_work(tmp_path):
     """`rl.advantage` is an AdvantageConfig (it copied its fields one by one before): the shorthand
     `rl.advantage=grpo` and the keys of before (`rl.gamma`, `rl.baseline_members`, ...) still set it,
