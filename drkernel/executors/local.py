@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from drkernel.device import card_memory_bytes, judges_that_fit
+from drkernel.device import card_memory_bytes, is_device_name, judges_that_fit
 from drkernel.errors import ConfigError
 from drkernel.executors.judge_host import (
     JudgeFactory,
@@ -104,6 +104,9 @@ class LocalExecutor(SlotPool):
                 raise ConfigError("executor.liveness_s: must be >= 0")
             if self.devices is not None and not self.devices:
                 raise ConfigError("executor.devices: empty")
+            bad = [d for d in self.devices or () if not is_device_name(d)]
+            if bad:  # else each judge failed its starts on it, once the command had set up the rest
+                raise ConfigError(f"executor.devices: {bad[0]!r} is not cpu, cuda or cuda:N")
             if self.ready not in ("all", "first"):
                 raise ConfigError(f"executor.ready: {self.ready!r} not in all|first")
             if not 1 <= self.judges_per_gpu <= 16:

@@ -13,12 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from drkernel.agent.hf_policy import reword_load_errors
-from drkernel.errors import ConfigError
+from drkernel.errors import ConfigError, ExecutorError
+from drkernel.executors.base import Executor
+from drkernel.executors.build import ClientExecutorConfig, build_executor
+from drkernel.executors.http import HttpExecutor
 from drkernel.rl.config import DataConfig, ModelConfig, RolloutConfig
 from drkernel.rl.rollout import ModelSampler, PolicySampler, Sampler
 from drkernel.types import Problem
 
 __all__ = [
+    "build_judge",
     "build_model",
     "build_sampler",
     "load_pretrained",
@@ -169,6 +173,20 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False, local_files_on
             return PreTrainedTokenizerFast.from_pretrained(path)
     return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
                                          local_files_only=local_files_only)
+
+
+def build_judge(cfg: ClientExecutorConfig) -> Executor:
+    """The run's executor. A `drkernel serve` server (judge.executor=http) is asked once now: one that
+    does not answer is one line, not a run whose every evaluation fails after the client's retries."""
+    executor = build_executor(cfg)
+    if isinstance(executor, HttpExecutor):
+        try:
+            executor.check_server()
+        except ExecutorError as exc:
+            executor.close()
+            raise ConfigError(f"judge.base_url {executor.config.base_url}: no drkernel server answers there "
+                              f"({exc}): start `drkernel serve`, or set judge.base_url at it") from None
+    return executor
 
 
 def build_sampler(cfg: RolloutConfig, model: Any, tokenizer: Any) -> Sampler:

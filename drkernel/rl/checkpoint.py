@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import random
 import shutil
 from dataclasses import dataclass
@@ -115,9 +116,13 @@ def load_checkpoint(path: str | Path, optimizer: Any) -> TrainState:
     path = Path(path)
     try:
         meta = json.loads((path / "state.json").read_text())
+        state = TrainState(step=int(meta["step"]), cursor=int(meta["cursor"]), extra=meta.get("extra") or {})
         blob = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
-    except (OSError, json.JSONDecodeError, RuntimeError) as exc:
-        raise ConfigError(f"checkpoint {path}: unreadable ({exc})") from exc
-    optimizer.load_state_dict(blob["optimizer"])
-    _set_rng_state(blob["rng"])
-    return TrainState(step=int(meta["step"]), cursor=int(meta["cursor"]), extra=meta.get("extra") or {})
+        optimizer_state, rng = blob["optimizer"], blob["rng"]
+    # (a state.json of another shape: KeyError, TypeError, ValueError; a torn trainer.pt: pickle's)
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError, AttributeError, EOFError,
+            pickle.UnpicklingError) as exc:
+        raise ConfigError(f"checkpoint {path}: unreadable ({type(exc).__name__}: {exc})") from None
+    optimizer.load_state_dict(optimizer_state)
+    _set_rng_state(rng)
+    return state

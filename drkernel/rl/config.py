@@ -40,7 +40,7 @@ from drkernel.rl.config_layout import (
 from drkernel.rl.filters import DynamicSamplingConfig
 from drkernel.rl.losses import LossConfig
 from drkernel.rl.rejection import MismatchConfig, ProfilingRejectionConfig
-from drkernel.types import EvalOptions
+from drkernel.types import EvalOptions, EvalRequest
 
 __all__ = [
     "DataConfig",
@@ -305,6 +305,7 @@ class RunConfig:
         for name in EVAL_REWARD_FIELDS:  # the reward has one place: `reward`
             if getattr(self.eval, name) != getattr(_PLAIN_OPTIONS, name):
                 raise ConfigError(f"eval.{name}: {RETIRED_KEYS[f'eval.{name}']}")
+        _check_options(self.eval)
 
     def eval_options(self) -> EvalOptions:
         """The options every request of the run carries: `eval`, with the reward fields that ask the
@@ -315,6 +316,17 @@ class RunConfig:
 
 
 _PLAIN_OPTIONS = EvalOptions()
+
+
+def _check_options(options: EvalOptions) -> None:
+    """The checks every judge makes of a request's options, made when the config is built: a judge
+    refuses each request of a run with options it rejects, and the run trained on nothing."""
+    from drkernel.sandbox.judge import validate_request  # (torch, imported by the rl package anyway)
+
+    try:
+        validate_request(EvalRequest(reference_code="", kernel_code="", options=options))
+    except ConfigError as exc:
+        raise ConfigError(f"eval.{exc}") from None
 
 
 # -- (de)serialisation ---------------------------------------------------------------------------
@@ -438,7 +450,10 @@ def load_config(path: str | Path) -> RunConfig:
         raise ConfigError(f"{path}: not JSON (a config.json as `--print-config` writes it): {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object (a config.json as `--print-config` writes it)")
-    cfg = from_dict(RunConfig, moved(data))
+    try:  # the file named: its setting may be one that a --set beside it gives right
+        cfg = from_dict(RunConfig, moved(data))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     assert isinstance(cfg, RunConfig)
     return cfg
 
@@ -485,6 +500,12 @@ def _coerce_text(value: Any, tp: Any) -> Any:
     ):
         return str(value)
     return value
+
+
+def _is_text(tp: Any) -> bool:
+    """`str` or `str | None`: a field whose --set value is the text itself, never a list."""
+    return tp is str or (typing.get_origin(tp) in (typing.Union, types.UnionType)
+                         and set(typing.get_args(tp)) == {str, type(None)})
 
 
 def config_keys(cls: type[Any] = RunConfig, prefix: str = "") -> list[str]:
@@ -543,7 +564,10 @@ def _set(obj: Any, path: list[str], raw: str, full: str) -> Any:
         raise ConfigError(f"--set {full}: unknown key {name!r} (choose from {choices})")
     tp = hints[name]
     if len(path) == 1:
-        value = _convert(_coerce_text(_parse_text(raw), tp), tp, full)
+        parsed = _parse_text(raw)
+        if parsed is not None and _is_text(tp):  # a name, path or URL: as given, commas and all
+            parsed = raw
+        value = _convert(_coerce_text(parsed, tp), tp, full)
         return dataclasses.replace(obj, **{name: value})
     executors = _executor_choices(tp)
     if executors:

@@ -6,6 +6,8 @@ rollout policy, so the estimators below estimate divergences from it to the trai
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["mismatch_metrics"]
@@ -22,6 +24,8 @@ def mismatch_metrics(
     - `chi2`: mean(rho^2) - 1, an estimate of the chi^2 divergence;
     - `log_ratio_abs_max`: the largest |log rho| on a valid token.
 
+    Each is NaN when no token is valid.
+
     >>> m = mismatch_metrics(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2))
     >>> m["kl_k1"], m["kl_k3"], m["chi2"], m["ppl_trainer"]
     (0.0, 0.0, 0.0, 1.0)
@@ -29,7 +33,9 @@ def mismatch_metrics(
     m = token_mask.to(torch.bool)
     n_tok = int(m.sum().item())
     if n_tok == 0:
-        return {k: 0.0 for k in ("kl_k1", "kl_k3", "ppl_rollout", "ppl_trainer", "chi2", "log_ratio_abs_max")}
+        # nothing measured (NaN: null in metrics.jsonl), not a mismatch of 0 and perplexities of 0
+        return {k: math.nan for k in ("kl_k1", "kl_k3", "ppl_rollout", "ppl_trainer", "chi2",
+                                      "log_ratio_abs_max")}
     tl, rl = trainer_logp.double(), rollout_logp.double()
     lr = (tl - rl).clamp(-20.0, 20.0)[m]
     rho = lr.exp()

@@ -23,11 +23,12 @@ from drkernel.agent.env import EnvConfig
 from drkernel.agent.feedback import FeedbackConfig
 from drkernel.agent.policy import SamplingParams
 from drkernel.agent.trajectories import save_trajectories
-from drkernel.errors import PolicyError
+from drkernel.errors import ExecutorError, PolicyError
 from drkernel.executors.base import Executor
-from drkernel.executors.build import ClientExecutorConfig, build_executor
+from drkernel.executors.build import ClientExecutorConfig
 from drkernel.executors.caching import CachingExecutor
 from drkernel.rl.build import (
+    build_judge,
     build_model,
     build_sampler,
     load_pretrained,
@@ -95,6 +96,15 @@ class Trainer:
         torch.manual_seed(cfg.trainer.seed)
         self.problems = given.problems if given.problems is not None else training_problems(cfg.data)
         self.validation = given.validation if given.validation is not None else validation_problems(cfg.data)
+        # the judge before the model: a judge that cannot be had is said before minutes of loading
+        executor = given.executor if given.executor is not None else build_judge(cfg.judge)
+        try:
+            self._start(cfg, given, executor)
+        except BaseException:
+            executor.close()  # its judges (processes of a local pool) end with the run that failed to start
+            raise
+
+    def _start(self, cfg: RunConfig, given: _Parts, executor: Executor) -> None:
         self.model, self.tokenizer = self._model(given)
         params = [p for p in self.model.parameters() if p.requires_grad]
         o = cfg.optim
@@ -103,9 +113,6 @@ class Trainer:
         self.state = load_checkpoint(ckpt, self.optimizer) if ckpt is not None else TrainState()
         if ckpt is not None:
             log.info("resumed from %s (step %d)", ckpt, self.state.step)
-        executor = given.executor
-        if executor is None:
-            executor = build_executor(cfg.judge)
         if cfg.rollout.cache_evaluations:
             executor = cached_executor(executor, cfg.judge, self.run_dir / "eval_cache.jsonl")
         self.executor = executor
@@ -152,7 +159,7 @@ class Trainer:
             t0 = time.perf_counter()
             try:
                 metrics = self.train_step(step)
-            except PolicyError:  # the model server is gone: keep what was trained, then stop
+            except (PolicyError, ExecutorError):  # the model or judge is gone: keep what was trained, stop
                 if self.state.step % tc.save_every and self.state.step > first:
                     save_checkpoint(self.ckpt_dir, self.state, self.model, self.tokenizer, self.optimizer,
                                     keep=tc.keep_checkpoints)
@@ -236,8 +243,11 @@ class Trainer:
     def train_step(self, step: int) -> dict[str, Any]:
         cfg = self.config
         t0 = time.perf_counter()
+        cache = self.executor if isinstance(self.executor, CachingExecutor) else None
+        seen = (cache.hits, cache.misses) if cache is not None else (0, 0)  # this step's counts only
         batch, rounds = self._rollouts()
         _check_generated(batch, step)
+        _check_judged(batch, step)
         t1 = time.perf_counter()
         groups_ok = self._pick_groups(batch)
         self.progress.line(f"step {step}/{cfg.trainer.steps}: scoring {len(batch.samples)} turns "
@@ -260,9 +270,9 @@ class Trainer:
             "time/score_s": t2 - t1,
             "time/update_s": t3 - t2,
         })
-        if isinstance(self.executor, CachingExecutor):
-            metrics["judge/cache_hits"] = self.executor.hits
-            metrics["judge/cache_misses"] = self.executor.misses
+        if cache is not None:
+            metrics["judge/cache_hits"] = cache.hits - seen[0]
+            metrics["judge/cache_misses"] = cache.misses - seen[1]
         if cfg.log.save_rollouts:
             (self.run_dir / "rollouts").mkdir(exist_ok=True)
             save_trajectories(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl", batch.trajectories)
@@ -355,3 +365,21 @@ def _check_generated(batch: RolloutBatch, step: int) -> None:
     raise PolicyError(f"step {step}: the generation of every rollout failed, nothing to train on "
                       f"({str(errors[0]).removeprefix('PolicyError: ')[:300]}); the run stops after step "
                       f"{step - 1}: rerun the same command to continue once the model answers")
+
+
+_JUDGE_ERRORS = ("ExecutorError", "WorkerLost", "EvalTimeout", "Overloaded")  # drkernel.errors
+_NOT_JUDGED = ("no_code", "prompt_overlong")  # turns the agent decides without the judge
+
+
+def _check_judged(batch: RolloutBatch, step: int) -> None:
+    """A step whose every evaluation failed (the judge's server went away, or its judges cannot start)
+    has nothing to train on. Each such step logged reward 0 with no group kept, and the run went on."""
+    if any(t.result.error is None or t.result.error.kind not in _NOT_JUDGED
+           for traj in batch.trajectories for t in traj.turns):
+        return  # the judge gave a verdict
+    errors = [t.error for t in batch.trajectories if t.error and t.error.startswith(_JUDGE_ERRORS)]
+    if not errors:
+        return
+    raise ExecutorError(f"step {step}: the judge gave no verdict for any of the step's kernels "
+                        f"({str(errors[0])[:300]}); the run stops after step {step - 1}: rerun the same "
+                        "command to continue once the judge answers")

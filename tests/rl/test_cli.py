@@ -38,3 +38,23 @@ def test_recipe_and_config_together_are_refused(tmp_path, capsys):
     assert '"name": "debug_cpu"' in capsys.readouterr().out
     assert main(["train", "rl", "--print-config"]) == 0  # no --recipe: debug_cpu, as --help says
     assert '"name": "debug_cpu"' in capsys.readouterr().out
+
+
+def test_a_run_folders_config_json_that_no_longer_loads_is_named(tmp_path, capsys):
+    # the rerun said "trainer.steps: expected an integer, got 'x'" beside a --set trainer.steps=3 that
+    # is an integer: the value came from RUN_DIR/config.json, which the line did not name
+    import json
+
+    run = tmp_path / "run"
+    assert main(["train", "rl", *FAST, "--run-dir", str(run), "--set", "trainer.steps=1"]) == 0
+    saved = run / "config.json"
+    data = json.loads(saved.read_text())
+    data["trainer"]["steps"] = "x"
+    saved.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["train", "rl", *FAST, "--run-dir", str(run), "--set", "trainer.steps=3"]) == 2
+    assert f"drkernel train: {saved}: trainer.steps: expected an integer, got 'x'" in capsys.readouterr().err
+    data["trainer"]["steps"], data["rl"]["new_setting"] = 1, True  # written by another version
+    saved.write_text(json.dumps(data))
+    assert main(["train", "rl", "--config", str(saved), "--print-config"]) == 2
+    assert f"{saved}: rl: unknown key(s) new_setting" in capsys.readouterr().err

@@ -19,8 +19,16 @@ def test_mismatch_metrics_golden():
     assert m["log_ratio_abs_max"] == pytest.approx(math.log(2), abs=1e-12)
 
 
-def test_identical_policies_have_no_mismatch_and_empty_batches_are_zero():
+def test_identical_policies_have_no_mismatch():
     lp = torch.log(torch.tensor([[0.3, 0.7]]))
     m = mismatch_metrics(lp, lp, torch.ones(1, 2))
     assert m["kl_k1"] == 0.0 and m["kl_k3"] == 0.0 and m["chi2"] == pytest.approx(0.0, abs=1e-12)
-    assert mismatch_metrics(lp, lp, torch.zeros(1, 2))["chi2"] == 0.0
+
+
+def test_an_empty_batch_measures_nothing():
+    # a step with no token to train on (every group filtered) logged a mismatch of 0 and perplexities of
+    # 0, which no batch can have, as measured values in metrics.jsonl and TensorBoard
+    lp = torch.log(torch.tensor([[0.3, 0.7]]))
+    m = mismatch_metrics(lp, lp, torch.zeros(1, 2))
+    assert set(m) == {"kl_k1", "kl_k3", "ppl_rollout", "ppl_trainer", "chi2", "log_ratio_abs_max"}
+    assert all(math.isnan(v) for v in m.values())

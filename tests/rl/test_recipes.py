@@ -73,6 +73,19 @@ def test_overrides_are_type_checked_and_nested():
             apply_overrides(RunConfig(), [bad])
 
 
+def test_a_text_setting_is_the_text_as_given():
+    # a comma split it into a list, which became its JSON or repr: model.path=/models/a,b was
+    # "['/models/a', 'b']" and name=sweep,lr was '["sweep", "lr"]'
+    cfg = apply_overrides(shipped.debug_cpu(), [
+        "model.path=/models/a,b", "name=sweep,lr", "rollout.served_model=org/m,v2", "data.suite=a,b.jsonl",
+        "log.wandb_project=[x]", "data.validation_suite=none",
+    ])
+    assert cfg.model.path == "/models/a,b" and cfg.name == "sweep,lr"
+    assert cfg.rollout.served_model == "org/m,v2" and cfg.data.suite == "a,b.jsonl"
+    assert cfg.log.wandb_project == "[x]" and cfg.data.validation_suite is None
+    assert apply_overrides(shipped.debug_cpu(), ["name=42"]).name == "42"
+
+
 def test_the_advantage_section_is_its_owners_config_and_old_keys_still_work(tmp_path):
     """`rl.advantage` is an AdvantageConfig (it copied its fields one by one before): the shorthand
     `rl.advantage=grpo` and the keys of before (`rl.gamma`, `rl.baseline_members`, ...) still set it,
@@ -242,3 +255,29 @@ def test_data_levels_take_the_levels_every_levels_flag_takes() -> None:
         except ConfigError:
             config_ok = False
         assert flag_ok == config_ok, level
+
+
+@pytest.mark.parametrize("override, key", [
+    ("eval.num_correct_trials=0", "eval.num_correct_trials"),
+    ("eval.timeout_s=-1", "eval.timeout_s"),
+    ("eval.num_perf_trials=0", "eval.num_perf_trials"),
+    ("eval.reference_backend=inductor", "eval.reference_backend"),
+    ("eval.entry_point=my model", "eval.entry_point"),
+])
+def test_options_every_judge_refuses_are_refused_with_the_config(tmp_path, capsys, override, key):
+    # they were accepted: the judge refused every evaluation as an infra error, each step trained on
+    # nothing (reward 0, groups 0/2) and the run ended with exit code 0
+    with pytest.raises(ConfigError, match=rf"^{key}: "):
+        apply_overrides(shipped.debug_cpu(), [override])
+    assert main(["train", "rl", "--recipe", "debug_cpu", "--set", override, "--run-dir",
+                 str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert key in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+    data = to_dict(shipped.debug_cpu())
+    data["eval"]["num_correct_trials"] = 0  # a config.json edited by hand
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    from drkernel.rl.config import load_config
+
+    with pytest.raises(ConfigError, match=r"config.json: eval.num_correct_trials: "):
+        load_config(tmp_path / "config.json")

@@ -81,6 +81,19 @@ def test_one_judge_device_is_a_list_of_one() -> None:
     assert apply_overrides(debug_cpu(), ["judge.devices=none"]).judge.devices is None
 
 
+@pytest.mark.parametrize("devices", ["", "gpu0", "cuda:x", "cpu,", "cuda0"])
+def test_a_judge_device_that_is_no_device_is_refused_with_the_config(devices, capsys) -> None:
+    # accepted: once the model had loaded, each judge failed its three starts ("unknown device ''")
+    # and the run ended with "no judge worker could be started"
+    with pytest.raises(ConfigError, match=r"executor.devices: .* is not cpu, cuda or cuda:N"):
+        apply_overrides(debug_cpu(), [f"judge.devices={devices}"])
+    from drkernel.cli import main
+
+    assert main(["train", "rl", "--set", f"judge.devices={devices}", "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert "executor.devices" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize(("key", "words"), [
     ("judge.server=http://j:1", "judge.server: moved to judge.base_url"),
     ("judge.device=cpu", "judge.device: moved to judge.devices"),

@@ -196,3 +196,84 @@ def test_a_model_server_that_fails_every_rollout_stops_the_run_keeping_its_steps
     assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
     # step 1 was not due a checkpoint (save_every 2), yet it is kept: the rerun starts at step 2
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_000001"
+
+
+def test_a_judge_that_fails_every_evaluation_stops_the_run_keeping_its_steps(tmp_path):
+    """A judge server that answered at the start, then went away: each step's every evaluation failed,
+    the step trained on nothing (reward 0, groups 0/3) and the run went on to its last step, exit 0."""
+    from drkernel.errors import ExecutorError
+
+    class Dies(FakeExecutor):
+        dead = False
+
+        def evaluate(self, requests):
+            if self.dead:
+                raise ExecutorError("POST /v1/evaluate: ConnectError: [Errno 111] Connection refused")
+            return super().evaluate(requests)
+
+    judge = Dies()
+    cfg = apply_overrides(debug_cpu(), [
+        "rollout.n=3", "trainer.prompts_per_step=3", "trainer.steps=3", "trainer.save_every=2",
+        "trainer.validate_every=0", "judge.executor=fake", "rollout.cache_evaluations=false",
+        "log.tensorboard=false",
+    ])
+    model, tok = build_tiny(TinyModelConfig(), {"x": {"honest": "class ModelNew: pass"}}, seed=0)
+    with Trainer(cfg, tmp_path, model=model, tokenizer=tok, problems=[_problem(n) for n in "ABC"],
+                 validation=[], executor=judge, sampler=ScriptedSampler(3)) as tr:
+        steps = tr.fit_iter()
+        assert next(steps)["step"] == 1
+        judge.dead = True
+        with pytest.raises(ExecutorError, match=r"step 2: the judge gave no verdict for any of the step's "
+                                                r"kernels \(.*ConnectError.*\); the run stops after step 1: "
+                                                r"rerun"):
+            next(steps)
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_000001"
+
+
+def test_a_step_with_some_verdicts_goes_on(tmp_path):
+    """One evaluation failing is the judge's fault on that episode (masked), not a judge gone away."""
+    from drkernel.errors import ExecutorError
+
+    class Flaky(FakeExecutor):
+        tries = 0
+
+        def evaluate(self, requests):
+            self.tries += 1
+            if self.tries % 2:
+                raise ExecutorError("worker lost")
+            return super().evaluate(requests)
+
+    cfg = apply_overrides(debug_cpu(), [
+        "rollout.n=3", "trainer.prompts_per_step=3", "trainer.steps=2", "trainer.validate_every=0",
+        "judge.executor=fake", "rollout.cache_evaluations=false", "log.tensorboard=false",
+        "rollout.concurrency=1",
+    ])
+    model, tok = build_tiny(TinyModelConfig(), {"x": {"honest": "class ModelNew: pass"}}, seed=0)
+    with Trainer(cfg, tmp_path, model=model, tokenizer=tok, problems=[_problem(n) for n in "ABC"],
+                 validation=[], executor=Flaky(), sampler=ScriptedSampler(3)) as tr:
+        assert [m["step"] for m in tr.fit_iter()] == [1, 2]
+
+
+@pytest.mark.parametrize("state", ['{"step": 1}', "[]", '{"step": "one", "cursor": 3}',
+                                   '{"step": 1, "cursor": null}'])
+def test_a_checkpoint_whose_state_is_damaged_is_one_line_naming_it(tmp_path, state):
+    # a state.json without its cursor was a KeyError traceback (a list: TypeError, a word: ValueError)
+    from drkernel.errors import ConfigError
+
+    with _trainer(tmp_path) as tr:
+        tr.fit()
+    (tmp_path / "checkpoints" / "step_000001" / "state.json").write_text(state)
+    with pytest.raises(ConfigError, match=r"checkpoint .*step_000001: unreadable"):
+        _trainer(tmp_path, ["trainer.steps=2"])
+
+
+def test_judge_cache_counts_are_the_steps_own(tmp_path):
+    # they were counts since the process started: step 2 reported step 1's hits and misses too (and a
+    # resumed run started again from 0)
+    with _trainer(tmp_path, ["trainer.steps=2", "rollout.cache_evaluations=true"]) as tr:
+        first, second = tr.fit()
+    judged = first["judge/cache_hits"] + first["judge/cache_misses"]
+    assert judged > first["judge/cache_misses"] > 0  # the script repeats kernels within a step
+    assert second["judge/cache_misses"] == 0  # the same script: every kernel was judged in step 1
+    assert second["judge/cache_hits"] == judged
