@@ -242,11 +242,11 @@ def parse_levels(text: str) -> tuple[int, ...]:
 def load_suite(spec: str, levels: tuple[int, ...] | None = None) -> list[Problem]:
     """Problems of a suite spec: "builtin[:cpu|:gpu]", a KernelBench checkout, a folder, one .py,
     a .jsonl or a .parquet file. `levels` keeps only those levels."""
-    if levels is not None and 4 in levels and not spec.startswith("builtin"):
+    builtin = spec == "builtin" or spec.startswith("builtin:")  # a folder "builtin_copy" is a folder
+    if levels is not None and 4 in levels and not builtin:
         raise ProblemError(LEVEL4_MESSAGE)
-    if spec.startswith("builtin"):
-        size = spec.partition(":")[2] or "cpu"
-        problems = load_builtin_suite(size=size)
+    if builtin:
+        problems = load_builtin_suite(size=spec.partition(":")[2] or "cpu")
     else:
         root = Path(spec)
         if not root.exists():

@@ -145,3 +145,13 @@ def test_a_file_that_is_not_utf8_is_named_and_skipped_in_a_folder(tmp_path: Path
     (tmp_path / "p.jsonl").write_bytes(b"\xff\xfe\n")
     with pytest.raises(ProblemError, match="p.jsonl: not UTF-8 text"):
         load_jsonl(tmp_path / "p.jsonl")
+
+
+def test_a_folder_whose_name_starts_with_builtin_is_that_folder(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "builtin_copy").mkdir()
+    (tmp_path / "builtin_copy" / "mine.py").write_text(REF)
+    (tmp_path / "builtins.jsonl").write_text(json.dumps({"name": "row", "reference_code": REF}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    assert [p.name for p in load_suite("builtin_copy")] == ["mine"]
+    assert [p.name for p in load_suite("builtins.jsonl")] == ["row"]
+    assert len(load_suite("builtin")) == len(load_suite("builtin:cpu")) > 1
