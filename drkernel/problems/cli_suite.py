@@ -169,7 +169,7 @@ def _survey_suite(spec: str, levels: tuple[int, ...] | None) -> tuple[str, list[
     if not spec.startswith("kernelbench:"):
         return spec, load_suite(spec, levels)
     path = spec.removeprefix("kernelbench:")
-    problems = load_suite(path, levels or (1, 2, 3))
+    problems = load_suite(path, levels)
     if any(p.metadata.get("suite") != "kernelbench" for p in problems):
         raise ProblemError(f"{path}: no level1..level3 folders found (is this a KernelBench checkout?)")
     return path, problems

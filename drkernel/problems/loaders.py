@@ -258,8 +258,9 @@ def load_suite(spec: str, levels: tuple[int, ...] | None = None) -> list[Problem
         elif root.is_file():
             problems = [load_problem_file(root)]
         elif dirs := _level_dirs(root):
-            problems = load_kernelbench(root, [lv for lv in sorted(dirs)
-                                               if lv != 4 and (levels is None or lv in levels)])
+            # the levels asked for, each of them (one the checkout lacks is named); else those it has, but 4
+            wanted = sorted(levels) if levels else [lv for lv in sorted(dirs) if lv != 4]
+            problems = load_kernelbench(root, wanted)
         else:
             problems = load_folder(root)
     if levels is not None:

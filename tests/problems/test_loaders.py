@@ -155,3 +155,15 @@ def test_a_folder_whose_name_starts_with_builtin_is_that_folder(tmp_path: Path, 
     assert [p.name for p in load_suite("builtin_copy")] == ["mine"]
     assert [p.name for p in load_suite("builtins.jsonl")] == ["row"]
     assert len(load_suite("builtin")) == len(load_suite("builtin:cpu")) > 1
+
+
+def test_levels_a_checkout_lacks_are_named_not_dropped(tmp_path: Path) -> None:
+    for level in (1, 2):
+        (tmp_path / f"level{level}").mkdir()
+        (tmp_path / f"level{level}" / "1_Op.py").write_text(REF)
+    with pytest.raises(ProblemError, match=r"no folder for level\(s\) 3"):
+        load_suite(str(tmp_path), levels=(3,))
+    with pytest.raises(ProblemError, match=r"no folder for level\(s\) 3"):
+        load_suite(str(tmp_path), levels=(2, 3))
+    assert [p.name for p in load_suite(str(tmp_path), levels=(2,))] == ["L2/1_Op"]
+    assert [p.name for p in load_suite(str(tmp_path))] == ["L1/1_Op", "L2/1_Op"]
