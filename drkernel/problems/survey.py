@@ -164,11 +164,23 @@ def _open(path: Path, suite: str, cfg: SurveyConfig, resume: bool) -> dict[str, 
         kind = "cuda" if cfg.device.startswith("cuda") else "cpu"
         if (data.get("device") or {}).get("kind") not in (None, kind):
             raise ConfigError(f"{path} holds a survey on {data['device'].get('name')}, not on {cfg.device}")
+        _check_same_config(path, data.get("config"), _config_record(cfg))
         return data
     if not path.parent.is_dir():
         raise ConfigError(f"{path.parent}: no such folder")
     return {"format": FORMAT, "suite": suite, "size": cfg.size, "created_at": _now(), "device": None,
             "peaks": {}, "config": _config_record(cfg), "rows": []}
+
+
+def _check_same_config(path: Path, stored: Any, now: dict[str, Any]) -> None:
+    """A resume under other options is refused: its rows would sit under a record that says otherwise,
+    and the complete rows would not be redone under them (a key an older file lacks is not compared)."""
+    differ = [k for k in now if isinstance(stored, dict) and k in stored and stored[k] != now[k]]
+    if differ:
+        was = ", ".join(f"{k} {stored[k]}" for k in differ)
+        asked = ", ".join(f"{k} {now[k]}" for k in differ)
+        raise ConfigError(f"{path} was surveyed with {was}: not with {asked} (resume with the same "
+                          "options, or survey into another --out)")
 
 
 def _config_record(cfg: SurveyConfig) -> dict[str, Any]:

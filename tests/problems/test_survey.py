@@ -444,3 +444,23 @@ def test_a_survey_whose_rows_are_not_rows_is_one_line(rows: str, tmp_path: Path,
     assert main(["suite", "table", str(survey)]) == 2
     err = capsys.readouterr().err
     assert "s.json: row 1 is not a survey row" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_resume_with_other_options_is_refused_naming_them(tmp_path: Path) -> None:
+    """The file records the nulls, their trials and the timings it holds: rows surveyed under other
+    options would sit under a record that says otherwise (and complete rows are not redone)."""
+    from drkernel.problems.loaders import load_suite
+
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if p.name == "L1/1_Square"]
+    cfg = SurveyConfig(nulls=("zeros",), null_trials=3, backends=("eager",))
+    run_survey(square, cfg, tmp_path / "s.json", make_judge=_StubJudge)
+    before = (tmp_path / "s.json").read_text()
+    other = SurveyConfig(nulls=("zeros", "replay"), null_trials=5, backends=("eager",))
+    with pytest.raises(ConfigError, match=r"s.json was surveyed with nulls \['zeros'\], null_trials 3: "
+                                          r"not with nulls \['zeros', 'replay'\], null_trials 5"):
+        run_survey(square, other, tmp_path / "s.json", resume=True, make_judge=_StubJudge)
+    with pytest.raises(ConfigError, match=r"backends \['eager'\]: not with backends \['eager', 'compile'\]"):
+        run_survey(square, SurveyConfig(nulls=("zeros",), null_trials=3), tmp_path / "s.json", resume=True,
+                   make_judge=_StubJudge)
+    assert (tmp_path / "s.json").read_text() == before
+    assert run_survey(square, cfg, tmp_path / "s.json", resume=True, make_judge=_StubJudge).skipped == 1
