@@ -140,11 +140,60 @@ def load_survey(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: not JSON: not UTF-8 text (byte {exc.start})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("rows"), list):
         raise ConfigError(f"{p}: not a survey file ({FORMAT})")
+    _check_types(p, "", data, {"device": (dict, None), "peaks": (dict,), "config": (dict,)})
+    _check_numbers(p, "peaks.", data.get("peaks") or {})
+    first: dict[str, int] = {}
     for i, row in enumerate(data["rows"], 1):
         if not (isinstance(row, dict) and isinstance(row.get("name"), str)
                 and isinstance(row.get("status"), str)):
             raise ConfigError(f"{p}: row {i} is not a survey row (an object with a name and a status)")
+        if row["name"] in first:
+            raise ConfigError(f"{p}: row {i} repeats the name of row {first[row['name']]} ({row['name']})")
+        first[row["name"]] = i
+        _check_row(p, f"row {i} ({row['name']}): ", row)
     return data
+
+
+# what the survey and the table read of a file, by type (None: null allowed); a hand-edited file that
+# holds something else is one line naming it, never a traceback further on
+_ROW_TYPES: dict[str, tuple[type | None, ...]] = {
+    "level": (int, None), "attempts": (int,), "complete": (bool,), "nulls": (dict,), "timing": (dict,),
+    "floor": (dict, None), "reference": (dict, None), "findings": (list,)}
+_WORDS: dict[type | None, str] = {int: "an integer", bool: "true or false", dict: "an object", list: "a list",
+                                  None: "null"}
+
+
+def _check_types(p: Path, where: str, record: dict[str, Any],
+                 types: dict[str, tuple[type | None, ...]]) -> None:
+    for key, allowed in types.items():
+        if key not in record:
+            continue
+        value = record[key]
+        if not any(value is None if t is None else isinstance(value, t) and not (
+                t is int and isinstance(value, bool)) for t in allowed):
+            words = " or ".join(_WORDS[t] for t in allowed)
+            raise ConfigError(f"{p}: {where}{key} is {value!r}, not {words}")
+
+
+def _check_numbers(p: Path, where: str, record: dict[str, Any], keys: Sequence[str] | None = None) -> None:
+    for key in record if keys is None else keys:
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{p}: {where}{key} is {value!r}, not a number")
+
+
+def _check_row(p: Path, where: str, row: dict[str, Any]) -> None:
+    _check_types(p, where, row, _ROW_TYPES)
+    if not all(isinstance(f, str) for f in row.get("findings") or []):
+        raise ConfigError(f"{p}: {where}findings is {row['findings']!r}, not a list of text")
+    for name, record in (row.get("nulls") or {}).items():
+        if not isinstance(record, dict):
+            raise ConfigError(f"{p}: {where}nulls.{name} is {record!r}, not an object")
+    _check_numbers(p, f"{where}timing.", row.get("timing") or {},
+                   [k for k in row.get("timing") or {} if k.endswith("_ms")])
+    floor = row.get("floor") or {}
+    _check_numbers(p, f"{where}floor.", floor, [k for k in floor if k != "bound"])
+    _check_numbers(p, f"{where}reference.", row.get("reference") or {}, ("max_abs", "variation"))
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ does not, resume, a budget stop that leaves a valid file, and one-line usage err
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -464,3 +465,50 @@ def test_a_resume_with_other_options_is_refused_naming_them(tmp_path: Path) -> N
                    make_judge=_StubJudge)
     assert (tmp_path / "s.json").read_text() == before
     assert run_survey(square, cfg, tmp_path / "s.json", resume=True, make_judge=_StubJudge).skipped == 1
+
+
+@pytest.fixture(scope="module")
+def one_row(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A fake tree and the text of a survey of its L1/1_Square (a stub judge)."""
+    from drkernel.problems.loaders import load_suite
+
+    tmp = tmp_path_factory.mktemp("one_row")
+    kb = _tree(tmp / "kb")
+    square = [p for p in load_suite(str(kb)) if p.name == "L1/1_Square"]
+    cfg = SurveyConfig(nulls=("zeros",), backends=("eager",))
+    run_survey(square, cfg, tmp / "s.json", make_judge=_StubJudge)
+    return kb, (tmp / "s.json").read_text()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["rows"][0].update(level="1"), "row 1 (L1/1_Square): level is '1', not an integer or null"),
+    (lambda d: d["rows"][0].update(attempts=None), "row 1 (L1/1_Square): attempts is None, not an integer"),
+    (lambda d: d["rows"][0].update(complete="yes"), "complete is 'yes', not true or false"),
+    (lambda d: d["rows"][0].update(nulls={"zeros": "fails"}), "nulls.zeros is 'fails', not an object"),
+    (lambda d: d["rows"][0].update(findings=[1]), "findings is [1], not a list of text"),
+    (lambda d: d["rows"][0]["timing"].update(eager_ms="fast"), "timing.eager_ms is 'fast', not a number"),
+    (lambda d: d["rows"][0].update(floor=[]), "floor is [], not an object or null"),
+    (lambda d: d["rows"][0]["reference"].update(max_abs="big"), "reference.max_abs is 'big', not a number"),
+    (lambda d: d.update(device="cpu"), "device is 'cpu', not an object or null"),
+    (lambda d: d.update(peaks=[1]), "peaks is [1], not an object"),
+    (lambda d: d["peaks"].update(bandwidth_gbs="many"), "peaks.bandwidth_gbs is 'many', not a number"),
+    (lambda d: d.update(config=3), "config is 3, not an object"),
+    (lambda d: d["rows"].append(dict(d["rows"][0])), "row 2 repeats the name of row 1 (L1/1_Square)"),
+])
+def test_a_hand_edited_survey_is_one_line_naming_what_is_wrong(
+        edit: Any, message: str, one_row: tuple[Path, str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    kb, text = one_row
+    out = tmp_path / "s.json"
+    data = json.loads(text)
+    data["peaks"] = {"bandwidth_gbs": 10.0}
+    edit(data)
+    out.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_survey(out)
+    for argv in (["suite", "table", str(out)],
+                 ["suite", "survey", f"kernelbench:{kb}", "--only", "Square", "--out", str(out), "--resume",
+                  "--nulls", "zeros", "--no-compile"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
