@@ -246,6 +246,7 @@ def run_table(args: argparse.Namespace) -> int:
     from drkernel.problems.survey_table import render_table
 
     surveys = [load_survey(p) for p in args.surveys]
+    _check_one_survey(args.surveys, surveys)
     if args.out is not None and any(_same_file(args.out, p) for p in args.surveys):
         raise ConfigError(f"--out {args.out} is one of the surveys it reads: the table would replace it")
     text = render_table(surveys, markdown=args.markdown)
@@ -259,6 +260,21 @@ def run_table(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ConfigError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     return 0
+
+
+def _check_one_survey(paths: list[str], surveys: list[dict[str, Any]]) -> None:
+    """Files merged into one table are shards of one survey: one size, one device (one that has
+    surveyed nothing yet names none). The table's heading names them once."""
+    for what, key in (("at size", "size"), ("on", "device")):
+        seen: dict[Any, str] = {}
+        for path, survey in zip(paths, surveys, strict=True):
+            value = survey.get(key) if key == "size" else (survey.get("device") or {}).get("name")
+            if value is not None:
+                seen.setdefault(value, path)
+        if len(seen) > 1:
+            (a, pa), (b, pb) = list(seen.items())[:2]
+            raise ConfigError(f"{pa} and {pb} are surveys {what} {a!r} and {b!r}: "
+                              "one table merges the shards of one survey")
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -512,3 +512,21 @@ def test_a_hand_edited_survey_is_one_line_naming_what_is_wrong(
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_table_refuses_to_merge_surveys_of_other_sizes_or_devices(
+        one_row: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Shards of one survey share its size and device; the table's heading names one of each."""
+    data = json.loads(one_row[1])
+    full = tmp_path / "full.json"
+    full.write_text(json.dumps(data))
+    reduced, gpu, blank = tmp_path / "reduced.json", tmp_path / "gpu.json", tmp_path / "blank.json"
+    reduced.write_text(json.dumps({**data, "size": "reduced", "rows": []}))
+    gpu.write_text(json.dumps({**data, "device": {"kind": "cuda", "name": "NVIDIA H200"}, "rows": []}))
+    blank.write_text(json.dumps({**data, "device": None, "rows": []}))  # a shard that surveyed nothing yet
+    for other, words in ((reduced, "at size 'full' and 'reduced'"), (gpu, "on 'cpu' and 'NVIDIA H200'")):
+        assert main(["suite", "table", str(full), str(other)]) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, err
+    assert main(["suite", "table", str(full), str(blank)]) == 0
+    assert "on cpu;" in capsys.readouterr().out
