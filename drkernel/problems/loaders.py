@@ -172,7 +172,8 @@ def load_jsonl(path: str | Path) -> list[Problem]:
     """One problem per line: a JSON object as accepted by problem_from_record."""
     p = Path(path)
     lines = _read_text(p).splitlines()
-    problems = []
+    problems: list[Problem] = []
+    first: dict[str, int] = {}
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -182,8 +183,17 @@ def load_jsonl(path: str | Path) -> list[Problem]:
             raise ProblemError(f"{p}:{i}: not JSON: {exc.msg}") from None
         if not isinstance(record, dict):
             raise ProblemError(f"{p}:{i}: expected a JSON object")
-        problems.append(problem_from_record(record, f"{p}:{i}"))
+        problems.append(_unique(problem_from_record(record, f"{p}:{i}"), first, i, f"{p}:{i}", "line"))
     return problems
+
+
+def _unique(problem: Problem, first: dict[str, int], where: int, origin: str, unit: str) -> Problem:
+    """`problem`, unless an earlier row has its name: results are kept by name (a survey's rows, a
+    bench's finished samples), so the second would overwrite the first's, or pass for done."""
+    if problem.name in first:
+        raise ProblemError(f"{origin}: problem name {problem.name!r} repeats {unit} {first[problem.name]}")
+    first[problem.name] = where
+    return problem
 
 
 def _read_parquet_rows(path: Path) -> list[dict[str, Any]]:
@@ -215,7 +225,9 @@ def load_rl_parquet(path: str | Path, limit: int | None = None) -> list[Problem]
     rows = _read_parquet_rows(p)
     if limit is not None:
         rows = rows[:limit]
-    return [problem_from_record(dict(row), f"{p}[row {i}]") for i, row in enumerate(rows)]
+    first: dict[str, int] = {}
+    return [_unique(problem_from_record(dict(row), f"{p}[row {i}]"), first, i, f"{p}[row {i}]", "row")
+            for i, row in enumerate(rows)]
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
