@@ -155,5 +155,6 @@ def refresh_baselines(problems: Iterable[Problem], store: BaselineStore, *, devi
                 log.info("timing %s (%s) on %s", problem.name, backend, device)
                 timing = measure_baseline(problem, device, backend, trials=trials, warmup=warmup)
                 store.put(timing)
-            out.append(timing)
+            # the entry may be another problem's of the same code (a copy, a renamed file)
+            out.append(dataclasses.replace(timing, problem=problem.name))
     return out

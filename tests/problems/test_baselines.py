@@ -80,3 +80,16 @@ def test_a_store_that_cannot_be_read_or_written_is_a_config_error(tmp_path: Path
     store = BaselineStore(tmp_path / "file" / "b.json")  # its folder cannot be made
     with pytest.raises(ConfigError, match="cannot write"):
         refresh_baselines([builtin_problem("101_ReLU", "cpu")], store, trials=1, warmup=0)
+
+
+def test_a_timing_reused_for_another_problem_of_the_same_code_bears_its_name(tmp_path: Path) -> None:
+    """Entries are keyed by the code's hash: two files of one reference (a copy, a renamed file) share
+    one timing, but each row names the problem it was asked for."""
+    from dataclasses import replace
+
+    relu = builtin_problem("101_ReLU", "cpu")
+    copy = replace(relu, name="L1/2_ReLU_copy")
+    store = BaselineStore(tmp_path / "b.json")
+    timings = refresh_baselines([relu, copy], store, trials=1, warmup=0)
+    assert [t.problem for t in timings] == ["101_ReLU", "L1/2_ReLU_copy"]
+    assert timings[0].measured_at == timings[1].measured_at  # measured once
