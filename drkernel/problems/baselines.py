@@ -82,6 +82,11 @@ class BaselineStore:
                 raise ConfigError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
             except (ValueError, TypeError, AttributeError) as exc:  # not JSON, or not {"entries": {...}}
                 raise ConfigError(f"{self.path}: not a baseline store: {exc}") from None
+            for key, entry in self._entries.items():
+                why = _not_a_timing(entry)
+                if why:  # a hand-edited or damaged entry: named here, never blamed on the reference it keys
+                    raise ConfigError(f"{self.path}: entry {key!r} is not a baseline timing ({why}); "
+                                      "remove it to measure that reference again")
 
     def get(self, problem: Problem, device: str, backend: str) -> BaselineTiming | None:
         key = baseline_key(problem.code_hash, _device_name(device), backend, torch.__version__)
@@ -100,6 +105,22 @@ class BaselineStore:
 
     def entries(self) -> list[BaselineTiming]:
         return [BaselineTiming(**e) for e in self._entries.values()]
+
+
+_FIELD_TYPES = {"str": (str,), "float": (int, float), "int": (int,)}
+
+
+def _not_a_timing(entry: Any) -> str | None:
+    """What keeps a store entry from being a BaselineTiming; None when it is one."""
+    if not isinstance(entry, dict):
+        return f"{type(entry).__name__}, not an object"
+    for f in dataclasses.fields(BaselineTiming):
+        if f.name not in entry:
+            return f"no {f.name}"
+        value = entry[f.name]
+        if isinstance(value, bool) or not isinstance(value, _FIELD_TYPES[str(f.type)]):
+            return f"{f.name} is {value!r}"
+    return None
 
 
 def measure_baseline(problem: Problem, device: str = "cpu", backend: str = "eager", *, trials: int = 20,

@@ -93,3 +93,22 @@ def test_a_timing_reused_for_another_problem_of_the_same_code_bears_its_name(tmp
     timings = refresh_baselines([relu, copy], store, trials=1, warmup=0)
     assert [t.problem for t in timings] == ["101_ReLU", "L1/2_ReLU_copy"]
     assert timings[0].measured_at == timings[1].measured_at  # measured once
+
+
+def test_a_damaged_store_entry_is_named_not_blamed_on_the_reference(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from drkernel.cli import main
+
+    path = tmp_path / "b.json"
+    store = BaselineStore(path)
+    refresh_baselines([builtin_problem("101_ReLU", "cpu")], store, trials=1, warmup=0)
+    data = json.loads(path.read_text())
+    key = next(iter(data["entries"]))
+    for damage in ({k: v for k, v in data["entries"][key].items() if k != "median_ms"},
+                   {**data["entries"][key], "median_ms": "fast"}, 3):
+        path.write_text(json.dumps({"version": 1, "entries": {key: damage}}))
+        with pytest.raises(ConfigError, match=f"b.json: entry {key!r} is not a baseline timing"):
+            BaselineStore(path)
+        assert main(["suite", "baselines", "builtin:cpu", "--only", "101_ReLU", "--store", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is not a baseline timing" in err[0] and "reference failed" not in err[0]
