@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     base = verbs.add_parser("baselines",
                             help="time every reference (eager / torch.compile) and store the timings")
     base.add_argument("suite", nargs="?", default="builtin:gpu", help="suite spec (default builtin:gpu)")
+    base.add_argument("--levels", type=parse_levels, default=None, help="levels to keep, e.g. 1-3")
     base.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     base.add_argument("--backend", choices=[*BACKENDS, "both"], default="eager",
                       help="time the reference as written, through torch.compile, or both")
@@ -85,7 +86,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_baselines(args: argparse.Namespace) -> int:
-    problems = load_suite(args.suite)
+    problems = load_suite(args.suite, args.levels)
     if args.only:
         problems = [p for p in problems if any(o in p.name for o in args.only)]
         if not problems:

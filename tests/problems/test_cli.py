@@ -149,3 +149,17 @@ def test_suite_baselines_goes_on_past_a_reference_that_raises(as_json: bool, tmp
         assert out["failed"] == [{"problem": "a_broken", "error": "RuntimeError: boom"}]
     else:
         assert "b_double" in captured.out and "1 reference failed" in captured.out
+
+
+def test_suite_baselines_keeps_the_levels_asked_for(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """As audit, survey and bench do: a KernelBench checkout is timed level by level."""
+    for level in (1, 2):
+        (tmp_path / "kb" / f"level{level}").mkdir(parents=True)
+        _reference(tmp_path / "kb" / f"level{level}", "1_Op", f"return x * {level}")
+    argv = ["suite", "baselines", str(tmp_path / "kb"), "--trials", "1", "--store", str(tmp_path / "b.json"),
+            "--json"]
+    assert main([*argv, "--levels", "2"]) == 0
+    assert [t["problem"] for t in json.loads(capsys.readouterr().out)["timings"]] == ["L2/1_Op"]
+    assert main([*argv, "--levels", "3"]) == 2
+    assert "no folder for level(s) 3" in capsys.readouterr().err
