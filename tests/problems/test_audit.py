@@ -84,6 +84,21 @@ def test_passes_applies_both_policies() -> None:
         AuditConfig(seeds=(1, 2))
 
 
+def test_passes_reads_inf_and_nan_as_the_judge_and_allclose_do() -> None:
+    """An infinite reference element is matched only by the same infinity (|0 - inf| <= inf let zeros
+    pass); a NaN by a NaN in the judge's policy, by nothing in allclose's (KernelBench's)."""
+    inf = torch.tensor([float("inf"), -float("inf"), 1.0])
+    for policy in ("drkernel", "kernelbench"):
+        assert not passes([torch.zeros(3)], [inf], policy)
+        assert not passes([torch.tensor([float("inf"), float("inf"), 1.0])], [inf], policy)
+        assert passes([inf.clone()], [inf], policy)
+    nan = torch.tensor([float("nan"), 1.0])
+    assert passes([nan.clone()], [nan], "drkernel") and not passes([nan.clone()], [nan], "kernelbench")
+    assert not passes([torch.tensor([0.0, 1.0])], [nan], "drkernel")
+    audit = audit_problem(_problem("divides_by_zero", "x / 0.0"))
+    assert not [f for f in audit.flags if f.startswith("zeros_passes")], audit.flags
+
+
 def test_shrink_sizes_keeps_derived_constants_consistent() -> None:
     code = _TEMPLATE.format(expr="x + self.b", gen="randn", batch="256", dim="1024 * 4")
     code = code.replace("super().__init__()",
