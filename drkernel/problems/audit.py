@@ -18,7 +18,7 @@ import torch
 
 from drkernel.errors import DrKernelError
 from drkernel.problems.nulls import constant_candidate, identity_candidate, shrink_sizes
-from drkernel.problems.reference import flatten_tensors, load_reference
+from drkernel.problems.reference import failure_text, flatten_tensors, load_reference
 from drkernel.types import EvalOptions, EvalRequest, EvalResult, Problem
 
 __all__ = ["POLICIES", "AuditConfig", "ProblemAudit", "audit_problem", "audit_suite", "passes",
@@ -199,9 +199,9 @@ def audit_problem(problem: Problem, cfg: AuditConfig | None = None,
         _, inputs, outs = probe_outputs(problem, cfg, audit)
         if judge is not None:
             _judge_nulls(problem, outs, inputs[0], judge, cfg, audit)
-    except Exception as exc:  # noqa: BLE001 - user benchmark code: one bad reference is a finding
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - user benchmark code: a bad one is a finding
         log.debug("audit of %s failed", problem.name, exc_info=True)
-        audit.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        audit.error = failure_text(exc)[:300]
     return audit
 
 

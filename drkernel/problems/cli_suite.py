@@ -16,6 +16,7 @@ from typing import Any
 from drkernel.errors import ConfigError, ProblemError
 from drkernel.problems.baselines import BACKENDS, BaselineStore, refresh_baselines
 from drkernel.problems.loaders import load_suite, parse_levels
+from drkernel.problems.reference import failure_text
 from drkernel.problems.suite import builtin_names, builtin_problem, builtin_solution
 from drkernel.problems.survey import NULLS, parse_shard
 from drkernel.types import Problem
@@ -108,9 +109,9 @@ def run_baselines(args: argparse.Namespace) -> int:
                                              force=args.force, trials=args.trials, warmup=args.warmup)
             except ConfigError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - the user's reference: one that fails is a finding
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's reference: a finding
                 error = (str(exc).removeprefix(f"{problem.name}: ") if isinstance(exc, ProblemError)
-                         else f"{type(exc).__name__}: {exc}")
+                         else failure_text(exc))
                 failed.append({"problem": problem.name, "error": error})
                 print(f"drkernel suite: {problem.name}: the reference failed: {error}", file=sys.stderr)
     code = 1 if failed else 0

@@ -18,6 +18,7 @@ from drkernel.types import Problem
 
 __all__ = [
     "ReferenceModule",
+    "failure_text",
     "flatten_tensors",
     "load_reference",
     "move_inputs",
@@ -77,9 +78,17 @@ def load_reference(problem: Problem) -> ReferenceModule:
     namespace: dict[str, Any] = {"__name__": f"drkernel_reference_{abs(hash(problem.name))}"}
     try:
         exec(compile(problem.reference_code, origin, "exec"), namespace)  # noqa: S102 - trusted reference
-    except Exception as exc:  # noqa: BLE001 - user benchmark code: report, never crash the caller
-        raise ProblemError(f"{problem.name}: reference failed to load: {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - user benchmark code: report, never crash
+        raise ProblemError(f"{problem.name}: reference failed to load: {failure_text(exc)}") from None
     return ReferenceModule(problem, namespace)
+
+
+def failure_text(exc: BaseException) -> str:
+    """How a reference failed, in one line: the exception's type and message; a sys.exit (a forward
+    that exits, a module-level argparse reading the command's own arguments) says so."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: the reference exited (code {exc.code})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def move_inputs(inputs: list[Any], device: str | torch.device) -> list[Any]:
