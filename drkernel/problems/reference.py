@@ -49,26 +49,38 @@ class ReferenceModule:
 
     def build(self, init_seed: int, device: str | torch.device = "cpu") -> torch.nn.Module:
         torch.manual_seed(init_seed)
-        init_inputs = self.namespace["get_init_inputs"]()
-        model = self.namespace[self.problem.entry_point](*init_inputs)
+        model = self.namespace[self.problem.entry_point](*self._call("get_init_inputs"))
         return model.to(device)
 
     def inputs(self, seed: int, device: str | torch.device = "cpu") -> list[Any]:
         torch.manual_seed(seed)
-        return move_inputs(list(self.namespace["get_inputs"]()), device)
+        return move_inputs(self._call("get_inputs"), device)
+
+    def _call(self, name: str) -> list[Any]:
+        """get_inputs() or get_init_inputs() as a list; what is no list of inputs (a bare tensor, whose
+        rows would become the inputs, or None) is a ProblemError naming the function."""
+        value = self.namespace[name]()
+        if isinstance(value, (torch.Tensor, str, bytes, dict)) or not hasattr(value, "__iter__"):
+            raise ProblemError(f"{self.problem.name}: {name}() returned {_kind(value)}, not a list of inputs "
+                               "([x], not x)")
+        return list(value)
 
     def call_numel(self) -> int:
         """Elements in one call's inputs plus outputs, on the meta device; the outputs are left out
         when some operator of the reference has no meta implementation."""
         with torch.device("meta"):
-            inputs = list(self.namespace["get_inputs"]())
+            inputs = self._call("get_inputs")
             try:
-                model = self.namespace[self.problem.entry_point](*self.namespace["get_init_inputs"]())
+                model = self.namespace[self.problem.entry_point](*self._call("get_init_inputs"))
                 with torch.no_grad():
                     outputs = list(flatten_tensors(model(*inputs)))
             except Exception:  # noqa: BLE001 - an op without a meta kernel: fall back to the inputs
                 outputs = []
         return sum(t.numel() for t in flatten_tensors(inputs)) + sum(t.numel() for t in outputs)
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else f"a {type(value).__name__}"
 
 
 def load_reference(problem: Problem) -> ReferenceModule:

@@ -75,6 +75,19 @@ def test_broken_reference_is_an_error_not_an_exception() -> None:
     assert audit.status == "error" and "AttributeError" in (audit.error or "")
 
 
+def test_odd_input_lists_are_named() -> None:
+    """KernelBench references return lists; a bare tensor was split into its rows (forward 'takes 2
+    positional arguments but 9 were given'), None was 'argument after * must be an iterable'."""
+    bare = Problem("bare", _TEMPLATE.format(expr="x * 2", gen="randn", batch="8", dim="4").replace(
+        "return [torch.randn(batch_size, dim)]", "return torch.randn(batch_size, dim)"))
+    none = Problem("none", _TEMPLATE.format(expr="x * 2", gen="randn", batch="8", dim="4").replace(
+        "def get_init_inputs():\n    return []", "def get_init_inputs():\n    return None"))
+    assert audit_problem(bare).error == ("ProblemError: bare: get_inputs() returned a Tensor, not a list "
+                                         "of inputs ([x], not x)")
+    assert audit_problem(none).error == ("ProblemError: none: get_init_inputs() returned None, not a list "
+                                         "of inputs ([x], not x)")
+
+
 def test_passes_applies_both_policies() -> None:
     ref = [torch.full((100,), 0.001)]
     assert passes([torch.zeros(100)], ref, "kernelbench")
