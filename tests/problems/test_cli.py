@@ -83,6 +83,7 @@ def test_suite_baselines_bad_arguments_are_one_line(argv: list[str], message: st
     (["--max-input-numel", "-5"], "audit.max_input_numel: must be >= 1"),
     (["--only", "nothing-matches", "--fail-on-flag"], "--only matched no problem"),
     (["--only", "101_", "--judge", "--device", "tpu"], "unknown device 'tpu'"),
+    (["--only", "101_", "--device", "cuda"], "--device is the judge's, for --judge"),
 ])
 def test_audit_bad_arguments_are_one_line(argv: list[str], message: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
