@@ -72,21 +72,25 @@ class BaselineStore:
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_store_path()
-        self._entries: dict[str, dict[str, Any]] = {}
         if self.path.is_dir():
             raise ConfigError(f"{self.path}: is a folder, not a baseline store (a .json file)")
-        if self.path.is_file():
-            try:
-                self._entries = dict(json.loads(self.path.read_bytes()).get("entries", {}))
-            except OSError as exc:
-                raise ConfigError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
-            except (ValueError, TypeError, AttributeError) as exc:  # not JSON, or not {"entries": {...}}
-                raise ConfigError(f"{self.path}: not a baseline store: {exc}") from None
-            for key, entry in self._entries.items():
-                why = _not_a_timing(entry)
-                if why:  # a hand-edited or damaged entry: named here, never blamed on the reference it keys
-                    raise ConfigError(f"{self.path}: entry {key!r} is not a baseline timing ({why}); "
-                                      "remove it to measure that reference again")
+        self._entries = self._read()
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        if not self.path.is_file():
+            return {}
+        try:
+            entries = dict(json.loads(self.path.read_bytes()).get("entries", {}))
+        except OSError as exc:
+            raise ConfigError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        except (ValueError, TypeError, AttributeError) as exc:  # not JSON, or not {"entries": {...}}
+            raise ConfigError(f"{self.path}: not a baseline store: {exc}") from None
+        for key, entry in entries.items():
+            why = _not_a_timing(entry)
+            if why:  # a hand-edited or damaged entry: named here, never blamed on the reference it keys
+                raise ConfigError(f"{self.path}: entry {key!r} is not a baseline timing ({why}); "
+                                  "remove it to measure that reference again")
+        return entries
 
     def get(self, problem: Problem, device: str, backend: str) -> BaselineTiming | None:
         key = baseline_key(problem.code_hash, _device_name(device), backend, torch.__version__)
@@ -94,12 +98,18 @@ class BaselineStore:
         return BaselineTiming(**entry) if entry else None
 
     def put(self, timing: BaselineTiming) -> None:
-        self._entries[timing.key] = timing.to_dict()
-        tmp = self.path.with_suffix(".tmp")
+        """Store one timing. The file may be shared by runs at once (the default store is one per user):
+        under a lock, what they stored since is read back first, and a file of this run's own replaces it."""
+        import fcntl
+
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"version": 1, "entries": self._entries}, indent=1, sort_keys=True))
-            os.replace(tmp, self.path)
+            with open(self.path.with_name(f".{self.path.name}.lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                self._entries = {**self._entries, **self._read(), timing.key: timing.to_dict()}
+                tmp.write_text(json.dumps({"version": 1, "entries": self._entries}, indent=1, sort_keys=True))
+                os.replace(tmp, self.path)
         except OSError as exc:
             raise ConfigError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
 

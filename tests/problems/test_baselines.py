@@ -112,3 +112,14 @@ def test_a_damaged_store_entry_is_named_not_blamed_on_the_reference(
         assert main(["suite", "baselines", "builtin:cpu", "--only", "101_ReLU", "--store", str(path)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "is not a baseline timing" in err[0] and "reference failed" not in err[0]
+
+
+def test_two_runs_sharing_a_store_keep_each_others_timings(tmp_path: Path) -> None:
+    """The default store is one file for every run of the user (cuda:0 and cuda:1 at once, say): a put
+    wrote this run's view of it, dropping what another run had stored since this one opened it."""
+    relu, matmul = builtin_problem("101_ReLU", "cpu"), builtin_problem("108_Matmul", "cpu")
+    first, second = BaselineStore(tmp_path / "b.json"), BaselineStore(tmp_path / "b.json")
+    first.put(measure_baseline(relu, trials=1, warmup=0))
+    second.put(measure_baseline(matmul, trials=1, warmup=0))
+    reopened = BaselineStore(tmp_path / "b.json")
+    assert reopened.get(relu, "cpu", "eager") is not None and reopened.get(matmul, "cpu", "eager") is not None
