@@ -530,3 +530,13 @@ def test_the_table_refuses_to_merge_surveys_of_other_sizes_or_devices(
         assert words in err and len(err.strip().splitlines()) == 1, err
     assert main(["suite", "table", str(full), str(blank)]) == 0
     assert "on cpu;" in capsys.readouterr().out
+
+
+def test_the_table_labels_problems_without_a_level_as_such() -> None:
+    """A folder or .jsonl suite has no levels: its summary line said L0, a level no suite has."""
+    from drkernel.problems.survey_table import render_table
+
+    row = {"name": "mine", "level": None, "status": "ok", "complete": True, "findings": [], "nulls": {},
+           "timing": {}, "reference": {}, "floor": None}
+    table = render_table([{"rows": [row], "suite": "folder", "size": "full"}], markdown=True)
+    assert "| no level | 1 | 1 |" in table and "| L0 |" not in table, table
