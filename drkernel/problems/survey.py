@@ -8,13 +8,14 @@ is rewritten atomically after every row; a call stops before its time budget, `r
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -215,8 +216,6 @@ def _open(path: Path, suite: str, cfg: SurveyConfig, resume: bool) -> dict[str, 
             raise ConfigError(f"{path} holds a survey on {data['device'].get('name')}, not on {cfg.device}")
         _check_same_config(path, data.get("config"), _config_record(cfg))
         return data
-    if not path.parent.is_dir():
-        raise ConfigError(f"{path.parent}: no such folder")
     return {"format": FORMAT, "suite": suite, "size": cfg.size, "created_at": _now(), "device": None,
             "peaks": {}, "config": _config_record(cfg), "rows": []}
 
@@ -254,6 +253,34 @@ def run_survey(problems: Sequence[Problem], cfg: SurveyConfig, path: str | Path,
     """Survey `problems` into the file at `path` (resumed: complete rows are skipped, incomplete ones
     redone once). The judge is made on first need and closed at the end when it has a close()."""
     out = Path(path)
+    with _writing(out):
+        return _run_survey(problems, cfg, out, suite, resume, make_judge, on_row)
+
+
+@contextlib.contextmanager
+def _writing(out: Path) -> Iterator[None]:
+    """One survey at a time writes a file: two (shards given one --out) would each rewrite it from
+    their own rows, dropping the other's."""
+    import fcntl
+
+    if not out.parent.is_dir():
+        raise ConfigError(f"{out.parent}: no such folder")
+    lock_path = out.with_name(f".{out.name}.lock")
+    with open(lock_path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{out}: another drkernel suite survey is writing it (each shard wants "
+                              "an --out of its own)") from None
+        try:
+            yield
+        finally:
+            lock_path.unlink(missing_ok=True)
+
+
+def _run_survey(problems: Sequence[Problem], cfg: SurveyConfig, out: Path, suite: str, resume: bool,
+                make_judge: Callable[[], _Judge],
+                on_row: Callable[[dict[str, Any], int, int], None] | None) -> SurveyReport:
     data = _open(out, suite, cfg, resume)
     rows: dict[str, dict[str, Any]] = {r["name"]: r for r in data["rows"]}
     todo = [p for p in problems if not _settled(rows.get(p.name))]

@@ -540,3 +540,24 @@ def test_the_table_labels_problems_without_a_level_as_such() -> None:
            "timing": {}, "reference": {}, "floor": None}
     table = render_table([{"rows": [row], "suite": "folder", "size": "full"}], markdown=True)
     assert "| no level | 1 | 1 |" in table and "| L0 |" not in table, table
+
+
+def test_a_second_survey_into_the_same_file_is_refused_while_one_runs(tmp_path: Path) -> None:
+    """Two calls on one --out (two shards given the same file) each rewrote the file from their own
+    rows, dropping the other's."""
+    from drkernel.problems.loaders import load_suite
+
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if p.name == "L1/1_Square"]
+    cfg = SurveyConfig(nulls=("zeros",), backends=("eager",))
+    out = tmp_path / "s.json"
+    refused: list[str] = []
+
+    def make_judge() -> _StubJudge:  # called while the first survey runs
+        with pytest.raises(ConfigError, match="another drkernel suite survey is writing") as info:
+            run_survey(square, cfg, out, resume=True, make_judge=_StubJudge)
+        refused.append(str(info.value))
+        return _StubJudge()
+
+    assert run_survey(square, cfg, out, make_judge=make_judge).done == ["L1/1_Square"]
+    assert len(refused) == 1
+    assert run_survey(square, cfg, out, resume=True, make_judge=_StubJudge).skipped == 1  # the lock is gone
