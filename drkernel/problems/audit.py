@@ -18,7 +18,7 @@ import torch
 
 from drkernel.errors import DrKernelError
 from drkernel.problems.nulls import constant_candidate, identity_candidate, shrink_sizes
-from drkernel.problems.reference import flatten_tensors, load_reference
+from drkernel.problems.reference import failure_text, flatten_tensors, load_reference
 from drkernel.types import EvalOptions, EvalRequest, EvalResult, Problem
 
 __all__ = ["POLICIES", "AuditConfig", "ProblemAudit", "audit_problem", "audit_suite", "passes",
@@ -84,16 +84,19 @@ class ProblemAudit:
 
 
 def passes(out: Sequence[torch.Tensor], ref: Sequence[torch.Tensor], policy: str) -> bool:
-    """Would `out` pass as the answer `ref` under a tolerance policy (shapes must match)?"""
+    """Would `out` pass as the answer `ref` under a tolerance policy (shapes must match)? An infinity
+    is matched only by the same infinity; a NaN by a NaN under the judge's policy (its positions must
+    match, sandbox/comparison.py), by nothing under allclose's (KernelBench's)."""
     atol, rtol, rel_l2 = POLICIES[policy]
     for o, r in zip(out, ref, strict=True):
         if o.shape != r.shape:
             return False
         o, r = o.double(), r.double()
-        if not bool(torch.all((o - r).abs() <= atol + rtol * r.abs())):
+        if not bool(torch.isclose(o, r, rtol=rtol, atol=atol, equal_nan=rel_l2 is not None).all()):
             return False
-        norm = float(r.norm())
-        if rel_l2 is not None and float((o - r).norm()) > rel_l2 * norm:
+        special = ~torch.isfinite(r)  # matched above; the judge leaves them out of its norms
+        o, r = o.masked_fill(special, 0.0), r.masked_fill(special, 0.0)
+        if rel_l2 is not None and float((o - r).norm()) > rel_l2 * float(r.norm()):
             return False
     return True
 
@@ -196,9 +199,9 @@ def audit_problem(problem: Problem, cfg: AuditConfig | None = None,
         _, inputs, outs = probe_outputs(problem, cfg, audit)
         if judge is not None:
             _judge_nulls(problem, outs, inputs[0], judge, cfg, audit)
-    except Exception as exc:  # noqa: BLE001 - user benchmark code: one bad reference is a finding
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - user benchmark code: a bad one is a finding
         log.debug("audit of %s failed", problem.name, exc_info=True)
-        audit.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        audit.error = failure_text(exc)[:300]
     return audit
 
 

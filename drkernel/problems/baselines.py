@@ -72,16 +72,25 @@ class BaselineStore:
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_store_path()
-        self._entries: dict[str, dict[str, Any]] = {}
         if self.path.is_dir():
             raise ConfigError(f"{self.path}: is a folder, not a baseline store (a .json file)")
-        if self.path.is_file():
-            try:
-                self._entries = dict(json.loads(self.path.read_bytes()).get("entries", {}))
-            except OSError as exc:
-                raise ConfigError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
-            except (ValueError, TypeError, AttributeError) as exc:  # not JSON, or not {"entries": {...}}
-                raise ConfigError(f"{self.path}: not a baseline store: {exc}") from None
+        self._entries = self._read()
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        if not self.path.is_file():
+            return {}
+        try:
+            entries = dict(json.loads(self.path.read_bytes()).get("entries", {}))
+        except OSError as exc:
+            raise ConfigError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        except (ValueError, TypeError, AttributeError) as exc:  # not JSON, or not {"entries": {...}}
+            raise ConfigError(f"{self.path}: not a baseline store: {exc}") from None
+        for key, entry in entries.items():
+            why = _not_a_timing(entry)
+            if why:  # a hand-edited or damaged entry: named here, never blamed on the reference it keys
+                raise ConfigError(f"{self.path}: entry {key!r} is not a baseline timing ({why}); "
+                                  "remove it to measure that reference again")
+        return entries
 
     def get(self, problem: Problem, device: str, backend: str) -> BaselineTiming | None:
         key = baseline_key(problem.code_hash, _device_name(device), backend, torch.__version__)
@@ -89,16 +98,38 @@ class BaselineStore:
         return BaselineTiming(**entry) if entry else None
 
     def put(self, timing: BaselineTiming) -> None:
-        self._entries[timing.key] = timing.to_dict()
+        """Store one timing. The file may be shared by runs at once (the default store is one per user):
+        under a lock, what they stored since is read back first, and a file of this run's own replaces it."""
+        import fcntl
+
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomically(self.path, json.dumps({"version": 1, "entries": self._entries}, indent=1,
-                                                        sort_keys=True))
+            with open(self.path.with_name(f".{self.path.name}.lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                self._entries = {**self._entries, **self._read(), timing.key: timing.to_dict()}
+                text = json.dumps({"version": 1, "entries": self._entries}, indent=1, sort_keys=True)
+                write_text_atomically(self.path, text)
         except OSError as exc:
             raise ConfigError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
 
     def entries(self) -> list[BaselineTiming]:
         return [BaselineTiming(**e) for e in self._entries.values()]
+
+
+_FIELD_TYPES = {"str": (str,), "float": (int, float), "int": (int,)}
+
+
+def _not_a_timing(entry: Any) -> str | None:
+    """What keeps a store entry from being a BaselineTiming; None when it is one."""
+    if not isinstance(entry, dict):
+        return f"{type(entry).__name__}, not an object"
+    for f in dataclasses.fields(BaselineTiming):
+        if f.name not in entry:
+            return f"no {f.name}"
+        value = entry[f.name]
+        if isinstance(value, bool) or not isinstance(value, _FIELD_TYPES[str(f.type)]):
+            return f"{f.name} is {value!r}"
+    return None
 
 
 def measure_baseline(problem: Problem, device: str = "cpu", backend: str = "eager", *, trials: int = 20,
@@ -154,5 +185,6 @@ def refresh_baselines(problems: Iterable[Problem], store: BaselineStore, *, devi
                 log.info("timing %s (%s) on %s", problem.name, backend, device)
                 timing = measure_baseline(problem, device, backend, trials=trials, warmup=warmup)
                 store.put(timing)
-            out.append(timing)
+            # the entry may be another problem's of the same code (a copy, a renamed file)
+            out.append(dataclasses.replace(timing, problem=problem.name))
     return out

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="keep problems whose name contains this (repeatable)")
     p.add_argument("--judge", action="store_true",
                    help="also send null candidates to the real judge (slower)")
-    p.add_argument("--device", default="cpu", help="judge device for --judge (default cpu)")
+    p.add_argument("--device", default=None,
+                   help="judge device for --judge (default cpu); the in-process audit runs on the CPU")
     p.add_argument("--max-input-numel", type=int, default=None,
                    help="shrink module-level size constants until one call's inputs hold at most this many "
                         "elements (for auditing GPU-sized suites on a CPU)")
@@ -46,6 +47,9 @@ def _row(a: ProblemAudit) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.device is not None and not args.judge:
+        raise ConfigError(f"--device {args.device}: --device is the judge's, for --judge (the in-process "
+                          "audit runs on the CPU)")
     problems = load_suite(args.suite, args.levels)
     if args.only:
         problems = [p for p in problems if any(o in p.name for o in args.only)]
@@ -61,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
             from drkernel.sandbox.judge import Judge
             from drkernel.settings import judge_settings_from_env
 
-            judge = stack.enter_context(Judge.from_config(judge_settings_from_env(), args.device))
+            judge = stack.enter_context(Judge.from_config(judge_settings_from_env(), args.device or "cpu"))
         if not args.json:
             print(f"{'problem':48s} {'status':8s} {'max|out|':>9s} {'variation':>9s} {'size':>7s}  flags")
         results = audit_suite(problems, cfg, judge, on_result=show)

@@ -16,6 +16,7 @@ from typing import Any
 from drkernel.errors import ConfigError, ProblemError
 from drkernel.problems.baselines import BACKENDS, BaselineStore, refresh_baselines
 from drkernel.problems.loaders import load_suite, parse_levels
+from drkernel.problems.reference import failure_text
 from drkernel.problems.suite import builtin_names, builtin_problem, builtin_solution
 from drkernel.problems.survey import NULLS, parse_shard
 from drkernel.types import Problem
@@ -39,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     base = verbs.add_parser("baselines",
                             help="time every reference (eager / torch.compile) and store the timings")
     base.add_argument("suite", nargs="?", default="builtin:gpu", help="suite spec (default builtin:gpu)")
+    base.add_argument("--levels", type=parse_levels, default=None, help="levels to keep, e.g. 1-3")
     base.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     base.add_argument("--backend", choices=[*BACKENDS, "both"], default="eager",
                       help="time the reference as written, through torch.compile, or both")
@@ -85,7 +87,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_baselines(args: argparse.Namespace) -> int:
-    problems = load_suite(args.suite)
+    problems = load_suite(args.suite, args.levels)
     if args.only:
         problems = [p for p in problems if any(o in p.name for o in args.only)]
         if not problems:
@@ -107,9 +109,9 @@ def run_baselines(args: argparse.Namespace) -> int:
                                              force=args.force, trials=args.trials, warmup=args.warmup)
             except ConfigError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - the user's reference: one that fails is a finding
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's reference: a finding
                 error = (str(exc).removeprefix(f"{problem.name}: ") if isinstance(exc, ProblemError)
-                         else f"{type(exc).__name__}: {exc}")
+                         else failure_text(exc))
                 failed.append({"problem": problem.name, "error": error})
                 print(f"drkernel suite: {problem.name}: the reference failed: {error}", file=sys.stderr)
     code = 1 if failed else 0
@@ -169,7 +171,7 @@ def _survey_suite(spec: str, levels: tuple[int, ...] | None) -> tuple[str, list[
     if not spec.startswith("kernelbench:"):
         return spec, load_suite(spec, levels)
     path = spec.removeprefix("kernelbench:")
-    problems = load_suite(path, levels or (1, 2, 3))
+    problems = load_suite(path, levels)
     if any(p.metadata.get("suite") != "kernelbench" for p in problems):
         raise ProblemError(f"{path}: no level1..level3 folders found (is this a KernelBench checkout?)")
     return path, problems
@@ -246,6 +248,7 @@ def run_table(args: argparse.Namespace) -> int:
     from drkernel.problems.survey_table import render_table
 
     surveys = [load_survey(p) for p in args.surveys]
+    _check_one_survey(args.surveys, surveys)
     if args.out is not None and any(_same_file(args.out, p) for p in args.surveys):
         raise ConfigError(f"--out {args.out} is one of the surveys it reads: the table would replace it")
     text = render_table(surveys, markdown=args.markdown)
@@ -259,6 +262,21 @@ def run_table(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ConfigError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     return 0
+
+
+def _check_one_survey(paths: list[str], surveys: list[dict[str, Any]]) -> None:
+    """Files merged into one table are shards of one survey: one size, one device (one that has
+    surveyed nothing yet names none). The table's heading names them once."""
+    for what, key in (("at size", "size"), ("on", "device")):
+        seen: dict[Any, str] = {}
+        for path, survey in zip(paths, surveys, strict=True):
+            value = survey.get(key) if key == "size" else (survey.get("device") or {}).get("name")
+            if value is not None:
+                seen.setdefault(value, path)
+        if len(seen) > 1:
+            (a, pa), (b, pb) = list(seen.items())[:2]
+            raise ConfigError(f"{pa} and {pb} are surveys {what} {a!r} and {b!r}: "
+                              "one table merges the shards of one survey")
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -177,7 +177,8 @@ def load_jsonl(path: str | Path) -> list[Problem]:
     """One problem per line: a JSON object as accepted by problem_from_record."""
     p = Path(path)
     lines = _read_text(p).splitlines()
-    problems = []
+    problems: list[Problem] = []
+    first: dict[str, int] = {}
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -187,8 +188,17 @@ def load_jsonl(path: str | Path) -> list[Problem]:
             raise ProblemError(f"{p}:{i}: not JSON: {exc.msg}") from None
         if not isinstance(record, dict):
             raise ProblemError(f"{p}:{i}: expected a JSON object")
-        problems.append(problem_from_record(record, f"{p}:{i}"))
+        problems.append(_unique(problem_from_record(record, f"{p}:{i}"), first, i, f"{p}:{i}", "line"))
     return problems
+
+
+def _unique(problem: Problem, first: dict[str, int], where: int, origin: str, unit: str) -> Problem:
+    """`problem`, unless an earlier row has its name: results are kept by name (a survey's rows, a
+    bench's finished samples), so the second would overwrite the first's, or pass for done."""
+    if problem.name in first:
+        raise ProblemError(f"{origin}: problem name {problem.name!r} repeats {unit} {first[problem.name]}")
+    first[problem.name] = where
+    return problem
 
 
 def _read_parquet_rows(path: Path) -> list[dict[str, Any]]:
@@ -220,7 +230,9 @@ def load_rl_parquet(path: str | Path, limit: int | None = None) -> list[Problem]
     rows = _read_parquet_rows(p)
     if limit is not None:
         rows = rows[:limit]
-    return [problem_from_record(dict(row), f"{p}[row {i}]") for i, row in enumerate(rows)]
+    first: dict[str, int] = {}
+    return [_unique(problem_from_record(dict(row), f"{p}[row {i}]"), first, i, f"{p}[row {i}]", "row")
+            for i, row in enumerate(rows)]
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
@@ -247,11 +259,11 @@ def parse_levels(text: str) -> tuple[int, ...]:
 def load_suite(spec: str, levels: tuple[int, ...] | None = None) -> list[Problem]:
     """Problems of a suite spec: "builtin[:cpu|:gpu]", a KernelBench checkout, a folder, one .py,
     a .jsonl or a .parquet file. `levels` keeps only those levels."""
-    if levels is not None and 4 in levels and not spec.startswith("builtin"):
+    builtin = spec == "builtin" or spec.startswith("builtin:")  # a folder "builtin_copy" is a folder
+    if levels is not None and 4 in levels and not builtin:
         raise ProblemError(LEVEL4_MESSAGE)
-    if spec.startswith("builtin"):
-        size = spec.partition(":")[2] or "cpu"
-        problems = load_builtin_suite(size=size)
+    if builtin:
+        problems = load_builtin_suite(size=spec.partition(":")[2] or "cpu")
     else:
         root = Path(spec)
         if not root.exists():
@@ -263,8 +275,9 @@ def load_suite(spec: str, levels: tuple[int, ...] | None = None) -> list[Problem
         elif root.is_file():
             problems = [load_problem_file(root)]
         elif dirs := _level_dirs(root):
-            problems = load_kernelbench(root, [lv for lv in sorted(dirs)
-                                               if lv != 4 and (levels is None or lv in levels)])
+            # the levels asked for, each of them (one the checkout lacks is named); else those it has, but 4
+            wanted = sorted(levels) if levels else [lv for lv in sorted(dirs) if lv != 4]
+            problems = load_kernelbench(root, wanted)
         else:
             problems = load_folder(root)
     if levels is not None:

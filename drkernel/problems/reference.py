@@ -18,6 +18,7 @@ from drkernel.types import Problem
 
 __all__ = [
     "ReferenceModule",
+    "failure_text",
     "flatten_tensors",
     "load_reference",
     "move_inputs",
@@ -48,26 +49,38 @@ class ReferenceModule:
 
     def build(self, init_seed: int, device: str | torch.device = "cpu") -> torch.nn.Module:
         torch.manual_seed(init_seed)
-        init_inputs = self.namespace["get_init_inputs"]()
-        model = self.namespace[self.problem.entry_point](*init_inputs)
+        model = self.namespace[self.problem.entry_point](*self._call("get_init_inputs"))
         return model.to(device)
 
     def inputs(self, seed: int, device: str | torch.device = "cpu") -> list[Any]:
         torch.manual_seed(seed)
-        return move_inputs(list(self.namespace["get_inputs"]()), device)
+        return move_inputs(self._call("get_inputs"), device)
+
+    def _call(self, name: str) -> list[Any]:
+        """get_inputs() or get_init_inputs() as a list; what is no list of inputs (a bare tensor, whose
+        rows would become the inputs, or None) is a ProblemError naming the function."""
+        value = self.namespace[name]()
+        if isinstance(value, (torch.Tensor, str, bytes, dict)) or not hasattr(value, "__iter__"):
+            raise ProblemError(f"{self.problem.name}: {name}() returned {_kind(value)}, not a list of inputs "
+                               "([x], not x)")
+        return list(value)
 
     def call_numel(self) -> int:
         """Elements in one call's inputs plus outputs, on the meta device; the outputs are left out
         when some operator of the reference has no meta implementation."""
         with torch.device("meta"):
-            inputs = list(self.namespace["get_inputs"]())
+            inputs = self._call("get_inputs")
             try:
-                model = self.namespace[self.problem.entry_point](*self.namespace["get_init_inputs"]())
+                model = self.namespace[self.problem.entry_point](*self._call("get_init_inputs"))
                 with torch.no_grad():
                     outputs = list(flatten_tensors(model(*inputs)))
             except Exception:  # noqa: BLE001 - an op without a meta kernel: fall back to the inputs
                 outputs = []
         return sum(t.numel() for t in flatten_tensors(inputs)) + sum(t.numel() for t in outputs)
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else f"a {type(value).__name__}"
 
 
 def load_reference(problem: Problem) -> ReferenceModule:
@@ -77,9 +90,17 @@ def load_reference(problem: Problem) -> ReferenceModule:
     namespace: dict[str, Any] = {"__name__": f"drkernel_reference_{abs(hash(problem.name))}"}
     try:
         exec(compile(problem.reference_code, origin, "exec"), namespace)  # noqa: S102 - trusted reference
-    except Exception as exc:  # noqa: BLE001 - user benchmark code: report, never crash the caller
-        raise ProblemError(f"{problem.name}: reference failed to load: {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - user benchmark code: report, never crash
+        raise ProblemError(f"{problem.name}: reference failed to load: {failure_text(exc)}") from None
     return ReferenceModule(problem, namespace)
+
+
+def failure_text(exc: BaseException) -> str:
+    """How a reference failed, in one line: the exception's type and message; a sys.exit (a forward
+    that exits, a module-level argparse reading the command's own arguments) says so."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: the reference exited (code {exc.code})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def move_inputs(inputs: list[Any], device: str | torch.device) -> list[Any]:

@@ -8,12 +8,13 @@ is rewritten atomically after every row; a call stops before its time budget, `r
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -140,11 +141,60 @@ def load_survey(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: not JSON: not UTF-8 text (byte {exc.start})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("rows"), list):
         raise ConfigError(f"{p}: not a survey file ({FORMAT})")
+    _check_types(p, "", data, {"device": (dict, None), "peaks": (dict,), "config": (dict,)})
+    _check_numbers(p, "peaks.", data.get("peaks") or {})
+    first: dict[str, int] = {}
     for i, row in enumerate(data["rows"], 1):
         if not (isinstance(row, dict) and isinstance(row.get("name"), str)
                 and isinstance(row.get("status"), str)):
             raise ConfigError(f"{p}: row {i} is not a survey row (an object with a name and a status)")
+        if row["name"] in first:
+            raise ConfigError(f"{p}: row {i} repeats the name of row {first[row['name']]} ({row['name']})")
+        first[row["name"]] = i
+        _check_row(p, f"row {i} ({row['name']}): ", row)
     return data
+
+
+# what the survey and the table read of a file, by type (None: null allowed); a hand-edited file that
+# holds something else is one line naming it, never a traceback further on
+_ROW_TYPES: dict[str, tuple[type | None, ...]] = {
+    "level": (int, None), "attempts": (int,), "complete": (bool,), "nulls": (dict,), "timing": (dict,),
+    "floor": (dict, None), "reference": (dict, None), "findings": (list,)}
+_WORDS: dict[type | None, str] = {int: "an integer", bool: "true or false", dict: "an object", list: "a list",
+                                  None: "null"}
+
+
+def _check_types(p: Path, where: str, record: dict[str, Any],
+                 types: dict[str, tuple[type | None, ...]]) -> None:
+    for key, allowed in types.items():
+        if key not in record:
+            continue
+        value = record[key]
+        if not any(value is None if t is None else isinstance(value, t) and not (
+                t is int and isinstance(value, bool)) for t in allowed):
+            words = " or ".join(_WORDS[t] for t in allowed)
+            raise ConfigError(f"{p}: {where}{key} is {value!r}, not {words}")
+
+
+def _check_numbers(p: Path, where: str, record: dict[str, Any], keys: Sequence[str] | None = None) -> None:
+    for key in record if keys is None else keys:
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{p}: {where}{key} is {value!r}, not a number")
+
+
+def _check_row(p: Path, where: str, row: dict[str, Any]) -> None:
+    _check_types(p, where, row, _ROW_TYPES)
+    if not all(isinstance(f, str) for f in row.get("findings") or []):
+        raise ConfigError(f"{p}: {where}findings is {row['findings']!r}, not a list of text")
+    for name, record in (row.get("nulls") or {}).items():
+        if not isinstance(record, dict):
+            raise ConfigError(f"{p}: {where}nulls.{name} is {record!r}, not an object")
+    _check_numbers(p, f"{where}timing.", row.get("timing") or {},
+                   [k for k in row.get("timing") or {} if k.endswith("_ms")])
+    floor = row.get("floor") or {}
+    _check_numbers(p, f"{where}floor.", floor, [k for k in floor if k != "bound"])
+    _check_numbers(p, f"{where}reference.", row.get("reference") or {}, ("max_abs", "variation"))
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
@@ -162,11 +212,21 @@ def _open(path: Path, suite: str, cfg: SurveyConfig, resume: bool) -> dict[str, 
         kind = "cuda" if cfg.device.startswith("cuda") else "cpu"
         if (data.get("device") or {}).get("kind") not in (None, kind):
             raise ConfigError(f"{path} holds a survey on {data['device'].get('name')}, not on {cfg.device}")
+        _check_same_config(path, data.get("config"), _config_record(cfg))
         return data
-    if not path.parent.is_dir():
-        raise ConfigError(f"{path.parent}: no such folder")
     return {"format": FORMAT, "suite": suite, "size": cfg.size, "created_at": _now(), "device": None,
             "peaks": {}, "config": _config_record(cfg), "rows": []}
+
+
+def _check_same_config(path: Path, stored: Any, now: dict[str, Any]) -> None:
+    """A resume under other options is refused: its rows would sit under a record that says otherwise,
+    and the complete rows would not be redone under them (a key an older file lacks is not compared)."""
+    differ = [k for k in now if isinstance(stored, dict) and k in stored and stored[k] != now[k]]
+    if differ:
+        was = ", ".join(f"{k} {stored[k]}" for k in differ)
+        asked = ", ".join(f"{k} {now[k]}" for k in differ)
+        raise ConfigError(f"{path} was surveyed with {was}: not with {asked} (resume with the same "
+                          "options, or survey into another --out)")
 
 
 def _config_record(cfg: SurveyConfig) -> dict[str, Any]:
@@ -191,6 +251,34 @@ def run_survey(problems: Sequence[Problem], cfg: SurveyConfig, path: str | Path,
     """Survey `problems` into the file at `path` (resumed: complete rows are skipped, incomplete ones
     redone once). The judge is made on first need and closed at the end when it has a close()."""
     out = Path(path)
+    with _writing(out):
+        return _run_survey(problems, cfg, out, suite, resume, make_judge, on_row)
+
+
+@contextlib.contextmanager
+def _writing(out: Path) -> Iterator[None]:
+    """One survey at a time writes a file: two (shards given one --out) would each rewrite it from
+    their own rows, dropping the other's."""
+    import fcntl
+
+    if not out.parent.is_dir():
+        raise ConfigError(f"{out.parent}: no such folder")
+    lock_path = out.with_name(f".{out.name}.lock")
+    with open(lock_path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{out}: another drkernel suite survey is writing it (each shard wants "
+                              "an --out of its own)") from None
+        try:
+            yield
+        finally:
+            lock_path.unlink(missing_ok=True)
+
+
+def _run_survey(problems: Sequence[Problem], cfg: SurveyConfig, out: Path, suite: str, resume: bool,
+                make_judge: Callable[[], _Judge],
+                on_row: Callable[[dict[str, Any], int, int], None] | None) -> SurveyReport:
     data = _open(out, suite, cfg, resume)
     rows: dict[str, dict[str, Any]] = {r["name"]: r for r in data["rows"]}
     todo = [p for p in problems if not _settled(rows.get(p.name))]

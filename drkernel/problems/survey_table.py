@@ -109,7 +109,8 @@ def _counts(by_reason: dict[str, int]) -> str:
 
 
 def _summary_cells(s: dict[str, Any]) -> list[str]:
-    return [f"L{s['level']}", str(s["problems"]), str(s["ran"]), _counts(s["errors"]),
+    level = f"L{s['level']}" if s["level"] else "no level"
+    return [level, str(s["problems"]), str(s["ran"]), _counts(s["errors"]),
             _counts(s["judge_failed"]), str(s["incomplete"]),
             _num(s["median_headroom_eager"]), str(s["memory_bound"]), str(s["compute_bound"]),
             str(len(s["weak_reference"])), str(len(s["null_passes"]))]

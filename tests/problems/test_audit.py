@@ -75,6 +75,19 @@ def test_broken_reference_is_an_error_not_an_exception() -> None:
     assert audit.status == "error" and "AttributeError" in (audit.error or "")
 
 
+def test_odd_input_lists_are_named() -> None:
+    """KernelBench references return lists; a bare tensor was split into its rows (forward 'takes 2
+    positional arguments but 9 were given'), None was 'argument after * must be an iterable'."""
+    bare = Problem("bare", _TEMPLATE.format(expr="x * 2", gen="randn", batch="8", dim="4").replace(
+        "return [torch.randn(batch_size, dim)]", "return torch.randn(batch_size, dim)"))
+    none = Problem("none", _TEMPLATE.format(expr="x * 2", gen="randn", batch="8", dim="4").replace(
+        "def get_init_inputs():\n    return []", "def get_init_inputs():\n    return None"))
+    assert audit_problem(bare).error == ("ProblemError: bare: get_inputs() returned a Tensor, not a list "
+                                         "of inputs ([x], not x)")
+    assert audit_problem(none).error == ("ProblemError: none: get_init_inputs() returned None, not a list "
+                                         "of inputs ([x], not x)")
+
+
 def test_passes_applies_both_policies() -> None:
     ref = [torch.full((100,), 0.001)]
     assert passes([torch.zeros(100)], ref, "kernelbench")
@@ -82,6 +95,21 @@ def test_passes_applies_both_policies() -> None:
     assert not passes([torch.zeros(3)], [torch.zeros(4)], "kernelbench")
     with pytest.raises(ConfigError):
         AuditConfig(seeds=(1, 2))
+
+
+def test_passes_reads_inf_and_nan_as_the_judge_and_allclose_do() -> None:
+    """An infinite reference element is matched only by the same infinity (|0 - inf| <= inf let zeros
+    pass); a NaN by a NaN in the judge's policy, by nothing in allclose's (KernelBench's)."""
+    inf = torch.tensor([float("inf"), -float("inf"), 1.0])
+    for policy in ("drkernel", "kernelbench"):
+        assert not passes([torch.zeros(3)], [inf], policy)
+        assert not passes([torch.tensor([float("inf"), float("inf"), 1.0])], [inf], policy)
+        assert passes([inf.clone()], [inf], policy)
+    nan = torch.tensor([float("nan"), 1.0])
+    assert passes([nan.clone()], [nan], "drkernel") and not passes([nan.clone()], [nan], "kernelbench")
+    assert not passes([torch.tensor([0.0, 1.0])], [nan], "drkernel")
+    audit = audit_problem(_problem("divides_by_zero", "x / 0.0"))
+    assert not [f for f in audit.flags if f.startswith("zeros_passes")], audit.flags
 
 
 def test_shrink_sizes_keeps_derived_constants_consistent() -> None:

@@ -89,5 +89,49 @@ def test_a_put_leaves_a_file_named_like_its_old_temporary_file_alone(tmp_path: P
     store = BaselineStore(tmp_path / "b.json")
     store.put(measure_baseline(builtin_problem("101_ReLU", "cpu"), trials=1, warmup=0))
     assert (tmp_path / "b.tmp").read_text() == "someone else's\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "b.tmp"]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [".b.json.lock", "b.json", "b.tmp"]  # the writers' lock beside the store
     assert len(BaselineStore(tmp_path / "b.json").entries()) == 1
+
+
+def test_a_timing_reused_for_another_problem_of_the_same_code_bears_its_name(tmp_path: Path) -> None:
+    """Entries are keyed by the code's hash: two files of one reference (a copy, a renamed file) share
+    one timing, but each row names the problem it was asked for."""
+    from dataclasses import replace
+
+    relu = builtin_problem("101_ReLU", "cpu")
+    copy = replace(relu, name="L1/2_ReLU_copy")
+    store = BaselineStore(tmp_path / "b.json")
+    timings = refresh_baselines([relu, copy], store, trials=1, warmup=0)
+    assert [t.problem for t in timings] == ["101_ReLU", "L1/2_ReLU_copy"]
+    assert timings[0].measured_at == timings[1].measured_at  # measured once
+
+
+def test_a_damaged_store_entry_is_named_not_blamed_on_the_reference(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from drkernel.cli import main
+
+    path = tmp_path / "b.json"
+    store = BaselineStore(path)
+    refresh_baselines([builtin_problem("101_ReLU", "cpu")], store, trials=1, warmup=0)
+    data = json.loads(path.read_text())
+    key = next(iter(data["entries"]))
+    for damage in ({k: v for k, v in data["entries"][key].items() if k != "median_ms"},
+                   {**data["entries"][key], "median_ms": "fast"}, 3):
+        path.write_text(json.dumps({"version": 1, "entries": {key: damage}}))
+        with pytest.raises(ConfigError, match=f"b.json: entry {key!r} is not a baseline timing"):
+            BaselineStore(path)
+        assert main(["suite", "baselines", "builtin:cpu", "--only", "101_ReLU", "--store", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is not a baseline timing" in err[0] and "reference failed" not in err[0]
+
+
+def test_two_runs_sharing_a_store_keep_each_others_timings(tmp_path: Path) -> None:
+    """The default store is one file for every run of the user (cuda:0 and cuda:1 at once, say): a put
+    wrote this run's view of it, dropping what another run had stored since this one opened it."""
+    relu, matmul = builtin_problem("101_ReLU", "cpu"), builtin_problem("108_Matmul", "cpu")
+    first, second = BaselineStore(tmp_path / "b.json"), BaselineStore(tmp_path / "b.json")
+    first.put(measure_baseline(relu, trials=1, warmup=0))
+    second.put(measure_baseline(matmul, trials=1, warmup=0))
+    reopened = BaselineStore(tmp_path / "b.json")
+    assert reopened.get(relu, "cpu", "eager") is not None and reopened.get(matmul, "cpu", "eager") is not None

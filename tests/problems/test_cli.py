@@ -83,6 +83,7 @@ def test_suite_baselines_bad_arguments_are_one_line(argv: list[str], message: st
     (["--max-input-numel", "-5"], "audit.max_input_numel: must be >= 1"),
     (["--only", "nothing-matches", "--fail-on-flag"], "--only matched no problem"),
     (["--only", "101_", "--judge", "--device", "tpu"], "unknown device 'tpu'"),
+    (["--only", "101_", "--device", "cuda"], "--device is the judge's, for --judge"),
 ])
 def test_audit_bad_arguments_are_one_line(argv: list[str], message: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -149,3 +150,42 @@ def test_suite_baselines_goes_on_past_a_reference_that_raises(as_json: bool, tmp
         assert out["failed"] == [{"problem": "a_broken", "error": "RuntimeError: boom"}]
     else:
         assert "b_double" in captured.out and "1 reference failed" in captured.out
+
+
+def test_suite_baselines_keeps_the_levels_asked_for(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """As audit, survey and bench do: a KernelBench checkout is timed level by level."""
+    for level in (1, 2):
+        (tmp_path / "kb" / f"level{level}").mkdir(parents=True)
+        _reference(tmp_path / "kb" / f"level{level}", "1_Op", f"return x * {level}")
+    argv = ["suite", "baselines", str(tmp_path / "kb"), "--trials", "1", "--store", str(tmp_path / "b.json"),
+            "--json"]
+    assert main([*argv, "--levels", "2"]) == 0
+    assert [t["problem"] for t in json.loads(capsys.readouterr().out)["timings"]] == ["L2/1_Op"]
+    assert main([*argv, "--levels", "3"]) == 2
+    assert "no folder for level(s) 3" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["audit", "--json"], ["suite", "baselines", "--trials", "1", "--json"]])
+def test_a_reference_that_exits_is_a_failed_problem_not_the_end_of_the_command(
+        command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """References run in this process: one that called sys.exit (in forward, or a module-level
+    argparse reading drkernel's own arguments) ended the whole command with its exit code and
+    nothing printed for the others."""
+    folder = tmp_path / "suite"
+    folder.mkdir()
+    _reference(folder, "a_exits", "raise SystemExit(3)")
+    argparse = "import argparse\nargparse.ArgumentParser().parse_args()\n"
+    _reference(folder, "b_parses", "return x * 2", top=argparse)
+    _reference(folder, "c_double", "return x * 2")
+    store = ["--store", str(tmp_path / "b.json")] if command[0] == "suite" else []
+    code = main([command[0], *command[1:-1], str(folder), *store, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    if command[0] == "audit":
+        assert code == 0 and [p["status"] for p in out["problems"]] == ["error", "error", "ok"]
+        assert out["problems"][0]["error"] == "SystemExit: the reference exited (code 3)"
+    else:
+        assert code == 1 and [t["problem"] for t in out["timings"]] == ["c_double"]
+        exited = "SystemExit: the reference exited (code 3)"
+        assert out["failed"][0] == {"problem": "a_exits", "error": exited}
+        assert "the reference exited (code 2)" in out["failed"][1]["error"]

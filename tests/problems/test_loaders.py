@@ -145,3 +145,41 @@ def test_a_file_that_is_not_utf8_is_named_and_skipped_in_a_folder(tmp_path: Path
     (tmp_path / "p.jsonl").write_bytes(b"\xff\xfe\n")
     with pytest.raises(ProblemError, match="p.jsonl: not UTF-8 text"):
         load_jsonl(tmp_path / "p.jsonl")
+
+
+def test_a_folder_whose_name_starts_with_builtin_is_that_folder(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "builtin_copy").mkdir()
+    (tmp_path / "builtin_copy" / "mine.py").write_text(REF)
+    (tmp_path / "builtins.jsonl").write_text(json.dumps({"name": "row", "reference_code": REF}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    assert [p.name for p in load_suite("builtin_copy")] == ["mine"]
+    assert [p.name for p in load_suite("builtins.jsonl")] == ["row"]
+    assert len(load_suite("builtin")) == len(load_suite("builtin:cpu")) > 1
+
+
+def test_levels_a_checkout_lacks_are_named_not_dropped(tmp_path: Path) -> None:
+    for level in (1, 2):
+        (tmp_path / f"level{level}").mkdir()
+        (tmp_path / f"level{level}" / "1_Op.py").write_text(REF)
+    with pytest.raises(ProblemError, match=r"no folder for level\(s\) 3"):
+        load_suite(str(tmp_path), levels=(3,))
+    with pytest.raises(ProblemError, match=r"no folder for level\(s\) 3"):
+        load_suite(str(tmp_path), levels=(2, 3))
+    assert [p.name for p in load_suite(str(tmp_path), levels=(2,))] == ["L2/1_Op"]
+    assert [p.name for p in load_suite(str(tmp_path))] == ["L1/1_Op", "L2/1_Op"]
+
+
+def test_a_name_two_rows_share_is_refused_naming_both(tmp_path: Path) -> None:
+    """Results are kept by problem name (a survey's rows, a bench's finished samples): the second
+    problem of a name would overwrite the first's, or be taken as already done."""
+    path = tmp_path / "problems.jsonl"
+    rows = [{"name": "relu", "reference_code": REF}, {"name": "other", "reference_code": REF},
+            {"name": "relu", "reference_code": REF.replace("relu", "relu6")}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ProblemError, match=r"problems.jsonl:3: problem name 'relu' repeats line 1"):
+        load_suite(str(path))
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.Table.from_pylist([_rl_row(1), _rl_row(2), _rl_row(1)]), tmp_path / "rl.parquet")
+    with pytest.raises(ProblemError, match=r"rl.parquet\[row 2\]: problem name 'uuid-1' repeats row 0"):
+        load_suite(str(tmp_path / "rl.parquet"))

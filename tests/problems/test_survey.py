@@ -5,6 +5,7 @@ does not, resume, a budget stop that leaves a valid file, and one-line usage err
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ def surveyed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        code = main(["suite", "survey", f"kernelbench:{kb}", "--levels", "1-3", "--out", str(out),
+        code = main(["suite", "survey", f"kernelbench:{kb}", "--levels", "1-2", "--out", str(out),
                      "--no-compile", "--peak-gbs", "10", "--peak-tflops", "0.1", "--budget-s", "540"])
     assert code == 0
     rows = {r["name"]: r for r in load_survey(out)["rows"]}
@@ -444,3 +445,119 @@ def test_a_survey_whose_rows_are_not_rows_is_one_line(rows: str, tmp_path: Path,
     assert main(["suite", "table", str(survey)]) == 2
     err = capsys.readouterr().err
     assert "s.json: row 1 is not a survey row" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_resume_with_other_options_is_refused_naming_them(tmp_path: Path) -> None:
+    """The file records the nulls, their trials and the timings it holds: rows surveyed under other
+    options would sit under a record that says otherwise (and complete rows are not redone)."""
+    from drkernel.problems.loaders import load_suite
+
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if p.name == "L1/1_Square"]
+    cfg = SurveyConfig(nulls=("zeros",), null_trials=3, backends=("eager",))
+    run_survey(square, cfg, tmp_path / "s.json", make_judge=_StubJudge)
+    before = (tmp_path / "s.json").read_text()
+    other = SurveyConfig(nulls=("zeros", "replay"), null_trials=5, backends=("eager",))
+    with pytest.raises(ConfigError, match=r"s.json was surveyed with nulls \['zeros'\], null_trials 3: "
+                                          r"not with nulls \['zeros', 'replay'\], null_trials 5"):
+        run_survey(square, other, tmp_path / "s.json", resume=True, make_judge=_StubJudge)
+    with pytest.raises(ConfigError, match=r"backends \['eager'\]: not with backends \['eager', 'compile'\]"):
+        run_survey(square, SurveyConfig(nulls=("zeros",), null_trials=3), tmp_path / "s.json", resume=True,
+                   make_judge=_StubJudge)
+    assert (tmp_path / "s.json").read_text() == before
+    assert run_survey(square, cfg, tmp_path / "s.json", resume=True, make_judge=_StubJudge).skipped == 1
+
+
+@pytest.fixture(scope="module")
+def one_row(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A fake tree and the text of a survey of its L1/1_Square (a stub judge)."""
+    from drkernel.problems.loaders import load_suite
+
+    tmp = tmp_path_factory.mktemp("one_row")
+    kb = _tree(tmp / "kb")
+    square = [p for p in load_suite(str(kb)) if p.name == "L1/1_Square"]
+    cfg = SurveyConfig(nulls=("zeros",), backends=("eager",))
+    run_survey(square, cfg, tmp / "s.json", make_judge=_StubJudge)
+    return kb, (tmp / "s.json").read_text()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["rows"][0].update(level="1"), "row 1 (L1/1_Square): level is '1', not an integer or null"),
+    (lambda d: d["rows"][0].update(attempts=None), "row 1 (L1/1_Square): attempts is None, not an integer"),
+    (lambda d: d["rows"][0].update(complete="yes"), "complete is 'yes', not true or false"),
+    (lambda d: d["rows"][0].update(nulls={"zeros": "fails"}), "nulls.zeros is 'fails', not an object"),
+    (lambda d: d["rows"][0].update(findings=[1]), "findings is [1], not a list of text"),
+    (lambda d: d["rows"][0]["timing"].update(eager_ms="fast"), "timing.eager_ms is 'fast', not a number"),
+    (lambda d: d["rows"][0].update(floor=[]), "floor is [], not an object or null"),
+    (lambda d: d["rows"][0]["reference"].update(max_abs="big"), "reference.max_abs is 'big', not a number"),
+    (lambda d: d.update(device="cpu"), "device is 'cpu', not an object or null"),
+    (lambda d: d.update(peaks=[1]), "peaks is [1], not an object"),
+    (lambda d: d["peaks"].update(bandwidth_gbs="many"), "peaks.bandwidth_gbs is 'many', not a number"),
+    (lambda d: d.update(config=3), "config is 3, not an object"),
+    (lambda d: d["rows"].append(dict(d["rows"][0])), "row 2 repeats the name of row 1 (L1/1_Square)"),
+])
+def test_a_hand_edited_survey_is_one_line_naming_what_is_wrong(
+        edit: Any, message: str, one_row: tuple[Path, str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    kb, text = one_row
+    out = tmp_path / "s.json"
+    data = json.loads(text)
+    data["peaks"] = {"bandwidth_gbs": 10.0}
+    edit(data)
+    out.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_survey(out)
+    for argv in (["suite", "table", str(out)],
+                 ["suite", "survey", f"kernelbench:{kb}", "--only", "Square", "--out", str(out), "--resume",
+                  "--nulls", "zeros", "--no-compile"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_table_refuses_to_merge_surveys_of_other_sizes_or_devices(
+        one_row: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Shards of one survey share its size and device; the table's heading names one of each."""
+    data = json.loads(one_row[1])
+    full = tmp_path / "full.json"
+    full.write_text(json.dumps(data))
+    reduced, gpu, blank = tmp_path / "reduced.json", tmp_path / "gpu.json", tmp_path / "blank.json"
+    reduced.write_text(json.dumps({**data, "size": "reduced", "rows": []}))
+    gpu.write_text(json.dumps({**data, "device": {"kind": "cuda", "name": "NVIDIA H200"}, "rows": []}))
+    blank.write_text(json.dumps({**data, "device": None, "rows": []}))  # a shard that surveyed nothing yet
+    for other, words in ((reduced, "at size 'full' and 'reduced'"), (gpu, "on 'cpu' and 'NVIDIA H200'")):
+        assert main(["suite", "table", str(full), str(other)]) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, err
+    assert main(["suite", "table", str(full), str(blank)]) == 0
+    assert "on cpu;" in capsys.readouterr().out
+
+
+def test_the_table_labels_problems_without_a_level_as_such() -> None:
+    """A folder or .jsonl suite has no levels: its summary line said L0, a level no suite has."""
+    from drkernel.problems.survey_table import render_table
+
+    row = {"name": "mine", "level": None, "status": "ok", "complete": True, "findings": [], "nulls": {},
+           "timing": {}, "reference": {}, "floor": None}
+    table = render_table([{"rows": [row], "suite": "folder", "size": "full"}], markdown=True)
+    assert "| no level | 1 | 1 |" in table and "| L0 |" not in table, table
+
+
+def test_a_second_survey_into_the_same_file_is_refused_while_one_runs(tmp_path: Path) -> None:
+    """Two calls on one --out (two shards given the same file) each rewrote the file from their own
+    rows, dropping the other's."""
+    from drkernel.problems.loaders import load_suite
+
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if p.name == "L1/1_Square"]
+    cfg = SurveyConfig(nulls=("zeros",), backends=("eager",))
+    out = tmp_path / "s.json"
+    refused: list[str] = []
+
+    def make_judge() -> _StubJudge:  # called while the first survey runs
+        with pytest.raises(ConfigError, match="another drkernel suite survey is writing") as info:
+            run_survey(square, cfg, out, resume=True, make_judge=_StubJudge)
+        refused.append(str(info.value))
+        return _StubJudge()
+
+    assert run_survey(square, cfg, out, make_judge=make_judge).done == ["L1/1_Square"]
+    assert len(refused) == 1
+    assert run_survey(square, cfg, out, resume=True, make_judge=_StubJudge).skipped == 1  # the lock is gone
