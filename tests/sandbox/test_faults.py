@@ -104,6 +104,28 @@ def test_broken_reference_is_infra_error_not_the_candidates_fault(judge: Judge) 
     assert_next_evaluation_unaffected(judge)
 
 
+@pytest.mark.parametrize("old, new, named", [
+    # a tuple is a list of inputs: judged as before
+    ("return [torch.randn(batch_size, dim)]", "return (torch.randn(batch_size, dim),)", None),
+    # a bare tensor's rows became the inputs: a (1, N) input was judged as one of shape (N,)
+    ("return [torch.randn(batch_size, dim)]", "return torch.randn(batch_size, dim)",
+     "get_inputs() returned a Tensor"),
+    ("def get_init_inputs():\n    return []", "def get_init_inputs():\n    return None",
+     "get_init_inputs() returned None"),
+])
+def test_a_reference_whose_inputs_are_no_list_is_named(judge: Judge, old: str, new: str,
+                                                       named: str | None) -> None:
+    honest = asset("kernels", "relu_scale")
+    assert old in honest.reference
+    result = evaluate(judge, honest, reference=honest.reference.replace(old, new, 1))
+    if named is None:
+        assert result.outcome is EvalOutcome.OK, describe(result)
+        return
+    assert result.outcome is EvalOutcome.INFRA_ERROR, describe(result)
+    assert result.error is not None and result.error.kind == "reference_error"
+    assert named in result.error.message and "not a list of inputs" in result.error.message
+
+
 def test_several_crashes_in_a_row_leave_the_judge_working(judge: Judge) -> None:
     started = time.monotonic()
     for name in ("os_exit", "segfault_ctypes", "sigsegv_self"):

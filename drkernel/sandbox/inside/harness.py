@@ -23,6 +23,7 @@ __all__ = [
     "flat_row",
     "flatten_outputs",
     "fresh_copy",
+    "input_list",
     "make_inputs",
     "on_device_first",
     "to_device",
@@ -181,8 +182,18 @@ def fresh_copy(obj: Any) -> Any:
 def make_inputs(get_inputs: Callable[[], Any], seed: int, device: torch.device) -> list[Any]:
     """Inputs of one call: get_inputs() under `seed`, on `device`; the reference process builds the
     same values from the same seed."""
-    raw = on_device_first(lambda: list(get_inputs()), seed, device)
+    raw = on_device_first(lambda: input_list(get_inputs(), "get_inputs"), seed, device)
     return to_device(raw, device)
+
+
+def input_list(value: Any, name: str) -> list[Any]:
+    """What get_inputs() or get_init_inputs() returned, as the list of a call's arguments. A bare
+    tensor, whose rows would become the arguments (a (1, N) input judged as one of shape (N,)), None,
+    a string or a mapping is a TypeError naming the function (the reference's error, before any work)."""
+    if isinstance(value, (torch.Tensor, str, bytes, dict)) or not hasattr(value, "__iter__"):
+        kind = "None" if value is None else f"a {type(value).__name__}"
+        raise TypeError(f"{name}() returned {kind}, not a list of inputs ([x], not x)")
+    return list(value)
 
 
 def on_device_first(build: Callable[[], Any], seed: int, device: torch.device) -> Any:

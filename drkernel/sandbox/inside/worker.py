@@ -151,7 +151,7 @@ class Sandbox:
                                         f"class {entry}, get_inputs() and get_init_inputs())")
                 self.get_inputs = ns["get_inputs"]
                 torch.manual_seed(msg.init_seed)
-                init_inputs = list(ns["get_init_inputs"]())
+                init_inputs = harness.input_list(ns["get_init_inputs"](), "get_init_inputs")
         except Exception as exc:  # the reference itself is broken
             return error("reference_error", exc)
         if self.role == "reference":
