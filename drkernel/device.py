@@ -46,7 +46,7 @@ def resolve_device(device: str | None) -> str:
     if device is None:
         return "cuda:0" if count > 0 else "cpu"
     if count == 0:
-        raise ConfigError(f"device {device!r} requested but no CUDA GPU is available (use --device cpu)")
+        raise ConfigError(f"device {device!r} requested but no CUDA GPU is available: ask for 'cpu' instead")
     index = int(device.split(":", 1)[1]) if ":" in device else 0
     if index >= count:
         raise ConfigError(f"device {device!r}: only {count} GPU(s) present")

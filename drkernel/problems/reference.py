@@ -57,13 +57,14 @@ class ReferenceModule:
         return move_inputs(self._call("get_inputs"), device)
 
     def _call(self, name: str) -> list[Any]:
-        """get_inputs() or get_init_inputs() as a list; what is no list of inputs (a bare tensor, whose
-        rows would become the inputs, or None) is a ProblemError naming the function."""
-        value = self.namespace[name]()
-        if isinstance(value, (torch.Tensor, str, bytes, dict)) or not hasattr(value, "__iter__"):
-            raise ProblemError(f"{self.problem.name}: {name}() returned {_kind(value)}, not a list of inputs "
-                               "([x], not x)")
-        return list(value)
+        """get_inputs() or get_init_inputs() as a list, by the judge's own rule (`harness.input_list`):
+        what is no list of inputs (a bare tensor, None) is a ProblemError naming the function."""
+        from drkernel.sandbox.inside.harness import NotInputs, input_list
+
+        try:
+            return input_list(self.namespace[name](), name)
+        except NotInputs as exc:
+            raise ProblemError(f"{self.problem.name}: {exc}") from None
 
     def call_numel(self) -> int:
         """Elements in one call's inputs plus outputs, on the meta device; the outputs are left out
@@ -77,10 +78,6 @@ class ReferenceModule:
             except Exception:  # noqa: BLE001 - an op without a meta kernel: fall back to the inputs
                 outputs = []
         return sum(t.numel() for t in flatten_tensors(inputs)) + sum(t.numel() for t in outputs)
-
-
-def _kind(value: Any) -> str:
-    return "None" if value is None else f"a {type(value).__name__}"
 
 
 def load_reference(problem: Problem) -> ReferenceModule:

@@ -18,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 __all__ = [
     "CpuDeviceMode",
     "LaunchRecorder",
+    "NotInputs",
     "TamperWatch",
     "ThreadWatch",
     "flat_row",
@@ -186,13 +187,18 @@ def make_inputs(get_inputs: Callable[[], Any], seed: int, device: torch.device) 
     return to_device(raw, device)
 
 
+class NotInputs(TypeError):
+    """get_inputs() or get_init_inputs() returned something that is no list of a call's arguments."""
+
+
 def input_list(value: Any, name: str) -> list[Any]:
     """What get_inputs() or get_init_inputs() returned, as the list of a call's arguments. A bare
     tensor, whose rows would become the arguments (a (1, N) input judged as one of shape (N,)), None,
-    a string or a mapping is a TypeError naming the function (the reference's error, before any work)."""
+    a string or a mapping is NotInputs, a TypeError naming the function (the reference's error, before
+    any work)."""
     if isinstance(value, (torch.Tensor, str, bytes, dict)) or not hasattr(value, "__iter__"):
         kind = "None" if value is None else f"a {type(value).__name__}"
-        raise TypeError(f"{name}() returned {kind}, not a list of inputs ([x], not x)")
+        raise NotInputs(f"{name}() returned {kind}, not a list of inputs ([x], not x)")
     return list(value)
 
 
