@@ -10,7 +10,8 @@ KernelBench files define their sizes as module-level integer constants (`batch_s
   `bias_shape = (out_channels, 1, 1)` replayed after them. Kernel sizes, strides, heads and other
   small constants are left alone.
 
-Both are smaller than the original, so they cost less than the timed shape. A variant the reference
+Both are smaller than the original, so they cost less than the timed shape, except the batch of a tiny
+batch: 1 and 2 become 3, and 3 becomes 5 (an odd batch other than the one shown). A variant the reference
 cannot run (a size that must stay divisible by something, say) is not counted by the judge.
 """
 
