@@ -185,7 +185,7 @@ def per_problem(trajs: Sequence[Trajectory]) -> dict[str, dict[str, Any]]:
         for x in tr.turns:
             r = x.result
             speedup = _measured(r.speedup)
-            if not r.correct or speedup is None:
+            if not x.correct or speedup is None:  # correct and no hack, as in Fast@p
                 continue
             row["correct_turns"] += 1
             if row["best_speedup"] is None or speedup > row["best_speedup"]:

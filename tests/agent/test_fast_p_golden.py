@@ -94,3 +94,10 @@ def test_run_bench_counts_each_levels_planned_samples(tmp_path):
     assert s["by_level"]["1"]["samples"] == 4 and s["by_level"]["1"]["episodes"] == 2
     assert s["by_level"]["1"]["last_turn_fast_p"]["1.5"] == pytest.approx(2 / 4)  # was 2/2 before
     assert s["by_level"]["2"]["last_turn_fast_p"]["1.5"] == pytest.approx(4 / 4)
+
+
+def test_per_problem_best_speedup_never_takes_a_hacked_kernel():
+    """problems.csv's fastest correct kernel: P1#1's hacked 5x turn (a verdict that kept correct=true
+    beside its hack) is not it, as it is not in any Fast@p."""
+    rows = summarize(GOLDEN, max_turns=3, total=8)["per_problem"]
+    assert rows["P1"]["best_speedup"] == 2.2 and rows["P1"]["correct_turns"] == 3
