@@ -104,7 +104,7 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
     log_path, cfg_path = out / EPISODES, out / "config.json"
     finished = {t.uid: t for t in iter_jsonl(log_path)} if log_path.exists() else {}
     if finished and resume:
-        save_trajectories(log_path, finished.values())  # drop a torn last line, if any
+        _drop_torn_lines(log_path)
     if finished and not resume:
         raise ConfigError(
             f"{out} already holds {len(finished)} finished episodes: pass --resume to continue, "
@@ -132,6 +132,22 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
             raise ConfigError(f"--resume: this run differs from the one in {out} in {', '.join(diff)}")
     write_text_atomically(cfg_path, json.dumps(meta, indent=2) + "\n")  # a kill mid-write leaves the old one
     return finished
+
+
+def _drop_torn_lines(log_path: Path) -> None:
+    """Rewrite the log without its torn lines (writes cut by a kill). A record that is whole JSON stays,
+    read or not: one this version cannot read (another version's finished episode) is rerun, not lost."""
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    whole = []
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            continue
+        whole.append(line + "\n")
+    if len(whole) < len(lines):
+        write_text_atomically(log_path, "".join(whole))
 
 
 def _progress(total: int, done: int, enabled: bool) -> Any:

@@ -230,7 +230,8 @@ def append_jsonl(path: str | Path, traj: Trajectory) -> None:
 
 
 def iter_jsonl(path: str | Path) -> Iterator[Trajectory]:
-    """Read episodes back; a torn last line (an interrupted write) is skipped with a warning."""
+    """Read episodes back; a torn last line (an interrupted write), or a record this version cannot
+    read (another version's), is skipped with a warning."""
     # errors="replace": a write cut inside a multi-byte character leaves bytes that are not UTF-8; the
     # line is then torn JSON, skipped below, instead of a UnicodeDecodeError for the whole log
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -239,7 +240,7 @@ def iter_jsonl(path: str | Path) -> Iterator[Trajectory]:
                 continue
             try:
                 yield Trajectory.from_dict(json.loads(line))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError) as exc:  # ValueError: JSON, or a verdict unknown here
                 log.warning("%s:%d: skipping unreadable record (%s)", path, n, exc)
 
 

@@ -201,3 +201,19 @@ def test_report_of_an_empty_log_points_at_bench_resume(tmp_path, capsys: pytest.
     out, _ = _bench_folder(tmp_path, "")
     assert main(["report", str(out)]) == 0
     assert "1 episode(s) missing or failed; rerun the bench with --resume" in capsys.readouterr().err
+
+
+def test_report_of_a_verdict_this_version_does_not_know_names_the_log(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A record with a verdict unknown here (a newer judge's) was blamed on config.json ("not a bench
+    run's config (ValueError: 'quarantined' is not a valid EvalOutcome)")."""
+    import json
+
+    record = {"problem": "1_p", "sample": 0, "prompt": [], "turns": [
+        {"index": 0, "response": "r", "code": "c", "extraction": "last_fence", "reward": 0.0, "feedback": "f",
+         "result": {"outcome": "quarantined"}}]}
+    out, summary = _bench_folder(tmp_path, json.dumps(record) + "\n")
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"drkernel report: {out / 'episodes.jsonl'}: none of its 1 record(s)"), err
+    assert (out / "summary.json").read_text() == summary
