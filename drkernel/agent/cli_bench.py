@@ -223,7 +223,7 @@ def _summary(meta: dict[str, Any], finished: Any) -> tuple[dict[str, Any], list[
             levels.setdefault(t.problem, t.level)
     per_level = Counter(levels[n] for n in names if n in levels)
     summary = summarize(trajs, meta["turns"], total=len(names) * samples,
-                        level_totals={lv: k * samples for lv, k in per_level.items()})
+                        level_totals={lv: k * samples for lv, k in per_level.items()}, problems=len(names))
     summary["run"] = {k: meta.get(k, _RESUME_DEFAULTS.get(k)) for k in (
         "model", "samples", "turns", "context", "reference_backend", "held_out", "protocol", "reward_preset")}
     return summary, trajs

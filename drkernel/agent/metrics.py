@@ -123,12 +123,14 @@ def summarize(
     ps: Sequence[float] = FAST_P,
     total: int | None = None,
     level_totals: Mapping[int, int] | None = None,
+    problems: int | None = None,
 ) -> dict[str, Any]:
     """Per-turn Fast@p (last and best-so-far) and rates over all samples.
 
     `total` is the number of samples planned (problems x samples); missing or failed episodes
     count as incorrect. Default: the number of trajectories given. `level_totals` is the same per
-    level (Table 1 is reported per level); default: the trajectories of that level.
+    level (Table 1 is reported per level); default: the trajectories of that level. `problems`: the
+    number of problems planned; default: those with a trajectory.
     """
     n = total if total is not None else len(trajs)
     turns = max_turns or max((len(tr.turns) for tr in trajs), default=0)
@@ -160,7 +162,7 @@ def summarize(
         "episodes": len(trajs),
         "episode_errors": sum(tr.error is not None for tr in trajs),
         "missing": max(n - len(trajs), 0),
-        "problems": len({tr.problem for tr in trajs}),
+        "problems": problems if problems is not None else len({tr.problem for tr in trajs}),
         "max_turns": turns,
         "ps": list(ps),
         "per_turn": per_turn,
