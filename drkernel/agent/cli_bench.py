@@ -130,6 +130,9 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
                  if old_eval.get(k, meta["eval_options"][k]) != meta["eval_options"][k]]
         if diff:
             raise ConfigError(f"--resume: this run differs from the one in {out} in {', '.join(diff)}")
+    foreign = _foreign(meta, finished.values()) if resume else None
+    if foreign:  # no config.json to compare with: the episodes themselves say whose they are
+        raise ConfigError(f"--resume: {log_path} holds {foreign}; choose another --out")
     write_text_atomically(cfg_path, json.dumps(meta, indent=2) + "\n")  # a kill mid-write leaves the old one
     return finished
 
@@ -229,6 +232,23 @@ def _summary(meta: dict[str, Any], finished: Any) -> tuple[dict[str, Any], list[
     return summary, trajs
 
 
+def _foreign(meta: dict[str, Any], finished: Any) -> str | None:
+    """Which of the episodes are not of the run `meta` (its config.json) planned: another model's, a
+    sample index past its samples, more turns than its turns; None when all are its own."""
+    model, samples, turns = meta.get("model"), meta["samples"], meta["turns"]
+    tests = (
+        (lambda t: t.model != model, lambda t: f"of model {t.model!r}, where the run's is {model!r}"),
+        (lambda t: not 0 <= t.sample < samples,
+         lambda t: f"of sample {t.sample}, where the run has {samples} per problem"),
+        (lambda t: len(t.turns) > turns, lambda t: f"of {len(t.turns)} turns, where the run has {turns}"),
+    )
+    for bad, say in tests:
+        odd = [t for t in finished if bad(t)]
+        if odd:
+            return f"{len(odd)} episode(s) of another run ({odd[0].uid} {say(odd[0])})"
+    return None
+
+
 def report(out: str | Path) -> dict[str, Any]:
     """Write the reports of the bench run in `out` again from its config.json and episodes.jsonl, without
     running anything (`drkernel report OUT`); returns the summary."""
@@ -243,11 +263,14 @@ def report(out: str | Path) -> dict[str, Any]:
     try:
         meta = json.loads(cfg_path.read_text())
         finished = _read_episodes(out / EPISODES)
+        foreign = _foreign(meta, finished.values())
         summary, _ = _summary(meta, finished.values())
     except OSError as exc:
         raise ConfigError(f"{exc.filename or out}: cannot read it ({exc.strerror or exc})") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{cfg_path}: not a bench run's config ({type(exc).__name__}: {exc})") from None
+    if foreign:  # its Fast@p would mix runs (over 100 % with more samples than planned)
+        raise ConfigError(f"{out / EPISODES}: holds {foreign}; the reports were left as they were")
     write_reports(summary, out, title=_title(meta))
     return summary
 

@@ -217,3 +217,30 @@ def test_report_of_a_verdict_this_version_does_not_know_names_the_log(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"drkernel report: {out / 'episodes.jsonl'}: none of its 1 record(s)"), err
     assert (out / "summary.json").read_text() == summary
+
+
+def _episode(problem: str, sample: int, model: str, turns: int = 1) -> str:
+    import json
+
+    return json.dumps({"problem": problem, "sample": sample, "model": model, "prompt": [], "turns": [
+        {"index": i, "response": "r", "code": "c", "extraction": "last_fence", "reward": 2.0, "feedback": "f",
+         "result": {"outcome": "ok", "correct": True, "compiled": True, "speedup": 1.5}}
+        for i in range(turns)]}) + "\n"
+
+
+@pytest.mark.parametrize("episodes, why", [
+    ([("1_p", 0, "m", 1), ("1_p", 1, "m", 1)], "1_p#1 of sample 1, where the run has 1 per problem"),
+    ([("1_p", 0, "other", 1)], "1_p#0 of model 'other', where the run's is 'm'"),
+    ([("1_p", 0, "m", 2)], "1_p#0 of 2 turns, where the run has 1"),
+])
+def test_report_of_a_log_holding_another_runs_episodes_is_one_line(
+        tmp_path, capsys: pytest.CaptureFixture[str], episodes: list, why: str) -> None:
+    """Episodes that the run's config.json did not plan (logs merged by hand, a resume beside a deleted
+    config.json) were counted in its Fast@p: another model's, more samples per problem than planned
+    (Fast@p over 1 planned sample read 200 %), or more turns."""
+    out, summary = _bench_folder(tmp_path, "".join(_episode(*e) for e in episodes))
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"drkernel report: {out / 'episodes.jsonl'}: holds 1 episode(s) of another run ({why}); "
+                   "the reports were left as they were"], err
+    assert (out / "summary.json").read_text() == summary

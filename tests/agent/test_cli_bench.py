@@ -303,3 +303,19 @@ def test_resume_keeps_the_records_it_cannot_read(suite, tmp_path, caplog):
     after = log.read_text().splitlines()
     assert after[:3] == [lines[0], *kept] and len(after) == 5  # the two rerun after them; the torn line gone
     assert "skipping unreadable record" in caplog.text
+
+
+def test_resume_beside_a_deleted_config_refuses_another_models_episodes(suite, tmp_path):
+    """With config.json gone, a resume under another model ran nothing (every pair was finished) and
+    reported the first model's episodes as its own."""
+    problems = load_suite(str(suite))[:1]
+    policy = ScriptedPolicy(lambda msgs, i: fake_answer(msgs))
+    out = tmp_path / "o"
+    run_bench(problems, policy, FakeExecutor(), LoopConfig(env=EnvConfig(max_turns=1), model="a"), out,
+              samples=2, progress=False)
+    (out / "config.json").unlink()
+    with pytest.raises(ConfigError, match=r"holds 2 episode\(s\) of another run \(1_p#0 of model 'a', where "
+                                          r"the run's is 'b'\)"):
+        run_bench(problems, policy, FakeExecutor(), LoopConfig(env=EnvConfig(max_turns=1), model="b"), out,
+                  samples=2, resume=True, progress=False)
+    assert not (out / "config.json").exists()
