@@ -229,6 +229,8 @@ def _summary(meta: dict[str, Any], finished: Any) -> tuple[dict[str, Any], list[
                         level_totals={lv: k * samples for lv, k in per_level.items()}, problems=len(names))
     summary["run"] = {k: meta.get(k, _RESUME_DEFAULTS.get(k)) for k in (
         "model", "samples", "turns", "context", "reference_backend", "held_out", "protocol", "reward_preset")}
+    if meta.get("paper_differences"):  # where a --protocol paper run differs from the authors' evaluation
+        summary["run"]["paper_differences"] = list(meta["paper_differences"])
     return summary, trajs
 
 
@@ -307,6 +309,10 @@ def print_summary(summary: dict[str, Any], out: str | Path) -> None:
         print(f"{errors} episode(s) missing or failed; rerun the bench with --resume to retry them",
               file=sys.stderr)
     print(f"reports written to {out}")
+    differences = (summary.get("run") or {}).get("paper_differences") or []
+    if differences:
+        print(f"note: --protocol paper: this run differs from the authors' evaluation in {len(differences)} "
+              f"ways, listed under paper_differences in {Path(out) / 'config.json'}", file=sys.stderr)
 
 
 class BenchInterrupted(KeyboardInterrupt):
@@ -385,10 +391,6 @@ def run(args: argparse.Namespace) -> int:
         executor.close()
         close_policy(policy)
     print_summary(summary, args.out)
-    differences = paper_differences(config, problems)
-    if differences:
-        print(f"note: --protocol paper: this run differs from the authors' evaluation in {len(differences)} "
-              f"ways, listed under paper_differences in {Path(args.out) / 'config.json'}", file=sys.stderr)
     # a run with episodes missing (a model or judge that failed them) is not a finished run: a script
     # must be able to tell (the reports are written either way; --resume retries those)
     return 1 if summary["episode_errors"] + summary["missing"] else 0

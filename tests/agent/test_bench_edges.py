@@ -244,3 +244,19 @@ def test_report_of_a_log_holding_another_runs_episodes_is_one_line(
     assert err == [f"drkernel report: {out / 'episodes.jsonl'}: holds 1 episode(s) of another run ({why}); "
                    "the reports were left as they were"], err
     assert (out / "summary.json").read_text() == summary
+
+
+def test_report_of_a_paper_protocol_run_keeps_its_note(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench --protocol paper ends with a note that points at paper_differences; report of the same run
+    printed the tables without it, and summary.json did not carry the list."""
+    import json
+
+    out, _ = _bench_folder(tmp_path, _episode("1_p", 0, "m"))
+    config = json.loads((out / "config.json").read_text())
+    config.update(protocol="paper", paper_differences=["one", "two", "three"])
+    (out / "config.json").write_text(json.dumps(config))
+    assert main(["report", str(out)]) == 0
+    assert (f"note: --protocol paper: this run differs from the authors' evaluation in 3 ways, listed under "
+            f"paper_differences in {out / 'config.json'}") in capsys.readouterr().err
+    run = json.loads((out / "summary.json").read_text())["run"]
+    assert run["paper_differences"] == ["one", "two", "three"]
