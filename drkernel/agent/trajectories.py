@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,8 +130,12 @@ class Trajectory:
         good = [t for t in self.turns if t.correct]
         if not good:
             return None
-        return max(good, key=lambda t: (bool(t.result.held_out_passed), t.result.speedup or 0.0, t.reward,
-                                        -t.index))
+
+        def rank(t: Turn) -> tuple[bool, float, float, int]:  # NaN or infinite: not measured, 0
+            speedup, reward = t.result.speedup or 0.0, t.reward
+            return (bool(t.result.held_out_passed), speedup if math.isfinite(speedup) else 0.0,
+                    reward if math.isfinite(reward) else 0.0, -t.index)
+        return max(good, key=rank)
 
     def to_dict(self) -> dict[str, Any]:
         return {
