@@ -104,7 +104,7 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
     log_path, cfg_path = out / EPISODES, out / "config.json"
     finished = {t.uid: t for t in iter_jsonl(log_path)} if log_path.exists() else {}
     if finished and resume:
-        save_trajectories(log_path, finished.values())  # drop a torn last line, if any
+        _drop_torn_lines(log_path)
     if finished and not resume:
         raise ConfigError(
             f"{out} already holds {len(finished)} finished episodes: pass --resume to continue, "
@@ -130,8 +130,27 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
                  if old_eval.get(k, meta["eval_options"][k]) != meta["eval_options"][k]]
         if diff:
             raise ConfigError(f"--resume: this run differs from the one in {out} in {', '.join(diff)}")
+    foreign = _foreign(meta, finished.values()) if resume else None
+    if foreign:  # no config.json to compare with: the episodes themselves say whose they are
+        raise ConfigError(f"--resume: {log_path} holds {foreign}; choose another --out")
     write_text_atomically(cfg_path, json.dumps(meta, indent=2) + "\n")  # a kill mid-write leaves the old one
     return finished
+
+
+def _drop_torn_lines(log_path: Path) -> None:
+    """Rewrite the log without its torn lines (writes cut by a kill). A record that is whole JSON stays,
+    read or not: one this version cannot read (another version's finished episode) is rerun, not lost."""
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    whole = []
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            continue
+        whole.append(line + "\n")
+    if len(whole) < len(lines):
+        write_text_atomically(log_path, "".join(whole))
 
 
 def _progress(total: int, done: int, enabled: bool) -> Any:
@@ -207,10 +226,29 @@ def _summary(meta: dict[str, Any], finished: Any) -> tuple[dict[str, Any], list[
             levels.setdefault(t.problem, t.level)
     per_level = Counter(levels[n] for n in names if n in levels)
     summary = summarize(trajs, meta["turns"], total=len(names) * samples,
-                        level_totals={lv: k * samples for lv, k in per_level.items()})
+                        level_totals={lv: k * samples for lv, k in per_level.items()}, problems=len(names))
     summary["run"] = {k: meta.get(k, _RESUME_DEFAULTS.get(k)) for k in (
         "model", "samples", "turns", "context", "reference_backend", "held_out", "protocol", "reward_preset")}
+    if meta.get("paper_differences"):  # where a --protocol paper run differs from the authors' evaluation
+        summary["run"]["paper_differences"] = list(meta["paper_differences"])
     return summary, trajs
+
+
+def _foreign(meta: dict[str, Any], finished: Any) -> str | None:
+    """Which of the episodes are not of the run `meta` (its config.json) planned: another model's, a
+    sample index past its samples, more turns than its turns; None when all are its own."""
+    model, samples, turns = meta.get("model"), meta["samples"], meta["turns"]
+    tests = (
+        (lambda t: t.model != model, lambda t: f"of model {t.model!r}, where the run's is {model!r}"),
+        (lambda t: not 0 <= t.sample < samples,
+         lambda t: f"of sample {t.sample}, where the run has {samples} per problem"),
+        (lambda t: len(t.turns) > turns, lambda t: f"of {len(t.turns)} turns, where the run has {turns}"),
+    )
+    for bad, say in tests:
+        odd = [t for t in finished if bad(t)]
+        if odd:
+            return f"{len(odd)} episode(s) of another run ({odd[0].uid} {say(odd[0])})"
+    return None
 
 
 def report(out: str | Path) -> dict[str, Any]:
@@ -227,11 +265,14 @@ def report(out: str | Path) -> dict[str, Any]:
     try:
         meta = json.loads(cfg_path.read_text())
         finished = _read_episodes(out / EPISODES)
+        foreign = _foreign(meta, finished.values())
         summary, _ = _summary(meta, finished.values())
     except OSError as exc:
         raise ConfigError(f"{exc.filename or out}: cannot read it ({exc.strerror or exc})") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{cfg_path}: not a bench run's config ({type(exc).__name__}: {exc})") from None
+    if foreign:  # its Fast@p would mix runs (over 100 % with more samples than planned)
+        raise ConfigError(f"{out / EPISODES}: holds {foreign}; the reports were left as they were")
     write_reports(summary, out, title=_title(meta))
     return summary
 
@@ -268,6 +309,10 @@ def print_summary(summary: dict[str, Any], out: str | Path) -> None:
         print(f"{errors} episode(s) missing or failed; rerun the bench with --resume to retry them",
               file=sys.stderr)
     print(f"reports written to {out}")
+    differences = (summary.get("run") or {}).get("paper_differences") or []
+    if differences:
+        print(f"note: --protocol paper: this run differs from the authors' evaluation in {len(differences)} "
+              f"ways, listed under paper_differences in {Path(out) / 'config.json'}", file=sys.stderr)
 
 
 class BenchInterrupted(KeyboardInterrupt):
@@ -346,10 +391,6 @@ def run(args: argparse.Namespace) -> int:
         executor.close()
         close_policy(policy)
     print_summary(summary, args.out)
-    differences = paper_differences(config, problems)
-    if differences:
-        print(f"note: --protocol paper: this run differs from the authors' evaluation in {len(differences)} "
-              f"ways, listed under paper_differences in {Path(args.out) / 'config.json'}", file=sys.stderr)
     # a run with episodes missing (a model or judge that failed them) is not a finished run: a script
     # must be able to tell (the reports are written either way; --resume retries those)
     return 1 if summary["episode_errors"] + summary["missing"] else 0

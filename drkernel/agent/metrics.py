@@ -31,10 +31,16 @@ def turn_at(traj: Trajectory, t: int) -> Turn | None:
     return traj.turns[min(t, len(traj.turns) - 1)]
 
 
+def _measured(speedup: float | None) -> float | None:
+    """A speedup as a number, None when not measured: a NaN or infinite one (a record read back from
+    JSON) measures nothing, and would count as fast at every p (inf) or hide later turns in max (NaN)."""
+    return float(speedup) if speedup is not None and math.isfinite(speedup) else None
+
+
 def _speedup(turn: Turn | None) -> float:
     if turn is None or not turn.correct:
         return 0.0
-    return float(turn.result.speedup or 0.0)
+    return _measured(turn.result.speedup) or 0.0
 
 
 def best_speedup(traj: Trajectory, t: int) -> float:
@@ -117,12 +123,14 @@ def summarize(
     ps: Sequence[float] = FAST_P,
     total: int | None = None,
     level_totals: Mapping[int, int] | None = None,
+    problems: int | None = None,
 ) -> dict[str, Any]:
     """Per-turn Fast@p (last and best-so-far) and rates over all samples.
 
     `total` is the number of samples planned (problems x samples); missing or failed episodes
     count as incorrect. Default: the number of trajectories given. `level_totals` is the same per
-    level (Table 1 is reported per level); default: the trajectories of that level.
+    level (Table 1 is reported per level); default: the trajectories of that level. `problems`: the
+    number of problems planned; default: those with a trajectory.
     """
     n = total if total is not None else len(trajs)
     turns = max_turns or max((len(tr.turns) for tr in trajs), default=0)
@@ -154,7 +162,7 @@ def summarize(
         "episodes": len(trajs),
         "episode_errors": sum(tr.error is not None for tr in trajs),
         "missing": max(n - len(trajs), 0),
-        "problems": len({tr.problem for tr in trajs}),
+        "problems": problems if problems is not None else len({tr.problem for tr in trajs}),
         "max_turns": turns,
         "ps": list(ps),
         "per_turn": per_turn,
@@ -178,12 +186,13 @@ def per_problem(trajs: Sequence[Trajectory]) -> dict[str, dict[str, Any]]:
                                           "reference_bandwidth_fraction": None})
         for x in tr.turns:
             r = x.result
-            if not r.correct or r.speedup is None:
+            speedup = _measured(r.speedup)
+            if not x.correct or speedup is None:  # correct and no hack, as in Fast@p
                 continue
             row["correct_turns"] += 1
-            if row["best_speedup"] is None or r.speedup > row["best_speedup"]:
+            if row["best_speedup"] is None or speedup > row["best_speedup"]:
                 sol = r.speed_of_light
-                row["best_speedup"] = r.speedup
+                row["best_speedup"] = speedup
                 row["kernel_bandwidth_fraction"] = sol.kernel_bandwidth_fraction if sol else None
                 row["reference_bandwidth_fraction"] = sol.reference_bandwidth_fraction if sol else None
     return dict(sorted(out.items()))

@@ -34,7 +34,10 @@ def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
 
     ps = [f"{p:g}" for p in summary["ps"]]
     refusals = any(row.get("refused") for row in summary["per_turn"])
-    notes = [f"{summary['samples']} samples, {summary['problems']} problems; hacked counts as incorrect"
+    lost = summary.get("missing", 0) + summary.get("episode_errors", 0)
+    notes = [f"{summary['samples']} samples of {summary['problems']} problems"
+             + (f", {lost} of them missing or failed (counted as incorrect)" if lost else "")
+             + "; hacked counts as incorrect"
              + ("; so does refused: an import the judge's rule forbids, not an attack" if refusals else "")]
     last = Table(title=f"{title} of each turn's kernel")
     best = Table(title=f"{title}, best kernel up to each turn")

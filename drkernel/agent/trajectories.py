@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,8 +130,12 @@ class Trajectory:
         good = [t for t in self.turns if t.correct]
         if not good:
             return None
-        return max(good, key=lambda t: (bool(t.result.held_out_passed), t.result.speedup or 0.0, t.reward,
-                                        -t.index))
+
+        def rank(t: Turn) -> tuple[bool, float, float, int]:  # NaN or infinite: not measured, 0
+            speedup, reward = t.result.speedup or 0.0, t.reward
+            return (bool(t.result.held_out_passed), speedup if math.isfinite(speedup) else 0.0,
+                    reward if math.isfinite(reward) else 0.0, -t.index)
+        return max(good, key=rank)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -230,7 +235,8 @@ def append_jsonl(path: str | Path, traj: Trajectory) -> None:
 
 
 def iter_jsonl(path: str | Path) -> Iterator[Trajectory]:
-    """Read episodes back; a torn last line (an interrupted write) is skipped with a warning."""
+    """Read episodes back; a torn last line (an interrupted write), or a record this version cannot
+    read (another version's), is skipped with a warning."""
     # errors="replace": a write cut inside a multi-byte character leaves bytes that are not UTF-8; the
     # line is then torn JSON, skipped below, instead of a UnicodeDecodeError for the whole log
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -239,7 +245,7 @@ def iter_jsonl(path: str | Path) -> Iterator[Trajectory]:
                 continue
             try:
                 yield Trajectory.from_dict(json.loads(line))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError) as exc:  # ValueError: JSON, or a verdict unknown here
                 log.warning("%s:%d: skipping unreadable record (%s)", path, n, exc)
 
 

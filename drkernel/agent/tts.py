@@ -9,6 +9,7 @@ chronological order, and cut to a token budget however many turns have run.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,9 +74,12 @@ class ContextConfig:
 
 
 def _score(turn: Turn, rank_by: str) -> float:
-    if rank_by == "speedup":
-        return (turn.result.speedup or 0.0) if turn.correct else 0.0
-    return turn.reward
+    """The turn's rank; a NaN or infinite one (a record read back from JSON) is 0, as not measured: NaN
+    in the sort keys would leave the order to chance."""
+    score = (turn.result.speedup or 0.0) if turn.correct else 0.0
+    if rank_by != "speedup":
+        score = turn.reward
+    return score if math.isfinite(score) else 0.0
 
 
 def select_turns(turns: list[Turn], config: ContextConfig) -> list[int]:

@@ -13,6 +13,7 @@ are drkernel.types.REWARD_PRESET_NAMES (the requests' vocabulary); what each one
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,9 @@ def turn_reward(
     """
     if not correct:
         return 0.0
-    s = min(max(speedup or 0.0, 0.0), config.speedup_cap)
+    if speedup is None or not math.isfinite(speedup):  # NaN or infinite: nothing was measured
+        speedup = 0.0
+    s = min(max(speedup, 0.0), config.speedup_cap)
     pr = min(max(coverage or 0.0, 0.0), 1.0)
     r = config.correct_weight + config.speedup_weight * s + config.coverage_weight * pr
     return config.scale * r

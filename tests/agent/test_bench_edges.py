@@ -201,3 +201,62 @@ def test_report_of_an_empty_log_points_at_bench_resume(tmp_path, capsys: pytest.
     out, _ = _bench_folder(tmp_path, "")
     assert main(["report", str(out)]) == 0
     assert "1 episode(s) missing or failed; rerun the bench with --resume" in capsys.readouterr().err
+
+
+def test_report_of_a_verdict_this_version_does_not_know_names_the_log(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A record with a verdict unknown here (a newer judge's) was blamed on config.json ("not a bench
+    run's config (ValueError: 'quarantined' is not a valid EvalOutcome)")."""
+    import json
+
+    record = {"problem": "1_p", "sample": 0, "prompt": [], "turns": [
+        {"index": 0, "response": "r", "code": "c", "extraction": "last_fence", "reward": 0.0, "feedback": "f",
+         "result": {"outcome": "quarantined"}}]}
+    out, summary = _bench_folder(tmp_path, json.dumps(record) + "\n")
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"drkernel report: {out / 'episodes.jsonl'}: none of its 1 record(s)"), err
+    assert (out / "summary.json").read_text() == summary
+
+
+def _episode(problem: str, sample: int, model: str, turns: int = 1) -> str:
+    import json
+
+    return json.dumps({"problem": problem, "sample": sample, "model": model, "prompt": [], "turns": [
+        {"index": i, "response": "r", "code": "c", "extraction": "last_fence", "reward": 2.0, "feedback": "f",
+         "result": {"outcome": "ok", "correct": True, "compiled": True, "speedup": 1.5}}
+        for i in range(turns)]}) + "\n"
+
+
+@pytest.mark.parametrize("episodes, why", [
+    ([("1_p", 0, "m", 1), ("1_p", 1, "m", 1)], "1_p#1 of sample 1, where the run has 1 per problem"),
+    ([("1_p", 0, "other", 1)], "1_p#0 of model 'other', where the run's is 'm'"),
+    ([("1_p", 0, "m", 2)], "1_p#0 of 2 turns, where the run has 1"),
+])
+def test_report_of_a_log_holding_another_runs_episodes_is_one_line(
+        tmp_path, capsys: pytest.CaptureFixture[str], episodes: list, why: str) -> None:
+    """Episodes that the run's config.json did not plan (logs merged by hand, a resume beside a deleted
+    config.json) were counted in its Fast@p: another model's, more samples per problem than planned
+    (Fast@p over 1 planned sample read 200 %), or more turns."""
+    out, summary = _bench_folder(tmp_path, "".join(_episode(*e) for e in episodes))
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"drkernel report: {out / 'episodes.jsonl'}: holds 1 episode(s) of another run ({why}); "
+                   "the reports were left as they were"], err
+    assert (out / "summary.json").read_text() == summary
+
+
+def test_report_of_a_paper_protocol_run_keeps_its_note(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench --protocol paper ends with a note that points at paper_differences; report of the same run
+    printed the tables without it, and summary.json did not carry the list."""
+    import json
+
+    out, _ = _bench_folder(tmp_path, _episode("1_p", 0, "m"))
+    config = json.loads((out / "config.json").read_text())
+    config.update(protocol="paper", paper_differences=["one", "two", "three"])
+    (out / "config.json").write_text(json.dumps(config))
+    assert main(["report", str(out)]) == 0
+    assert (f"note: --protocol paper: this run differs from the authors' evaluation in 3 ways, listed under "
+            f"paper_differences in {out / 'config.json'}") in capsys.readouterr().err
+    run = json.loads((out / "summary.json").read_text())["run"]
+    assert run["paper_differences"] == ["one", "two", "three"]

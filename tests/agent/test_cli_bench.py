@@ -279,3 +279,43 @@ def test_policy_refusals_are_counted_apart_from_hacks(tmp_path):
 
     write_reports(s, tmp_path)
     assert "interpreter" in json.loads((tmp_path / "summary.json").read_text())["caveat"]
+
+
+def test_resume_keeps_the_records_it_cannot_read(suite, tmp_path, caplog):
+    """A record this version cannot read (a verdict it does not know, a key missing: another drkernel
+    version) is rerun and stays in the log: the resume rewrote the log from the records it read, and
+    the other version's finished episode was gone (or, for an unknown verdict, it was a traceback)."""
+    problems = load_suite(str(suite))[:1]
+    cfg = LoopConfig(env=EnvConfig(max_turns=1), model="scripted")
+    policy = ScriptedPolicy(lambda msgs, i: fake_answer(msgs))
+    out = tmp_path / "o"
+    run_bench(problems, policy, FakeExecutor(), cfg, out, samples=3, progress=False)
+    log = out / "episodes.jsonl"
+    lines = log.read_text().splitlines()
+    newer = json.loads(lines[1])
+    newer["turns"][0]["result"]["outcome"] = "quarantined"  # a verdict of a newer judge
+    older = json.loads(lines[2])
+    del older["prompt"]
+    kept = [json.dumps(newer), json.dumps(older)]
+    log.write_text("\n".join([lines[0], *kept]) + "\n" + '{"uid": "1_p#4", "pro')  # and a torn last line
+    summary = run_bench(problems, policy, FakeExecutor(), cfg, out, samples=3, resume=True, progress=False)
+    assert summary["episodes"] == 3 and summary["missing"] == 0
+    after = log.read_text().splitlines()
+    assert after[:3] == [lines[0], *kept] and len(after) == 5  # the two rerun after them; the torn line gone
+    assert "skipping unreadable record" in caplog.text
+
+
+def test_resume_beside_a_deleted_config_refuses_another_models_episodes(suite, tmp_path):
+    """With config.json gone, a resume under another model ran nothing (every pair was finished) and
+    reported the first model's episodes as its own."""
+    problems = load_suite(str(suite))[:1]
+    policy = ScriptedPolicy(lambda msgs, i: fake_answer(msgs))
+    out = tmp_path / "o"
+    run_bench(problems, policy, FakeExecutor(), LoopConfig(env=EnvConfig(max_turns=1), model="a"), out,
+              samples=2, progress=False)
+    (out / "config.json").unlink()
+    with pytest.raises(ConfigError, match=r"holds 2 episode\(s\) of another run \(1_p#0 of model 'a', where "
+                                          r"the run's is 'b'\)"):
+        run_bench(problems, policy, FakeExecutor(), LoopConfig(env=EnvConfig(max_turns=1), model="b"), out,
+                  samples=2, resume=True, progress=False)
+    assert not (out / "config.json").exists()

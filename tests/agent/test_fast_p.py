@@ -78,3 +78,15 @@ def test_problems_with_a_weak_reference_are_listed():
 def test_empty():
     s = summarize([], max_turns=3, total=0)
     assert s["per_turn"] == [] and s["last_turn"] is None
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_speedup_that_is_no_number_counts_as_not_measured(bad):
+    """A correct turn whose speedup is NaN or infinite (a judge's record read back from JSON) is not
+    fast: it neither counts at any p nor hides the measured speedup of a later turn."""
+    e = traj("N", [t(0, "ok", bad), t(1, "ok", 2.0)])
+    assert [fast_p([e], 2.0, k, best=True) for k in range(2)] == [0.0, 1.0]  # NaN hid the 2.0x: 0
+    assert fast_p([e], 1.0, 0) == 0.0  # inf counted as fast at every p
+    s = summarize([e], max_turns=2)
+    assert s["per_problem"]["N"]["best_speedup"] == 2.0
+    assert s["per_turn"][0]["geomean_speedup_correct"] is None

@@ -94,3 +94,31 @@ def test_run_bench_counts_each_levels_planned_samples(tmp_path):
     assert s["by_level"]["1"]["samples"] == 4 and s["by_level"]["1"]["episodes"] == 2
     assert s["by_level"]["1"]["last_turn_fast_p"]["1.5"] == pytest.approx(2 / 4)  # was 2/2 before
     assert s["by_level"]["2"]["last_turn_fast_p"]["1.5"] == pytest.approx(4 / 4)
+
+
+def test_per_problem_best_speedup_never_takes_a_hacked_kernel():
+    """problems.csv's fastest correct kernel: P1#1's hacked 5x turn (a verdict that kept correct=true
+    beside its hack) is not it, as it is not in any Fast@p."""
+    rows = summarize(GOLDEN, max_turns=3, total=8)["per_problem"]
+    assert rows["P1"]["best_speedup"] == 2.2 and rows["P1"]["correct_turns"] == 3
+
+
+def test_a_run_whose_episodes_all_failed_says_so_under_its_tables(tmp_path):
+    """Every episode failed (the model server down): the note under the all-zero tables said '4 samples, 0
+    problems', as if zeros had been measured on no problem; it names the planned problems and the
+    missing samples, counted as incorrect."""
+    from rich.console import Console
+
+    from drkernel.agent.report import render_table
+
+    probs = [Problem(name=f"P{k}", reference_code=RELU_REF + f"# P{k}\n", level=1) for k in range(2)]
+
+    def down(msgs, _):
+        raise PolicyError("server down")
+    cfg = LoopConfig(env=EnvConfig(max_turns=1), model="m", policy_retries=0)
+    s = run_bench(probs, ScriptedPolicy(down), FakeExecutor(), cfg, tmp_path / "o", samples=2, progress=False)
+    assert s["problems"] == 2 and s["missing"] == 4
+    console = Console(record=True, width=80)
+    console.print(render_table(s))
+    flat = " ".join(console.export_text().split())
+    assert "4 samples of 2 problems, 4 of them missing or failed (counted as incorrect)" in flat, flat

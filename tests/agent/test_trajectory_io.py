@@ -91,3 +91,13 @@ def test_a_torn_last_line_cut_inside_a_character_is_skipped_too(tmp_path, caplog
 def test_unknown_format(tmp_path):
     with pytest.raises(ConfigError):
         save_trajectories(tmp_path / "t.csv", [make()])
+
+
+def test_best_turn_passes_over_a_speedup_that_is_no_number():
+    """A correct turn whose speedup is NaN (read back from JSON) won best_turn against a later 1.4x one,
+    and optimize kept it as best_kernel.py: a NaN compared as neither less nor more."""
+    import dataclasses
+
+    traj = make()
+    traj.turns[1].result = dataclasses.replace(traj.turns[1].result, speedup=float("nan"))
+    assert traj.best_turn() is traj.turns[2]

@@ -107,3 +107,11 @@ def test_config_validation():
     with pytest.raises(ConfigError):
         ContextConfig(token_budget=10)
     assert ContextConfig.paper_stts().w == 4
+
+
+def test_a_speedup_that_is_no_number_ranks_as_not_measured():
+    """A correct turn whose speedup is NaN (read back from JSON) ranked as anything: a NaN in the sort
+    keys left top_w's order to chance, and it kept the NaN turn over the 1.5x one."""
+    ts = [turn(i, 1.0, speedup=s) for i, s in enumerate([2.0, float("nan"), 1.5, 1.8, 1.1])]
+    assert select_turns(ts, ContextConfig(mode="top_w", w=3, rank_by="speedup")) == [0, 2, 3]
+    assert select_turns(ts, ContextConfig(mode="best_window", w=2, rank_by="speedup")) == [2, 3]

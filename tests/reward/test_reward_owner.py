@@ -189,3 +189,11 @@ def test_every_command_offers_the_one_list_of_presets():
     assert choices("eval", "--reward") == REWARD_PRESET_NAMES
     assert choices("bench", "--reward-preset") == REWARD_PRESET_NAMES
     assert choices("optimize", "--reward-preset") == REWARD_PRESET_NAMES
+
+
+@pytest.mark.parametrize("speedup", [math.nan, math.inf, -math.inf])
+def test_a_speedup_that_is_no_number_earns_what_an_unmeasured_one_does(speedup):
+    """A correct verdict whose speedup is NaN (a record read back from JSON) earned a NaN reward, which a
+    trainer's batch, the bench's mean reward and STTS's ranking all took in; infinity earned the cap."""
+    opts = EvalOptions()
+    assert result_reward(ok(speedup, 1.0), reward_config(opts)) == by_hand(opts, None, 1.0) == 2.0
