@@ -43,11 +43,13 @@ EPISODES = "episodes.jsonl"
 ERRORS = "errors.jsonl"
 # run settings that must match for a resumed run to be one benchmark
 _RESUME_KEYS = ("model", "samples", "turns", "context", "reference_backend", "held_out", "problems",
-                "protocol", "reward_preset", "prompt_template", "sampling")
+                "protocol", "reward_preset", "prompt_template", "sampling", "feedback_chars")
 # the judge's options that decide a verdict (correct or not, the speedup's timing) must match too
-_RESUME_EVAL_KEYS = ("atol", "rtol", "check_relative_error", "paper_timing")
+_RESUME_EVAL_KEYS = ("atol", "rtol", "check_relative_error", "paper_timing", "num_correct_trials",
+                     "num_perf_trials", "timeout_s", "sealed_span", "speedup_cap", "coverage_weight")
 # what a config.json written before a key existed meant
-_RESUME_DEFAULTS = {"held_out": False, "protocol": "ours", "reward_preset": "paper", "prompt_template": None}
+_RESUME_DEFAULTS = {"held_out": False, "protocol": "ours", "reward_preset": "paper", "prompt_template": None,
+                    "feedback_chars": 3000}
 
 
 def register(subparsers: Any) -> None:
@@ -92,6 +94,7 @@ def _run_meta(problems: list[Problem], config: LoopConfig, samples: int) -> dict
         },
         "eval_options": config.env.eval_options.to_dict(),
         "prompt_template": config.env.prompts.template_file,
+        "feedback_chars": config.env.feedback.max_chars,  # what the model saw of each verdict
     }
     if config.env.feedback.style == "paper":  # where this run still differs from the authors' evaluation
         meta["paper_differences"] = paper_differences(config, problems)

@@ -65,6 +65,10 @@ def test_bench_resume_reruns_only_unfinished_episodes(chat_server, suite, tmp_pa
     (["--temperature", "0.3"], "sampling"),
     (["--max-tokens", "100"], "sampling"),
     (["--paper-tolerance"], "eval_options.atol"),
+    # these were not compared: a resume mixed timings, timeouts or feedback of two settings in one run
+    (["--perf-trials", "7"], "eval_options.num_perf_trials"),
+    (["--eval-timeout", "30"], "eval_options.timeout_s"),
+    (["--feedback-chars", "500"], "feedback_chars"),
 ])
 def test_a_resume_that_samples_or_judges_otherwise_is_refused(chat_server, suite, tmp_path, capsys, change,
                                                               key):
