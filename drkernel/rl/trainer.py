@@ -39,7 +39,9 @@ from drkernel.rl.checkpoint import (
     TrainState,
     latest_checkpoint,
     load_checkpoint,
+    rng_state,
     save_checkpoint,
+    set_rng_state,
 )
 from drkernel.rl.config import RunConfig, save_config, to_dict
 from drkernel.rl.config_layout import judge_dict
@@ -113,6 +115,7 @@ class Trainer:
         self.state = load_checkpoint(ckpt, self.optimizer) if ckpt is not None else TrainState()
         if ckpt is not None:
             log.info("resumed from %s (step %d)", ckpt, self.state.step)
+        self._saved_step = self.state.step  # the step the newest checkpoint holds (0: none needed)
         if cfg.rollout.cache_evaluations:
             executor = cached_executor(executor, cfg.judge, self.run_dir / "eval_cache.jsonl")
         self.executor = executor
@@ -157,12 +160,14 @@ class Trainer:
         while self.state.step < tc.steps:
             step = self.state.step + 1
             t0 = time.perf_counter()
+            # where a step that does not finish is taken back to: its prompts and sampling are redone
+            start = (self.state.cursor, rng_state())
             try:
                 metrics = self.train_step(step)
             except (PolicyError, ExecutorError):  # the model or judge is gone: keep what was trained, stop
-                if self.state.step % tc.save_every and self.state.step > first:
-                    save_checkpoint(self.ckpt_dir, self.state, self.model, self.tokenizer, self.optimizer,
-                                    keep=tc.keep_checkpoints)
+                self.state.cursor = start[0]
+                set_rng_state(start[1])
+                self._save_unsaved()
                 raise
             if tc.validate_every and step % tc.validate_every == 0 and self.validation:
                 self.progress.line(f"step {step}/{tc.steps}: validating on {len(self.validation)} problems")
@@ -174,10 +179,19 @@ class Trainer:
             self.runlog.write(step, metrics)
             self.state.step = step
             if step % tc.save_every == 0 or step == tc.steps:
-                save_checkpoint(self.ckpt_dir, self.state, self.model, self.tokenizer, self.optimizer,
-                                keep=tc.keep_checkpoints)
+                self._save()
             log.info("step %d: reward %.3f, loss %.4g", step, metrics["reward/mean"], metrics["actor/loss"])
             yield {"step": step, **metrics}
+
+    def _save(self) -> None:
+        save_checkpoint(self.ckpt_dir, self.state, self.model, self.tokenizer, self.optimizer,
+                        keep=self.config.trainer.keep_checkpoints)
+        self._saved_step = self.state.step
+
+    def _save_unsaved(self) -> None:
+        """Checkpoint the steps completed since the last checkpoint (whatever trainer.save_every says)."""
+        if self.state.step > self._saved_step:
+            self._save()
 
     def _next_prompts(self, count: int) -> list[Problem]:
         """The next `count` prompts of a per-epoch shuffle; the cursor makes it resumable."""

@@ -277,3 +277,40 @@ def test_judge_cache_counts_are_the_steps_own(tmp_path):
     assert judged > first["judge/cache_misses"] > 0  # the script repeats kernels within a step
     assert second["judge/cache_misses"] == 0  # the same script: every kernel was judged in step 1
     assert second["judge/cache_hits"] == judged
+
+
+def test_a_run_stopped_by_a_dead_judge_reruns_the_failed_steps_prompts(tmp_path):
+    """The emergency checkpoint held the data cursor and RNG of after the failed step (its prompts
+    drawn, its sampling done): the rerun skipped those prompts."""
+    import random
+
+    from drkernel.errors import ExecutorError
+
+    class Dies(FakeExecutor):
+        dead = False
+
+        def evaluate(self, requests):
+            if self.dead:
+                raise ExecutorError("POST /v1/evaluate: ConnectError: [Errno 111] Connection refused")
+            return super().evaluate(requests)
+
+    judge = Dies()
+    with _trainer(tmp_path, ["trainer.steps=3", "trainer.save_every=2"]) as tr:
+        tr.executor = judge
+        steps = tr.fit_iter()
+        assert next(steps)["step"] == 1
+        cursor = tr.state.cursor
+        wanted = tr._next_prompts(3)  # the prompts step 2 draws
+        tr.state.cursor = cursor
+        torch_rng, py_rng = torch.get_rng_state(), random.getstate()
+        judge.dead = True
+        with pytest.raises(ExecutorError):
+            next(steps)
+    state = json.loads((tmp_path / "checkpoints" / "step_000001" / "state.json").read_text())
+    assert state["step"] == 1 and state["cursor"] == cursor == 3
+    torch.manual_seed(123)
+    random.seed(123)
+    with _trainer(tmp_path, ["trainer.steps=3"]) as again:
+        assert again.state.step == 1 and again.state.cursor == cursor
+        assert torch.equal(torch.get_rng_state(), torch_rng) and random.getstate() == py_rng
+        assert [p.name for p in again._next_prompts(3)] == [p.name for p in wanted]
