@@ -81,8 +81,9 @@ def test_step_masks_filter_advantages_and_update(tmp_path):
         trained = t.loss_mask.view(9, 2, -1).any(-1)
         assert trained[row["A", 0]].all() and not trained[row["A", 2]].any()
         assert not trained[[row["B", s] for s in range(3)]].any()
-        metrics = tr._update(t)
+        metrics = tr._gradients(t)
         assert metrics["actor/skipped"] == 0 and metrics["actor/grad_norm"] > 0
+        tr._apply(metrics)
         assert any(not torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
 
 
@@ -95,6 +96,7 @@ def test_fit_writes_metrics_and_checkpoint(tmp_path):
     assert m["batch/hack_rate"] == 0.0
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     assert record["step"] == 1 and record["actor/skipped"] == 0
+    assert record["time/step_s"] >= record["time/update_s"] > 0
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_000001"
     assert json.loads((tmp_path / "config.json").read_text())["rollout"]["n"] == 3
     assert len((tmp_path / "rollouts" / "step_000001.jsonl").read_text().splitlines()) == 9
@@ -314,3 +316,101 @@ def test_a_run_stopped_by_a_dead_judge_reruns_the_failed_steps_prompts(tmp_path)
         assert again.state.step == 1 and again.state.cursor == cursor
         assert torch.equal(torch.get_rng_state(), torch_rng) and random.getstate() == py_rng
         assert [p.name for p in again._next_prompts(3)] == [p.name for p in wanted]
+
+
+class _Interruptible(ScriptedSampler):
+    interrupt = False
+
+    def sample(self, conversations, sampling):
+        if self.interrupt:
+            raise KeyboardInterrupt
+        return super().sample(conversations, sampling)
+
+
+def _saved(tmp_path):
+    latest = (tmp_path / "checkpoints" / "latest").read_text().strip()
+    return latest, json.loads((tmp_path / "checkpoints" / latest / "state.json").read_text())
+
+
+def _logged(tmp_path):
+    return [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_ctrl_c_mid_step_keeps_the_steps_done_and_redoes_the_stopped_one(tmp_path):
+    # with save_every 10 every step since the last checkpoint was lost to Ctrl-C
+    with _trainer(tmp_path, ["trainer.steps=5", "trainer.save_every=10"]) as tr:
+        tr.sampler = sampler = _Interruptible(3)
+        steps = tr.fit_iter()
+        assert [next(steps)["step"], next(steps)["step"]] == [1, 2]
+        rng = torch.get_rng_state()
+        sampler.interrupt = True  # within step 3's rollouts
+        with pytest.raises(KeyboardInterrupt):
+            next(steps)
+    assert _saved(tmp_path) == ("step_000002", {"step": 2, "cursor": 6, "extra": {}})
+    assert _logged(tmp_path) == [1, 2]
+    with _trainer(tmp_path, ["trainer.steps=5", "trainer.save_every=10"]) as again:
+        assert (again.state.step, again.state.cursor) == (2, 6)
+        assert torch.equal(torch.get_rng_state(), rng)
+        assert [m["step"] for m in again.fit()] == [3, 4, 5]
+    assert _logged(tmp_path) == [1, 2, 3, 4, 5]
+
+
+def test_ctrl_c_in_validation_keeps_the_steps_update(tmp_path):
+    with _trainer(tmp_path, ["trainer.steps=4", "trainer.save_every=10", "trainer.validate_every=2"]) as tr:
+        tr.validation = [_problem("A")]
+
+        def validate(step):
+            raise KeyboardInterrupt
+
+        tr.validate = validate
+        with pytest.raises(KeyboardInterrupt):
+            tr.fit()
+        weights = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    assert _saved(tmp_path) == ("step_000002", {"step": 2, "cursor": 6, "extra": {}})
+    assert _logged(tmp_path) == [1, 2]  # step 2's line without val/*
+    with _trainer(tmp_path, ["trainer.steps=4", "trainer.save_every=10"]) as again:
+        assert again.state.step == 2
+        assert all(torch.equal(weights[k], v) for k, v in again.model.state_dict().items())
+
+
+def test_a_step_due_a_checkpoint_is_saved_before_validation(tmp_path):
+    with _trainer(tmp_path, ["trainer.steps=4", "trainer.save_every=2", "trainer.validate_every=2"]) as tr:
+        tr.validation = [_problem("A")]
+
+        def validate(step):
+            raise RuntimeError("validation crashed")
+
+        tr.validate = validate
+        with pytest.raises(RuntimeError):
+            tr.fit()
+    assert _saved(tmp_path)[0] == "step_000002"
+
+
+def test_ctrl_c_between_steps_keeps_the_last_one(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with _trainer(tmp_path, ["trainer.steps=5", "trainer.save_every=10"]) as tr:
+            for m in tr.fit_iter():
+                if m["step"] == 2:
+                    raise KeyboardInterrupt  # the caller's own work on the step's metrics
+    assert _saved(tmp_path) == ("step_000002", {"step": 2, "cursor": 6, "extra": {}})
+
+
+def test_ctrl_c_during_the_optimizer_step_counts_the_step(tmp_path):
+    import signal
+
+    with _trainer(tmp_path, ["trainer.steps=3", "trainer.save_every=10"]) as tr:
+        step = tr.optimizer.step
+
+        def step_then_ctrl_c(*args, **kwargs):
+            out = step(*args, **kwargs)
+            signal.raise_signal(signal.SIGINT)  # as the weights have just moved
+            return out
+
+        tr.optimizer.step = step_then_ctrl_c
+        with pytest.raises(KeyboardInterrupt):
+            tr.fit()
+        weights = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    assert _saved(tmp_path) == ("step_000001", {"step": 1, "cursor": 3, "extra": {}})
+    assert _logged(tmp_path) == [1]
+    with _trainer(tmp_path, ["trainer.steps=3"]) as again:
+        assert all(torch.equal(weights[k], v) for k, v in again.model.state_dict().items())
