@@ -305,6 +305,8 @@ class RunConfig:
         for name in EVAL_REWARD_FIELDS:  # the reward has one place: `reward`
             if getattr(self.eval, name) != getattr(_PLAIN_OPTIONS, name):
                 raise ConfigError(f"eval.{name}: {RETIRED_KEYS[f'eval.{name}']}")
+        if self.eval.entry_point != _PLAIN_OPTIONS.entry_point:
+            raise ConfigError(f"eval.entry_point: {_ENTRY_POINT}")
         _check_options(self.eval)
 
     def eval_options(self) -> EvalOptions:
@@ -316,6 +318,9 @@ class RunConfig:
 
 
 _PLAIN_OPTIONS = EvalOptions()
+# the prompt, the code extraction and the reference all name the problem's class, so its requests carry it
+_ENTRY_POINT = ("each problem names its own (the class its reference defines: Problem.entry_point, a data "
+                "row's extra_info.entry_point), and its requests carry that one: the run does not set it")
 
 
 def _check_options(options: EvalOptions) -> None:
@@ -335,11 +340,11 @@ def _check_options(options: EvalOptions) -> None:
 def to_dict(cfg: Any) -> dict[str, Any]:
     """A JSON-ready dict (tuples become lists). A RunConfig's `judge` says its `executor` first, its
     secrets (config_layout.SECRET_KEYS) are null, and its `eval` leaves out the reward's fields (they
-    are `reward`)."""
+    are `reward`) and the entry point (each problem's own)."""
     out: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(cfg)))
     if isinstance(cfg, RunConfig):
         out["judge"] = judge_dict(cfg.judge)
-        for name in EVAL_REWARD_FIELDS:
+        for name in (*EVAL_REWARD_FIELDS, "entry_point"):
             del out["eval"][name]
     return out
 
@@ -527,7 +532,7 @@ def config_keys(cls: type[Any] = RunConfig, prefix: str = "") -> list[str]:
             keys.extend(config_keys(inner[0], key + "."))  # type: ignore[arg-type]
         else:
             keys.append(key)
-    return [k for k in keys if retired(k) is None]
+    return [k for k in keys if retired(k) is None and k != "eval.entry_point"]
 
 
 def _executor_choices(tp: Any) -> dict[str, type[Any]]:
