@@ -40,6 +40,7 @@ from drkernel.rl.config_layout import (
 from drkernel.rl.filters import DynamicSamplingConfig
 from drkernel.rl.losses import LossConfig
 from drkernel.rl.rejection import MismatchConfig, ProfilingRejectionConfig
+from drkernel.settings import JudgeSettings
 from drkernel.types import EvalOptions, EvalRequest
 
 __all__ = [
@@ -435,7 +436,25 @@ def from_dict(cls: type[Any], data: dict[str, Any], prefix: str = "", where: str
     if unknown:
         raise ConfigError(f"{prefix or cls.__name__}: unknown key(s) {', '.join(sorted(unknown))}{where}")
     kwargs = {k: _convert(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
-    return cls(**kwargs)
+    return _built(cls, prefix, lambda: cls(**kwargs))
+
+
+# components whose own checks name the section they have elsewhere (`drkernel serve`'s executor, the
+# judges' settings) -> that name; in a run config they sit where the user typed them (judge, judge.judge)
+_OWN_SECTION: dict[type[Any], str] = {**{cls: "executor" for cls in EXECUTORS.values()},
+                                      JudgeSettings: "judge"}
+
+
+def _built(cls: type[Any], key: str, build: typing.Callable[[], Any]) -> Any:
+    """`build()`, a config of `cls` at `key`; its own check's message names `key` (`judge.devices`, not
+    `executor.devices`)."""
+    try:
+        return build()
+    except ConfigError as exc:
+        own, text = _OWN_SECTION.get(cls), str(exc)
+        if own and key and text.startswith(f"{own}."):
+            raise ConfigError(key + text.removeprefix(own)) from None
+        raise
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
@@ -573,7 +592,8 @@ def _set(obj: Any, path: list[str], raw: str, full: str) -> Any:
         if parsed is not None and _is_text(tp):  # a name, path or URL: as given, commas and all
             parsed = raw
         value = _convert(_coerce_text(parsed, tp), tp, full)
-        return dataclasses.replace(obj, **{name: value})
+        section = full.removesuffix(f".{name}")
+        return _built(type(obj), section, lambda: dataclasses.replace(obj, **{name: value}))
     executors = _executor_choices(tp)
     if executors:
         return dataclasses.replace(obj, **{name: _set_executor(getattr(obj, name), executors, path[1:], raw,
