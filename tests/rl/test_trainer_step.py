@@ -1,6 +1,7 @@
 """One trainer step on scripted rollouts and the fake judge: masks, filter, advantages, update."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -414,3 +415,33 @@ def test_ctrl_c_during_the_optimizer_step_counts_the_step(tmp_path):
     assert _logged(tmp_path) == [1]
     with _trainer(tmp_path, ["trainer.steps=3"]) as again:
         assert all(torch.equal(weights[k], v) for k, v in again.model.state_dict().items())
+
+
+class _Overlong(ScriptedSampler):
+    """Every prompt of the problems in `overlong` is too long: an empty turn, nothing generated."""
+
+    def __init__(self, n, overlong):
+        super().__init__(n)
+        self.overlong = overlong
+
+    def sample(self, conversations, sampling):
+        out = super().sample(conversations, sampling)
+        for i, conv in enumerate(conversations):
+            if conv[0]["content"].split("PROBLEM_")[1][0] in self.overlong:
+                out[i] = Completion(text="", finish_reason="prompt_overlong", token_ids=[], logprobs=[],
+                                    extra={"prompt_ids": [3, 4, 5, 6]})
+        return out
+
+
+def test_a_step_with_nothing_generated_or_judged_logs_those_metrics_as_not_measured(tmp_path):
+    # batch/hack_rate and response_length/mean were 0: no kernel hacked, responses of no tokens
+    with _trainer(tmp_path, ["trainer.steps=2"]) as tr:
+        steps = tr.fit_iter()
+        tr.sampler = _Overlong(3, "ABC")
+        m = next(steps)
+        assert math.isnan(m["batch/hack_rate"]) and math.isnan(m["response_length/mean"])
+        tr.sampler = _Overlong(3, "A")  # the empty turns are no responses of length 0
+        m = next(steps)
+        assert m["response_length/mean"] == 3 and m["batch/hack_rate"] == 0
+    record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert record["batch/hack_rate"] is None and record["response_length/mean"] is None
