@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from drkernel.wording import counted
+
 __all__ = ["INTERPRETER_CAVEAT", "level_table", "plot_fast_p", "render_table", "write_csv", "write_json",
            "write_reports"]
 
@@ -34,7 +36,8 @@ def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
 
     ps = [f"{p:g}" for p in summary["ps"]]
     refusals = any(row.get("refused") for row in summary["per_turn"])
-    notes = [f"{summary['samples']} samples, {summary['problems']} problems; hacked counts as incorrect"
+    notes = [f"{counted(summary['samples'], 'sample')}, {counted(summary['problems'], 'problem')}; "
+             "hacked counts as incorrect"
              + ("; so does refused: an import the judge's rule forbids, not an attack" if refusals else "")]
     last = Table(title=f"{title} of each turn's kernel")
     best = Table(title=f"{title}, best kernel up to each turn")

@@ -57,6 +57,7 @@ from drkernel.rl.runlog import RunLog
 from drkernel.rl.step import StepTensors, batch_metrics, prepare_step
 from drkernel.rl.update import backward_rows
 from drkernel.types import Problem
+from drkernel.wording import counted
 
 __all__ = ["Trainer", "cached_executor"]
 
@@ -207,7 +208,8 @@ class Trainer:
             if step % tc.save_every == 0 or step == tc.steps:
                 self._save()  # before validation: a stop there keeps the step
             if tc.validate_every and step % tc.validate_every == 0 and self.validation:
-                self.progress.line(f"step {step}/{tc.steps}: validating on {len(self.validation)} problems")
+                on = counted(len(self.validation), "problem")
+                self.progress.line(f"step {step}/{tc.steps}: validating on {on}")
                 metrics.update(self.validate(step))
             metrics["time/step_s"] = time.perf_counter() - t0
             with _interrupts_deferred():
@@ -254,7 +256,8 @@ class Trainer:
         for r in range(cfg.rl.max_sampling_rounds):
             self.progress.line(f"step {step}/{cfg.trainer.steps}: "
                                f"rollouts{f' (round {r + 1})' if r else ''}, "
-                               f"{want} prompts x {ro.n} samples, up to {ro.max_turns} turns")
+                               f"{counted(want, 'prompt')} x {counted(ro.n, 'sample')}, "
+                               f"up to {counted(ro.max_turns, 'turn')}")
             batch = collect_rollouts(
                 self._next_prompts(want), self.sampler, self.executor, n=ro.n,
                 env_config=self.env_config, sampling=sampling, concurrency=ro.concurrency,
@@ -303,13 +306,13 @@ class Trainer:
         _check_judged(batch, step)
         t1 = time.perf_counter()
         groups_ok = self._pick_groups(batch)
-        self.progress.line(f"step {step}/{cfg.trainer.steps}: scoring {len(batch.samples)} turns "
+        self.progress.line(f"step {step}/{cfg.trainer.steps}: scoring {counted(len(batch.samples), 'turn')} "
                            f"(log-probs, masks, advantages)")
         tensors = prepare_step(batch, groups_ok, self.model, self.tokenizer, cfg, step)
         t2 = time.perf_counter()
         self.progress.line(f"step {step}/{cfg.trainer.steps}: "
-                           f"update on {int(tensors.loss_mask.any(-1).sum())} "
-                           f"rows, {int(tensors.loss_mask.sum())} tokens")
+                           f"update on {counted(int(tensors.loss_mask.any(-1).sum()), 'row')}, "
+                           f"{counted(int(tensors.loss_mask.sum()), 'token')}")
         metrics = batch_metrics(batch, tensors, cfg)
         metrics.update({
             "data/cursor": self.state.cursor,

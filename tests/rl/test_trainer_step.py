@@ -445,3 +445,24 @@ def test_a_step_with_nothing_generated_or_judged_logs_those_metrics_as_not_measu
         assert m["response_length/mean"] == 3 and m["batch/hack_rate"] == 0
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     assert record["batch/hack_rate"] is None and record["response_length/mean"] is None
+
+
+def test_progress_of_one_says_one_in_the_singular(tmp_path):
+    # "validating on 1 problems", "1 prompts x 1 samples, up to 1 turns", "generating 1 responses"
+    import io
+    import re
+
+    from drkernel.rl.progress import Progress
+
+    stream = io.StringIO()
+    with _trainer(tmp_path, ["rollout.n=1", "trainer.prompts_per_step=1", "rollout.max_turns=1",
+                             "trainer.validate_every=1", "rl.dynamic_sampling.enabled=false"]) as tr:
+        tr.sampler, tr.validation = ScriptedSampler(1), [_problem("A")]
+        tr.validate = lambda step: {}
+        tr.progress = Progress(stream, tty=False, interval_s=0.0)
+        tr.fit()
+    text = stream.getvalue()
+    assert "step 1/1: rollouts, 1 prompt x 1 sample, up to 1 turn" in text
+    assert "turn 1/1: generating 1 response" in text and "step 1/1: scoring 1 turn " in text
+    assert "step 1/1: validating on 1 problem" in text
+    assert not re.search(r"\b1 (problem|prompt|sample|turn|response|row|token)s\b", text), text
