@@ -34,6 +34,7 @@ from drkernel.files import write_text_atomically
 from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.problems.loaders import load_suite, parse_levels
 from drkernel.types import Problem
+from drkernel.wording import counted
 
 __all__ = ["BenchInterrupted", "check_out", "print_summary", "register", "report", "run", "run_bench"]
 
@@ -386,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except BenchInterrupted as stop:
         done = stop.summary["episodes"]
-        print(f"drkernel bench: interrupted after {done} of {stop.summary['samples']} episodes "
+        print(f"drkernel bench: interrupted after {done} of {counted(stop.summary['samples'], 'episode')} "
               f"(reports of those in {args.out}); to continue: {rerun_command(args, '--resume')}",
               file=sys.stderr)
         return INTERRUPTED

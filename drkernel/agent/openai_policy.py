@@ -20,6 +20,7 @@ import httpx
 
 from drkernel.agent.policy import Completion, SamplingParams, count_tokens_estimate
 from drkernel.errors import ConfigError, PolicyError
+from drkernel.wording import counted
 
 __all__ = ["OpenAIPolicy"]
 
@@ -182,7 +183,8 @@ class OpenAIPolicy:
                     return self._post_once(self._body(messages, n, sp))
             except _Retryable as exc:
                 if attempt == cfg.max_retries:
-                    raise PolicyError(f"{cfg.base_url}: gave up after {attempt + 1} tries: {exc}") from exc
+                    tries = counted(attempt + 1, "try", "tries")
+                    raise PolicyError(f"{cfg.base_url}: gave up after {tries}: {exc}") from exc
                 delay = min(cfg.backoff_s * 2**attempt, cfg.max_backoff_s)
                 if exc.retry_after is not None:
                     delay = min(max(delay, exc.retry_after), cfg.max_backoff_s)

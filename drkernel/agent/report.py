@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from drkernel.wording import counted
+
 __all__ = ["INTERPRETER_CAVEAT", "level_table", "plot_fast_p", "render_table", "write_csv", "write_json",
            "write_reports"]
 
@@ -35,7 +37,7 @@ def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
     ps = [f"{p:g}" for p in summary["ps"]]
     refusals = any(row.get("refused") for row in summary["per_turn"])
     lost = summary.get("missing", 0) + summary.get("episode_errors", 0)
-    notes = [f"{summary['samples']} samples of {summary['problems']} problems"
+    notes = [f"{counted(summary['samples'], 'sample')} of {counted(summary['problems'], 'problem')}"
              + (f", {lost} of them missing or failed (counted as incorrect)" if lost else "")
              + "; hacked counts as incorrect"
              + ("; so does refused: an import the judge's rule forbids, not an attack" if refusals else "")]

@@ -21,7 +21,9 @@ import torch
 from drkernel.errors import ConfigError
 from drkernel.files import write_text_atomically
 
-__all__ = ["TrainState", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "TrainState", "latest_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state",
+]
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +37,15 @@ class TrainState:
     extra: dict[str, Any] | None = None
 
 
-def _rng_state() -> dict[str, Any]:
+def rng_state() -> dict[str, Any]:
+    """The Python, torch and CUDA random states, as a checkpoint keeps them."""
     state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
@@ -67,7 +70,7 @@ def save_checkpoint(
     model.save_pretrained(tmp / "model", safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp / "model")
-    torch.save({"optimizer": optimizer.state_dict(), "rng": _rng_state()}, tmp / "trainer.pt")
+    torch.save({"optimizer": optimizer.state_dict(), "rng": rng_state()}, tmp / "trainer.pt")
     (tmp / "state.json").write_text(
         json.dumps({"step": state.step, "cursor": state.cursor, "extra": state.extra or {}}) + "\n"
     )
@@ -124,5 +127,5 @@ def load_checkpoint(path: str | Path, optimizer: Any) -> TrainState:
             pickle.UnpicklingError) as exc:
         raise ConfigError(f"checkpoint {path}: unreadable ({type(exc).__name__}: {exc})") from None
     optimizer.load_state_dict(optimizer_state)
-    _set_rng_state(rng)
+    set_rng_state(rng)
     return state

@@ -30,6 +30,7 @@ from drkernel.rl.config import (
     load_config,
     to_dict,
 )
+from drkernel.wording import counted
 
 __all__ = ["register", "resolve_config", "run"]
 
@@ -219,8 +220,8 @@ def run_sft_command(args: argparse.Namespace) -> int:
     problems = training_problems(cfg.data) if cfg.model.tiny is not None else []
     model, tokenizer = build_model(cfg.model, problems, seed=cfg.sft.seed)
     save_config(cfg, out / "config.json")
-    print(f"sft: {len(conversations)} conversations, {cfg.sft.epochs} epochs, batch {cfg.sft.batch_size}, "
-          f"lr {cfg.sft.lr:g}, {cfg.model.dtype} -> {out}", file=sys.stderr)
+    print(f"sft: {counted(len(conversations), 'conversation')}, {counted(cfg.sft.epochs, 'epoch')}, "
+          f"batch {cfg.sft.batch_size}, lr {cfg.sft.lr:g}, {cfg.model.dtype} -> {out}", file=sys.stderr)
     summary = run_sft(cfg.sft, conversations, model, tokenizer, out, tensorboard=cfg.log.tensorboard,
                       wandb=cfg.log.wandb, run_config=to_dict(cfg), progress=Progress())
     print(json.dumps(summary, indent=2))
@@ -248,7 +249,7 @@ def run_parquet(args: argparse.Namespace) -> int:
         raise ConfigError("--limit: must be at least 1")
     problems = load_problems(args.suite, args.problems, args.levels or (), args.limit)
     out = write_parquet(problems, args.out, overwrite=args.overwrite)
-    print(f"wrote {len(problems)} problems to {out} (verl RL rows, agent drkernel_kernel)")
+    print(f"wrote {counted(len(problems), 'problem')} to {out} (verl RL rows, agent drkernel_kernel)")
     return 0
 
 

@@ -40,6 +40,7 @@ from drkernel.rl.config_layout import (
 from drkernel.rl.filters import DynamicSamplingConfig
 from drkernel.rl.losses import LossConfig
 from drkernel.rl.rejection import MismatchConfig, ProfilingRejectionConfig
+from drkernel.settings import JudgeSettings
 from drkernel.types import EvalOptions, EvalRequest
 
 __all__ = [
@@ -305,6 +306,8 @@ class RunConfig:
         for name in EVAL_REWARD_FIELDS:  # the reward has one place: `reward`
             if getattr(self.eval, name) != getattr(_PLAIN_OPTIONS, name):
                 raise ConfigError(f"eval.{name}: {RETIRED_KEYS[f'eval.{name}']}")
+        if self.eval.entry_point != _PLAIN_OPTIONS.entry_point:
+            raise ConfigError(f"eval.entry_point: {_ENTRY_POINT}")
         _check_options(self.eval)
 
     def eval_options(self) -> EvalOptions:
@@ -316,6 +319,9 @@ class RunConfig:
 
 
 _PLAIN_OPTIONS = EvalOptions()
+# the prompt, the code extraction and the reference all name the problem's class, so its requests carry it
+_ENTRY_POINT = ("each problem names its own (the class its reference defines: Problem.entry_point, a data "
+                "row's extra_info.entry_point), and its requests carry that one: the run does not set it")
 
 
 def _check_options(options: EvalOptions) -> None:
@@ -335,11 +341,11 @@ def _check_options(options: EvalOptions) -> None:
 def to_dict(cfg: Any) -> dict[str, Any]:
     """A JSON-ready dict (tuples become lists). A RunConfig's `judge` says its `executor` first, its
     secrets (config_layout.SECRET_KEYS) are null, and its `eval` leaves out the reward's fields (they
-    are `reward`)."""
+    are `reward`) and the entry point (each problem's own)."""
     out: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(cfg)))
     if isinstance(cfg, RunConfig):
         out["judge"] = judge_dict(cfg.judge)
-        for name in EVAL_REWARD_FIELDS:
+        for name in (*EVAL_REWARD_FIELDS, "entry_point"):
             del out["eval"][name]
     return out
 
@@ -430,7 +436,25 @@ def from_dict(cls: type[Any], data: dict[str, Any], prefix: str = "", where: str
     if unknown:
         raise ConfigError(f"{prefix or cls.__name__}: unknown key(s) {', '.join(sorted(unknown))}{where}")
     kwargs = {k: _convert(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
-    return cls(**kwargs)
+    return _built(cls, prefix, lambda: cls(**kwargs))
+
+
+# components whose own checks name the section they have elsewhere (`drkernel serve`'s executor, the
+# judges' settings) -> that name; in a run config they sit where the user typed them (judge, judge.judge)
+_OWN_SECTION: dict[type[Any], str] = {**{cls: "executor" for cls in EXECUTORS.values()},
+                                      JudgeSettings: "judge"}
+
+
+def _built(cls: type[Any], key: str, build: typing.Callable[[], Any]) -> Any:
+    """`build()`, a config of `cls` at `key`; its own check's message names `key` (`judge.devices`, not
+    `executor.devices`)."""
+    try:
+        return build()
+    except ConfigError as exc:
+        own, text = _OWN_SECTION.get(cls), str(exc)
+        if own and key and text.startswith(f"{own}."):
+            raise ConfigError(key + text.removeprefix(own)) from None
+        raise
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
@@ -527,7 +551,7 @@ def config_keys(cls: type[Any] = RunConfig, prefix: str = "") -> list[str]:
             keys.extend(config_keys(inner[0], key + "."))  # type: ignore[arg-type]
         else:
             keys.append(key)
-    return [k for k in keys if retired(k) is None]
+    return [k for k in keys if retired(k) is None and k != "eval.entry_point"]
 
 
 def _executor_choices(tp: Any) -> dict[str, type[Any]]:
@@ -568,7 +592,8 @@ def _set(obj: Any, path: list[str], raw: str, full: str) -> Any:
         if parsed is not None and _is_text(tp):  # a name, path or URL: as given, commas and all
             parsed = raw
         value = _convert(_coerce_text(parsed, tp), tp, full)
-        return dataclasses.replace(obj, **{name: value})
+        section = full.removesuffix(f".{name}")
+        return _built(type(obj), section, lambda: dataclasses.replace(obj, **{name: value}))
     executors = _executor_choices(tp)
     if executors:
         return dataclasses.replace(obj, **{name: _set_executor(getattr(obj, name), executors, path[1:], raw,

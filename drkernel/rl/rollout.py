@@ -22,6 +22,7 @@ from drkernel.errors import DrKernelError, PolicyError
 from drkernel.executors.base import Executor
 from drkernel.rl.progress import Progress, format_duration
 from drkernel.types import EvalResult, Problem
+from drkernel.wording import counted
 
 __all__ = [
     "ModelSampler",
@@ -289,7 +290,8 @@ def collect_rollouts(
             break
         t0 = time.perf_counter()
         if progress is not None:
-            progress.line(f"  turn {turn + 1}/{env_config.max_turns}: generating {len(active)} responses")
+            progress.line(f"  turn {turn + 1}/{env_config.max_turns}: "
+                          f"generating {counted(len(active), 'response')}")
         try:
             completions = sampler.sample([envs[i].observation for i in active], sampling)
         except PolicyError as exc:

@@ -119,8 +119,8 @@ def batch_metrics(batch: RolloutBatch, t: StepTensors, cfg: RunConfig) -> dict[s
         "batch/fast@1": fast_p(trajs, 1.0, turns - 1),
         "batch/fast@1.2": fast_p(trajs, 1.2, turns - 1),
         "batch/correct": _mean(tr.correct[present].double()),
-        "batch/hack_rate": sum(bool(x.result.hacks) for x in judged) / max(len(judged), 1),
-        "batch/no_code": 1.0 - len(judged) / max(int(present.sum()), 1),
+        "batch/hack_rate": _share([bool(x.result.hacks) for x in judged]),
+        "batch/no_code": 1.0 - len(judged) / int(present.sum()) if present.any() else math.nan,
         "batch/profiling_ratio": _mean(tr.coverage[tr.correct & ~tr.coverage.isnan()]),
         "batch/trajectories": len(trajs),
         "batch/aborted": sum(batch.aborted()),
@@ -138,6 +138,13 @@ def batch_metrics(batch: RolloutBatch, t: StepTensors, cfg: RunConfig) -> dict[s
     for key, value in mismatch_metrics(t.old_logp, t.rollout_logp, t.token_mask).items():
         out[f"mismatch/{key}"] = value
     out["actor/entropy"] = _mean(t.entropy[t.token_mask])
-    lengths = [len(s.response_ids) for s in batch.samples]
-    out["response_length/mean"] = sum(lengths) / max(len(lengths), 1)
+    # the turns the model answered: an overlong prompt's empty turn is no response of 0 tokens
+    lengths = [len(s.response_ids) for s in batch.samples
+               if trajs[s.traj].turns[s.turn].finish_reason != "prompt_overlong"]
+    out["response_length/mean"] = sum(lengths) / len(lengths) if lengths else math.nan
     return out
+
+
+def _share(flags: list[bool]) -> float:
+    """The share of true flags; NaN (not measured) when there are none."""
+    return sum(flags) / len(flags) if flags else math.nan

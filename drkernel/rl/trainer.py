@@ -11,8 +11,11 @@ import json
 import logging
 import random
 import secrets
+import signal
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -39,7 +42,9 @@ from drkernel.rl.checkpoint import (
     TrainState,
     latest_checkpoint,
     load_checkpoint,
+    rng_state,
     save_checkpoint,
+    set_rng_state,
 )
 from drkernel.rl.config import RunConfig, save_config, to_dict
 from drkernel.rl.config_layout import judge_dict
@@ -52,6 +57,7 @@ from drkernel.rl.runlog import RunLog
 from drkernel.rl.step import StepTensors, batch_metrics, prepare_step
 from drkernel.rl.update import backward_rows
 from drkernel.types import Problem
+from drkernel.wording import counted
 
 __all__ = ["Trainer", "cached_executor"]
 
@@ -113,6 +119,8 @@ class Trainer:
         self.state = load_checkpoint(ckpt, self.optimizer) if ckpt is not None else TrainState()
         if ckpt is not None:
             log.info("resumed from %s (step %d)", ckpt, self.state.step)
+        self._saved_step = self.state.step  # the step the newest checkpoint holds (0: none needed)
+        self._stopping = False
         if cfg.rollout.cache_evaluations:
             executor = cached_executor(executor, cfg.judge, self.run_dir / "eval_cache.jsonl")
         self.executor = executor
@@ -151,33 +159,79 @@ class Trainer:
         return list(self.fit_iter())
 
     def fit_iter(self) -> Iterator[dict[str, Any]]:
-        """`fit`, yielding each step's metrics as soon as the step is done (and checkpointed)."""
+        """`fit`, yielding each step's metrics as soon as the step is done (and checkpointed).
+
+        A step is done once its update is applied. One stopped before that (Ctrl-C, the model or the
+        judge gone) is taken back to its start; one stopped after (in validation) is kept, its line
+        without val/*. Either way the steps done are checkpointed before the exception goes on."""
         tc = self.config.trainer
         first, started = self.state.step, time.perf_counter()
+        self._stopping = False
         while self.state.step < tc.steps:
             step = self.state.step + 1
             t0 = time.perf_counter()
-            try:
-                metrics = self.train_step(step)
-            except (PolicyError, ExecutorError):  # the model or judge is gone: keep what was trained, stop
-                if self.state.step % tc.save_every and self.state.step > first:
-                    save_checkpoint(self.ckpt_dir, self.state, self.model, self.tokenizer, self.optimizer,
-                                    keep=tc.keep_checkpoints)
-                raise
-            if tc.validate_every and step % tc.validate_every == 0 and self.validation:
-                self.progress.line(f"step {step}/{tc.steps}: validating on {len(self.validation)} problems")
-                metrics.update(self.validate(step))
-            metrics["time/step_s"] = time.perf_counter() - t0
-            per_step = (time.perf_counter() - started) / (step - first)
+            metrics = self._run_step(step)
+            self._finish_step(step, metrics, t0)
+            left = (time.perf_counter() - started) / (step - first) * (tc.steps - step)
             self.progress.line(f"step {step}/{tc.steps}: done in {format_duration(metrics['time/step_s'])}; "
-                               f"about {format_duration(per_step * (tc.steps - step))} left")
-            self.runlog.write(step, metrics)
-            self.state.step = step
-            if step % tc.save_every == 0 or step == tc.steps:
-                save_checkpoint(self.ckpt_dir, self.state, self.model, self.tokenizer, self.optimizer,
-                                keep=tc.keep_checkpoints)
+                               f"about {format_duration(left)} left")
             log.info("step %d: reward %.3f, loss %.4g", step, metrics["reward/mean"], metrics["actor/loss"])
             yield {"step": step, **metrics}
+
+    def _run_step(self, step: int) -> dict[str, Any]:
+        """`step` up to its update: rollouts, scoring, gradients. A stop here (Ctrl-C, the model or the
+        judge gone) takes the step back to its start, so that the rerun draws its prompts again."""
+        start = (self.state.cursor, rng_state())
+        try:
+            metrics, tensors = self._prepare(step)
+            t = time.perf_counter()
+            metrics.update(self._gradients(tensors))
+            metrics["time/update_s"] = time.perf_counter() - t
+        except (KeyboardInterrupt, PolicyError, ExecutorError):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.state.cursor = start[0]
+            set_rng_state(start[1])
+            self._save_unsaved()
+            raise
+        return metrics
+
+    def _finish_step(self, step: int, metrics: dict[str, Any], t0: float) -> None:
+        """The update applied (the step is done), its checkpoint when due, validation, its metrics line."""
+        tc = self.config.trainer
+        logged = False
+        try:
+            with _interrupts_deferred():  # the weights and the step count move together
+                t = time.perf_counter()
+                self._apply(metrics)
+                self.state.step = step
+                metrics["time/update_s"] += time.perf_counter() - t
+            if step % tc.save_every == 0 or step == tc.steps:
+                self._save()  # before validation: a stop there keeps the step
+            if tc.validate_every and step % tc.validate_every == 0 and self.validation:
+                on = counted(len(self.validation), "problem")
+                self.progress.line(f"step {step}/{tc.steps}: validating on {on}")
+                metrics.update(self.validate(step))
+            metrics["time/step_s"] = time.perf_counter() - t0
+            with _interrupts_deferred():
+                self.runlog.write(step, metrics)
+                logged = True
+        except (KeyboardInterrupt, PolicyError, ExecutorError):  # validation needs the model and judge too
+            if not logged and self.state.step == step:
+                self.runlog.write(step, metrics)
+            self._save_unsaved()
+            raise
+
+    def _save(self) -> None:
+        save_checkpoint(self.ckpt_dir, self.state, self.model, self.tokenizer, self.optimizer,
+                        keep=self.config.trainer.keep_checkpoints)
+        self._saved_step = self.state.step
+
+    def _save_unsaved(self) -> None:
+        """Checkpoint the steps done since the last checkpoint (whatever trainer.save_every says)."""
+        if self.state.step > self._saved_step:
+            self._stopping = True  # a second Ctrl-C during this save stops without another
+            self.progress.line(f"stopping: checkpointing step {self.state.step}")
+            self._save()
 
     def _next_prompts(self, count: int) -> list[Problem]:
         """The next `count` prompts of a per-epoch shuffle; the cursor makes it resumable."""
@@ -202,7 +256,8 @@ class Trainer:
         for r in range(cfg.rl.max_sampling_rounds):
             self.progress.line(f"step {step}/{cfg.trainer.steps}: "
                                f"rollouts{f' (round {r + 1})' if r else ''}, "
-                               f"{want} prompts x {ro.n} samples, up to {ro.max_turns} turns")
+                               f"{counted(want, 'prompt')} x {counted(ro.n, 'sample')}, "
+                               f"up to {counted(ro.max_turns, 'turn')}")
             batch = collect_rollouts(
                 self._next_prompts(want), self.sampler, self.executor, n=ro.n,
                 env_config=self.env_config, sampling=sampling, concurrency=ro.concurrency,
@@ -240,7 +295,8 @@ class Trainer:
             ok &= torch.tensor([int(g) in chosen for g in gid.tolist()], dtype=torch.bool)
         return ok
 
-    def train_step(self, step: int) -> dict[str, Any]:
+    def _prepare(self, step: int) -> tuple[dict[str, Any], StepTensors]:
+        """The step up to its update: rollouts, scoring, the metrics of its batch, its rollouts saved."""
         cfg = self.config
         t0 = time.perf_counter()
         cache = self.executor if isinstance(self.executor, CachingExecutor) else None
@@ -250,17 +306,14 @@ class Trainer:
         _check_judged(batch, step)
         t1 = time.perf_counter()
         groups_ok = self._pick_groups(batch)
-        self.progress.line(f"step {step}/{cfg.trainer.steps}: scoring {len(batch.samples)} turns "
+        self.progress.line(f"step {step}/{cfg.trainer.steps}: scoring {counted(len(batch.samples), 'turn')} "
                            f"(log-probs, masks, advantages)")
         tensors = prepare_step(batch, groups_ok, self.model, self.tokenizer, cfg, step)
         t2 = time.perf_counter()
         self.progress.line(f"step {step}/{cfg.trainer.steps}: "
-                           f"update on {int(tensors.loss_mask.any(-1).sum())} "
-                           f"rows, {int(tensors.loss_mask.sum())} tokens")
-        actor = self._update(tensors)
-        t3 = time.perf_counter()
+                           f"update on {counted(int(tensors.loss_mask.any(-1).sum()), 'row')}, "
+                           f"{counted(int(tensors.loss_mask.sum()), 'token')}")
         metrics = batch_metrics(batch, tensors, cfg)
-        metrics.update(actor)
         metrics.update({
             "data/cursor": self.state.cursor,
             "data/sampling_rounds": rounds,
@@ -268,7 +321,6 @@ class Trainer:
             "time/generate_s": batch.generate_s,
             "time/judge_s": batch.judge_s,
             "time/score_s": t2 - t1,
-            "time/update_s": t3 - t2,
         })
         if cache is not None:
             metrics["judge/cache_hits"] = cache.hits - seen[0]
@@ -276,7 +328,7 @@ class Trainer:
         if cfg.log.save_rollouts:
             (self.run_dir / "rollouts").mkdir(exist_ok=True)
             save_trajectories(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl", batch.trajectories)
-        return metrics
+        return metrics, tensors
 
     def _lr(self, step: int) -> float:
         o, steps = self.config.optim, self.config.trainer.steps
@@ -290,8 +342,9 @@ class Trainer:
             return o.lr * 0.5 * (1 + math.cos(math.pi * frac))
         return o.lr
 
-    def _update(self, t: StepTensors) -> dict[str, Any]:
-        """One optimizer step on the batch (docs/paper_spec.md §5.5: ppo_epochs 1, one mini-batch)."""
+    def _gradients(self, t: StepTensors) -> dict[str, Any]:
+        """The gradients of the step's loss, clipped, and the learning rate for `_apply`
+        (docs/paper_spec.md §5.5: ppo_epochs 1, one mini-batch)."""
         cfg = self.config
         self.optimizer.zero_grad(set_to_none=True)
         lm = backward_rows(
@@ -306,8 +359,6 @@ class Trainer:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip).item())
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
         return {
             **{f"actor/{k}": v for k, v in lm.items()},
             "actor/grad_norm": grad_norm,
@@ -316,6 +367,12 @@ class Trainer:
             "actor/trained_rows": int(t.loss_mask.any(-1).sum().item()),
             "actor/trained_tokens": int(t.loss_mask.sum().item()),
         }
+
+    def _apply(self, metrics: dict[str, Any]) -> None:
+        """The optimizer step on the gradients `_gradients` left (none where nothing was trained)."""
+        if not metrics["actor/skipped"]:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
     # -- validation ---------------------------------------------------------------------------------
     def validate(self, step: int) -> dict[str, Any]:
@@ -352,8 +409,29 @@ class Trainer:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            if exc_type is KeyboardInterrupt and not self._stopping:  # Ctrl-C in the caller, between steps
+                self._save_unsaved()
+        finally:
+            self.close()
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C (SIGINT) waits for the end of the block, then is raised as usual (main thread only)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield  # (a handler set outside Python cannot be put back)
+        return
+    held: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.raise_signal(signal.SIGINT)
 
 
 def _check_generated(batch: RolloutBatch, step: int) -> None:

@@ -79,6 +79,8 @@ def test_gives_up_after_max_retries():
     with pytest.raises(PolicyError, match="gave up after 3 tries"):
         policy(handler, max_retries=2).generate(MSGS)
     assert n["calls"] == 3
+    with pytest.raises(PolicyError, match="gave up after 1 try: "):  # it said "1 tries"
+        policy(handler, max_retries=0).generate(MSGS)
 
 
 def test_client_errors_are_not_retried():

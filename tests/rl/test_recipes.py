@@ -281,3 +281,23 @@ def test_options_every_judge_refuses_are_refused_with_the_config(tmp_path, capsy
 
     with pytest.raises(ConfigError, match=r"config.json: eval.num_correct_trials: "):
         load_config(tmp_path / "config.json")
+
+
+def test_eval_entry_point_is_each_problems_own(tmp_path):
+    # it was accepted and silently replaced by each problem's entry point in every request
+    with pytest.raises(ConfigError, match=r"^eval.entry_point: each problem names its own"):
+        apply_overrides(shipped.debug_cpu(), ["eval.entry_point=Net"])
+    with pytest.raises(ConfigError, match=r"^eval.entry_point: each problem names its own"):
+        RunConfig(eval=dataclasses.replace(RunConfig().eval, entry_point="Net"))
+    assert "eval.entry_point" not in config_keys()
+    assert "entry_point" not in to_dict(shipped.debug_cpu())["eval"]
+    from drkernel.rl.config import load_config
+
+    data = to_dict(shipped.debug_cpu())
+    data["eval"]["entry_point"] = "Model"  # a config.json written before: loads
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    assert load_config(tmp_path / "config.json") == shipped.debug_cpu()
+    data["eval"]["entry_point"] = "Net"
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"config.json: eval.entry_point: each problem names its own"):
+        load_config(tmp_path / "config.json")

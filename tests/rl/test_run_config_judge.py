@@ -85,13 +85,13 @@ def test_one_judge_device_is_a_list_of_one() -> None:
 def test_a_judge_device_that_is_no_device_is_refused_with_the_config(devices, capsys) -> None:
     # accepted: once the model had loaded, each judge failed its three starts ("unknown device ''")
     # and the run ended with "no judge worker could be started"
-    with pytest.raises(ConfigError, match=r"executor.devices: .* is not cpu, cuda or cuda:N"):
+    with pytest.raises(ConfigError, match=r"^judge.devices: .* is not cpu, cuda or cuda:N"):
         apply_overrides(debug_cpu(), [f"judge.devices={devices}"])
     from drkernel.cli import main
 
     assert main(["train", "rl", "--set", f"judge.devices={devices}", "--print-config"]) == 2
     err = capsys.readouterr().err
-    assert "executor.devices" in err and "Traceback" not in err
+    assert "drkernel train: judge.devices: " in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize(("key", "words"), [
@@ -185,3 +185,28 @@ def test_the_environment_rewards_with_the_runs_reward_config() -> None:
     env.reset()
     step = env.step("```python\nclass ModelNew: pass  # fake: speedup=2.0 coverage=1.0\n```")
     assert step.reward == step.info["result"].reward == 2.0 + 2.0 + 1.0
+
+
+@pytest.mark.parametrize("overrides, said", [
+    (["judge.judges_per_gpu=0"], "judge.judges_per_gpu: 0 not in 1..16"),
+    (["judge.devices=cuda:x"], "judge.devices: 'cuda:x' is not cpu, cuda or cuda:N"),
+    (["judge.heartbeat_timeout_s=0"], "judge.heartbeat_timeout_s: must be > 0"),
+    (["judge.judge.spares=-1"], "judge.judge.spares: -1 not in 1..64"),
+    (["judge.executor=http", "judge.priority=urgent"], "judge.priority: 'urgent' not in high|normal|low"),
+])
+def test_a_judge_setting_refused_is_named_as_typed(tmp_path, capsys, overrides, said):
+    # the executor's own check said executor.judges_per_gpu (and the judges' own, judge.spares for
+    # judge.judge.spares): no key the run config has
+    from drkernel.cli import main
+
+    with pytest.raises(ConfigError) as got:
+        apply_overrides(debug_cpu(), overrides)
+    assert str(got.value) == said
+    argv = [x for o in overrides for x in ("--set", o)]
+    assert main(["train", "rl", "--print-config", *argv]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"drkernel train: {said}"
+    data = to_dict(debug_cpu())
+    data["judge"]["judges_per_gpu"] = 0
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"config.json: judge.judges_per_gpu: 0 not in 1..16$"):
+        load_config(tmp_path / "config.json")

@@ -1,6 +1,7 @@
 """One trainer step on scripted rollouts and the fake judge: masks, filter, advantages, update."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -81,8 +82,9 @@ def test_step_masks_filter_advantages_and_update(tmp_path):
         trained = t.loss_mask.view(9, 2, -1).any(-1)
         assert trained[row["A", 0]].all() and not trained[row["A", 2]].any()
         assert not trained[[row["B", s] for s in range(3)]].any()
-        metrics = tr._update(t)
+        metrics = tr._gradients(t)
         assert metrics["actor/skipped"] == 0 and metrics["actor/grad_norm"] > 0
+        tr._apply(metrics)
         assert any(not torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
 
 
@@ -95,6 +97,7 @@ def test_fit_writes_metrics_and_checkpoint(tmp_path):
     assert m["batch/hack_rate"] == 0.0
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     assert record["step"] == 1 and record["actor/skipped"] == 0
+    assert record["time/step_s"] >= record["time/update_s"] > 0
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_000001"
     assert json.loads((tmp_path / "config.json").read_text())["rollout"]["n"] == 3
     assert len((tmp_path / "rollouts" / "step_000001.jsonl").read_text().splitlines()) == 9
@@ -277,3 +280,189 @@ def test_judge_cache_counts_are_the_steps_own(tmp_path):
     assert judged > first["judge/cache_misses"] > 0  # the script repeats kernels within a step
     assert second["judge/cache_misses"] == 0  # the same script: every kernel was judged in step 1
     assert second["judge/cache_hits"] == judged
+
+
+def test_a_run_stopped_by_a_dead_judge_reruns_the_failed_steps_prompts(tmp_path):
+    """The emergency checkpoint held the data cursor and RNG of after the failed step (its prompts
+    drawn, its sampling done): the rerun skipped those prompts."""
+    import random
+
+    from drkernel.errors import ExecutorError
+
+    class Dies(FakeExecutor):
+        dead = False
+
+        def evaluate(self, requests):
+            if self.dead:
+                raise ExecutorError("POST /v1/evaluate: ConnectError: [Errno 111] Connection refused")
+            return super().evaluate(requests)
+
+    judge = Dies()
+    with _trainer(tmp_path, ["trainer.steps=3", "trainer.save_every=2"]) as tr:
+        tr.executor = judge
+        steps = tr.fit_iter()
+        assert next(steps)["step"] == 1
+        cursor = tr.state.cursor
+        wanted = tr._next_prompts(3)  # the prompts step 2 draws
+        tr.state.cursor = cursor
+        torch_rng, py_rng = torch.get_rng_state(), random.getstate()
+        judge.dead = True
+        with pytest.raises(ExecutorError):
+            next(steps)
+    state = json.loads((tmp_path / "checkpoints" / "step_000001" / "state.json").read_text())
+    assert state["step"] == 1 and state["cursor"] == cursor == 3
+    torch.manual_seed(123)
+    random.seed(123)
+    with _trainer(tmp_path, ["trainer.steps=3"]) as again:
+        assert again.state.step == 1 and again.state.cursor == cursor
+        assert torch.equal(torch.get_rng_state(), torch_rng) and random.getstate() == py_rng
+        assert [p.name for p in again._next_prompts(3)] == [p.name for p in wanted]
+
+
+class _Interruptible(ScriptedSampler):
+    interrupt = False
+
+    def sample(self, conversations, sampling):
+        if self.interrupt:
+            raise KeyboardInterrupt
+        return super().sample(conversations, sampling)
+
+
+def _saved(tmp_path):
+    latest = (tmp_path / "checkpoints" / "latest").read_text().strip()
+    return latest, json.loads((tmp_path / "checkpoints" / latest / "state.json").read_text())
+
+
+def _logged(tmp_path):
+    return [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_ctrl_c_mid_step_keeps_the_steps_done_and_redoes_the_stopped_one(tmp_path):
+    # with save_every 10 every step since the last checkpoint was lost to Ctrl-C
+    with _trainer(tmp_path, ["trainer.steps=5", "trainer.save_every=10"]) as tr:
+        tr.sampler = sampler = _Interruptible(3)
+        steps = tr.fit_iter()
+        assert [next(steps)["step"], next(steps)["step"]] == [1, 2]
+        rng = torch.get_rng_state()
+        sampler.interrupt = True  # within step 3's rollouts
+        with pytest.raises(KeyboardInterrupt):
+            next(steps)
+    assert _saved(tmp_path) == ("step_000002", {"step": 2, "cursor": 6, "extra": {}})
+    assert _logged(tmp_path) == [1, 2]
+    with _trainer(tmp_path, ["trainer.steps=5", "trainer.save_every=10"]) as again:
+        assert (again.state.step, again.state.cursor) == (2, 6)
+        assert torch.equal(torch.get_rng_state(), rng)
+        assert [m["step"] for m in again.fit()] == [3, 4, 5]
+    assert _logged(tmp_path) == [1, 2, 3, 4, 5]
+
+
+def test_ctrl_c_in_validation_keeps_the_steps_update(tmp_path):
+    with _trainer(tmp_path, ["trainer.steps=4", "trainer.save_every=10", "trainer.validate_every=2"]) as tr:
+        tr.validation = [_problem("A")]
+
+        def validate(step):
+            raise KeyboardInterrupt
+
+        tr.validate = validate
+        with pytest.raises(KeyboardInterrupt):
+            tr.fit()
+        weights = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    assert _saved(tmp_path) == ("step_000002", {"step": 2, "cursor": 6, "extra": {}})
+    assert _logged(tmp_path) == [1, 2]  # step 2's line without val/*
+    with _trainer(tmp_path, ["trainer.steps=4", "trainer.save_every=10"]) as again:
+        assert again.state.step == 2
+        assert all(torch.equal(weights[k], v) for k, v in again.model.state_dict().items())
+
+
+def test_a_step_due_a_checkpoint_is_saved_before_validation(tmp_path):
+    with _trainer(tmp_path, ["trainer.steps=4", "trainer.save_every=2", "trainer.validate_every=2"]) as tr:
+        tr.validation = [_problem("A")]
+
+        def validate(step):
+            raise RuntimeError("validation crashed")
+
+        tr.validate = validate
+        with pytest.raises(RuntimeError):
+            tr.fit()
+    assert _saved(tmp_path)[0] == "step_000002"
+
+
+def test_ctrl_c_between_steps_keeps_the_last_one(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with _trainer(tmp_path, ["trainer.steps=5", "trainer.save_every=10"]) as tr:
+            for m in tr.fit_iter():
+                if m["step"] == 2:
+                    raise KeyboardInterrupt  # the caller's own work on the step's metrics
+    assert _saved(tmp_path) == ("step_000002", {"step": 2, "cursor": 6, "extra": {}})
+
+
+def test_ctrl_c_during_the_optimizer_step_counts_the_step(tmp_path):
+    import signal
+
+    with _trainer(tmp_path, ["trainer.steps=3", "trainer.save_every=10"]) as tr:
+        step = tr.optimizer.step
+
+        def step_then_ctrl_c(*args, **kwargs):
+            out = step(*args, **kwargs)
+            signal.raise_signal(signal.SIGINT)  # as the weights have just moved
+            return out
+
+        tr.optimizer.step = step_then_ctrl_c
+        with pytest.raises(KeyboardInterrupt):
+            tr.fit()
+        weights = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    assert _saved(tmp_path) == ("step_000001", {"step": 1, "cursor": 3, "extra": {}})
+    assert _logged(tmp_path) == [1]
+    with _trainer(tmp_path, ["trainer.steps=3"]) as again:
+        assert all(torch.equal(weights[k], v) for k, v in again.model.state_dict().items())
+
+
+class _Overlong(ScriptedSampler):
+    """Every prompt of the problems in `overlong` is too long: an empty turn, nothing generated."""
+
+    def __init__(self, n, overlong):
+        super().__init__(n)
+        self.overlong = overlong
+
+    def sample(self, conversations, sampling):
+        out = super().sample(conversations, sampling)
+        for i, conv in enumerate(conversations):
+            if conv[0]["content"].split("PROBLEM_")[1][0] in self.overlong:
+                out[i] = Completion(text="", finish_reason="prompt_overlong", token_ids=[], logprobs=[],
+                                    extra={"prompt_ids": [3, 4, 5, 6]})
+        return out
+
+
+def test_a_step_with_nothing_generated_or_judged_logs_those_metrics_as_not_measured(tmp_path):
+    # batch/hack_rate and response_length/mean were 0: no kernel hacked, responses of no tokens
+    with _trainer(tmp_path, ["trainer.steps=2"]) as tr:
+        steps = tr.fit_iter()
+        tr.sampler = _Overlong(3, "ABC")
+        m = next(steps)
+        assert math.isnan(m["batch/hack_rate"]) and math.isnan(m["response_length/mean"])
+        tr.sampler = _Overlong(3, "A")  # the empty turns are no responses of length 0
+        m = next(steps)
+        assert m["response_length/mean"] == 3 and m["batch/hack_rate"] == 0
+    record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert record["batch/hack_rate"] is None and record["response_length/mean"] is None
+
+
+def test_progress_of_one_says_one_in_the_singular(tmp_path):
+    # "validating on 1 problems", "1 prompts x 1 samples, up to 1 turns", "generating 1 responses"
+    import io
+    import re
+
+    from drkernel.rl.progress import Progress
+
+    stream = io.StringIO()
+    with _trainer(tmp_path, ["rollout.n=1", "trainer.prompts_per_step=1", "rollout.max_turns=1",
+                             "trainer.validate_every=1", "rl.dynamic_sampling.enabled=false"]) as tr:
+        tr.sampler, tr.validation = ScriptedSampler(1), [_problem("A")]
+        tr.validate = lambda step: {}
+        tr.progress = Progress(stream, tty=False, interval_s=0.0)
+        tr.fit()
+    text = stream.getvalue()
+    assert "step 1/1: rollouts, 1 prompt x 1 sample, up to 1 turn" in text
+    assert "turn 1/1: generating 1 response" in text and "step 1/1: scoring 1 turn " in text
+    assert "step 1/1: validating on 1 problem" in text
+    assert not re.search(r"\b1 (problem|prompt|sample|turn|response|row|token)s\b", text), text
