@@ -249,7 +249,7 @@ def _foreign(meta: dict[str, Any], finished: Any) -> str | None:
         (lambda t: len(t.turns) > turns, lambda t: f"of {len(t.turns)} turns, where the run has {turns}"),
     )
     for bad, say in tests:
-        odd = [t for t in finished if bad(t)]
+        odd = sorted((t for t in finished if bad(t)), key=lambda t: t.uid)  # the log's order is the threads'
         if odd:
             return f"{len(odd)} episode(s) of another run ({odd[0].uid} {say(odd[0])})"
     return None
