@@ -399,6 +399,18 @@ def test_ctrl_c_between_steps_keeps_the_last_one(tmp_path):
 def test_ctrl_c_during_the_optimizer_step_counts_the_step(tmp_path):
     import signal
 
+    # Python's own Ctrl-C handler, as a terminal's command has it: a process started in a shell's
+    # background (CI's pytest, launched with `&`) inherits SIGINT ignored, and Python then installs none
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_during_the_optimizer_step(tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_during_the_optimizer_step(tmp_path):
+    import signal
+
     with _trainer(tmp_path, ["trainer.steps=3", "trainer.save_every=10"]) as tr:
         step = tr.optimizer.step
 
