@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from drkernel.agent.policy import Completion
+from drkernel.errors import ExecutorError
 from drkernel.executors.fake import FakeExecutor
 from drkernel.recipes import debug_cpu
 from drkernel.rl.config import TinyModelConfig, apply_overrides
@@ -201,20 +202,21 @@ def test_a_model_server_that_fails_every_rollout_stops_the_run_keeping_its_steps
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_000001"
 
 
+class _DyingJudge(FakeExecutor):
+    """A judge server that answers until `dead` is set, then refuses every connection."""
+
+    dead = False
+
+    def evaluate(self, requests):
+        if self.dead:
+            raise ExecutorError("POST /v1/evaluate: ConnectError: [Errno 111] Connection refused")
+        return super().evaluate(requests)
+
+
 def test_a_judge_that_fails_every_evaluation_stops_the_run_keeping_its_steps(tmp_path):
     """A judge server that answered at the start, then went away: each step's every evaluation failed,
     the step trained on nothing (reward 0, groups 0/3) and the run went on to its last step, exit 0."""
-    from drkernel.errors import ExecutorError
-
-    class Dies(FakeExecutor):
-        dead = False
-
-        def evaluate(self, requests):
-            if self.dead:
-                raise ExecutorError("POST /v1/evaluate: ConnectError: [Errno 111] Connection refused")
-            return super().evaluate(requests)
-
-    judge = Dies()
+    judge = _DyingJudge()
     cfg = apply_overrides(debug_cpu(), [
         "rollout.n=3", "trainer.prompts_per_step=3", "trainer.steps=3", "trainer.save_every=2",
         "trainer.validate_every=0", "judge.executor=fake", "rollout.cache_evaluations=false",
@@ -236,7 +238,6 @@ def test_a_judge_that_fails_every_evaluation_stops_the_run_keeping_its_steps(tmp
 
 def test_a_step_with_some_verdicts_goes_on(tmp_path):
     """One evaluation failing is the judge's fault on that episode (masked), not a judge gone away."""
-    from drkernel.errors import ExecutorError
 
     class Flaky(FakeExecutor):
         tries = 0
@@ -287,17 +288,7 @@ def test_a_run_stopped_by_a_dead_judge_reruns_the_failed_steps_prompts(tmp_path)
     drawn, its sampling done): the rerun skipped those prompts."""
     import random
 
-    from drkernel.errors import ExecutorError
-
-    class Dies(FakeExecutor):
-        dead = False
-
-        def evaluate(self, requests):
-            if self.dead:
-                raise ExecutorError("POST /v1/evaluate: ConnectError: [Errno 111] Connection refused")
-            return super().evaluate(requests)
-
-    judge = Dies()
+    judge = _DyingJudge()
     with _trainer(tmp_path, ["trainer.steps=3", "trainer.save_every=2"]) as tr:
         tr.executor = judge
         steps = tr.fit_iter()
