@@ -16,11 +16,12 @@ from typing import Any
 
 from drkernel.errors import ConfigError
 
-__all__ = ["DEFAULT_SPARES", "JUDGE_ENV", "MAX_MEMORY_LIMIT_MB", "JudgeSettings", "judge_settings_from_env",
-           "read_environment"]
+__all__ = ["DEBUG_FAULTS", "DEFAULT_SPARES", "JUDGE_ENV", "MAX_MEMORY_LIMIT_MB", "JudgeSettings",
+           "judge_settings_from_env", "read_environment"]
 
 MAX_MEMORY_LIMIT_MB = 1 << 40  # 1 EiB: the most a sandbox's host memory limit may say
 DEFAULT_SPARES = {"cuda": 6, "cpu": 2}  # warm sandboxes (6 beat 3 by 10-13 % a minute on the H200)
+DEBUG_FAULTS = ("compare", "device_assert")  # what JudgeSettings.debug_fault may break (a test hook)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,9 +31,15 @@ class JudgeSettings:
     `insecure`: sandboxes without namespaces, for one's own code only (each result says
     "isolation": "none"); otherwise a judge refuses to start where it cannot isolate them. `hide`:
     more paths no sandbox may see (the timing cache and the scratch folders always are). `refill`:
-    start a spare each time one is taken. `retries`: judge faults (its comparison process, a CUDA
-    error there) retried on fresh device state, in the judge; a pool then retries only a worker that
-    died or froze, never a judge fault again."""
+    start a spare each time one is taken (a judge of one evaluation, `drkernel eval`, says False: a
+    spare it would kill unused only competes with the evaluation for the device). `disk_limit_mb`:
+    the filesystem of its own that each isolated sandbox's folder is (None: 32 GiB on a GPU, 4 GiB
+    on the CPU: five trials' outputs of a KernelBench-sized problem). `retries`: judge faults (its
+    comparison process, a CUDA error there) retried on fresh device state, in the judge; a pool then
+    retries only a worker that died or froze, never a judge fault again. `scratch_dir`: where
+    sandbox folders go (None: /dev/shm on a GPU with 16 GiB free there, else the temp folder).
+    `debug_fault`: a test hook, never set in use: "compare" or "device_assert" breaks the judge's
+    first comparison; "KIND@PATH" only the first judge's that creates PATH (once across processes)."""
 
     spares: int | None = None  # None: DEFAULT_SPARES for the device
     cache_path: str | None = None  # the reference-timing cache; None: none kept
@@ -47,6 +54,8 @@ class JudgeSettings:
     refill: bool = True
     disk_limit_mb: int | None = None
     retries: int = 1
+    scratch_dir: str | None = None
+    debug_fault: str | None = None
 
     def __post_init__(self) -> None:
         if self.spares is not None and not 1 <= self.spares <= 64:
@@ -60,6 +69,11 @@ class JudgeSettings:
         for name in ("candidate_gpu_fraction", "reference_gpu_fraction"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ConfigError(f"judge.{name}: {getattr(self, name)} not in (0, 1]")
+        if self.scratch_dir is not None and not os.path.isdir(self.scratch_dir):
+            raise ConfigError(f"judge.scratch_dir: {self.scratch_dir!r} is not a folder")
+        if self.debug_fault is not None and self.debug_fault.partition("@")[0] not in DEBUG_FAULTS:
+            raise ConfigError(f"judge.debug_fault: {self.debug_fault!r}: expected "
+                              f"{' or '.join(DEBUG_FAULTS)}, optionally followed by @PATH")
 
     def replace(self, **changes: Any) -> JudgeSettings:
         return dataclasses.replace(self, **changes)
@@ -86,6 +100,8 @@ JUDGE_ENV = {
     "DRKERNEL_INSECURE": "insecure (1, true or yes)",
     "DRKERNEL_SANDBOX_HIDE": "hide (a list like PATH)",
     "DRKERNEL_SPARES": "spares (1 to 64)",
+    "DRKERNEL_SCRATCH_DIR": "scratch_dir (a folder)",
+    "DRKERNEL_DEBUG_JUDGE_FAULT": "debug_fault (a test hook: compare or device_assert[@PATH])",
 }
 
 
@@ -109,6 +125,11 @@ def judge_settings_from_env(environ: Mapping[str, str] | None = None, **override
             raise ConfigError(f"DRKERNEL_SPARES={raw!r}: expected a whole number of warm sandboxes "
                               "from 1 to 64")
         values["spares"] = spares
+    for var, field in (("DRKERNEL_SCRATCH_DIR", "scratch_dir"),
+                       ("DRKERNEL_DEBUG_JUDGE_FAULT", "debug_fault")):
+        text = env.get(var, "").strip()
+        if text:
+            values[field] = text
     for key, value in overrides.items():
         if value is None:
             continue

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.rhythm import KERNEL, REFERENCE  # noqa: E402
-from drkernel.sandbox.comparator import FAULT_ENV  # noqa: E402
+from drkernel.settings import JudgeSettings  # noqa: E402
 from drkernel.types import EvalOptions, EvalRequest  # noqa: E402
 
 
@@ -40,10 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     from drkernel.executors.local import LocalExecutor
 
     marker = Path(tempfile.mkdtemp()) / "fault-once"
-    os.environ[FAULT_ENV] = f"{args.kind}@{marker}"  # inherited by the judge processes
     opts = EvalOptions(num_correct_trials=3, num_perf_trials=20, timeout_s=120)
     reference = REFERENCE.format(size=args.size)
-    config = LocalExecutor.Config(heartbeat_timeout_s=args.heartbeat_timeout_s)
+    # the first judge to build its comparator meets the fault once (its config travels to it pickled)
+    config = LocalExecutor.Config(heartbeat_timeout_s=args.heartbeat_timeout_s,
+                                  judge=JudgeSettings(debug_fault=f"{args.kind}@{marker}"))
     ok = True
     with LocalExecutor(config) as ex:
         for n, tag in enumerate((7001, 7002, 7003)):

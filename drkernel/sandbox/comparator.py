@@ -29,11 +29,10 @@ from drkernel.sandbox.wire.helpermsg import CompareAnswer, CompareJob, CompareRe
 from drkernel.sandbox.wire.protocol import ProtocolError, read_message, write_message
 from drkernel.sandbox.wire.tensorfile import Entry, TensorFileError, read_header
 
-__all__ = ["JudgeFault", "LocalComparator", "ProcessComparator", "compare_job", "fingerprint",
+__all__ = ["JudgeFault", "LocalComparator", "ProcessComparator", "claim_fault", "compare_job", "fingerprint",
            "make_comparator"]
 
 _PRINT_ELEMENTS = 4096
-FAULT_ENV = "DRKERNEL_DEBUG_JUDGE_FAULT"  # debug hook: "compare" or "device_assert" (see _debug_fault)
 
 
 class JudgeFault(Exception):
@@ -193,24 +192,24 @@ class ProcessComparator:
 NO_DEVICE_STATUS = 3  # the comparison child's exit status where it cannot select its device
 
 
-def _debug_fault() -> str | None:
-    """FAULT_ENV: "KIND" faults every judge's first comparison; "KIND@PATH" only the first judge's
-    that makes PATH (once across processes: a pool that retries on a fresh judge meets no second)."""
-    raw = os.environ.get(FAULT_ENV) or None
-    if raw is None or "@" not in raw:
-        return raw
-    kind, _, marker = raw.partition("@")
+def claim_fault(spec: str | None) -> str | None:
+    """The fault a judge's first comparison is to meet (JudgeSettings.debug_fault, a test hook):
+    "KIND" for every judge; "KIND@PATH" only for the first judge that creates PATH (once across
+    processes: a pool that retries on a fresh judge meets no second)."""
+    if spec is None or "@" not in spec:
+        return spec
+    kind, _, marker = spec.partition("@")
     try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600))
     except FileExistsError:
         return None
     return kind
 
 
-def make_comparator(device: str,
-                    started: ComparisonProcess | None = None) -> LocalComparator | ProcessComparator:
-    """`started`: a comparison child started earlier; used where it was started for `device`, else closed."""
-    fault = _debug_fault()
+def make_comparator(device: str, started: ComparisonProcess | None = None,
+                    fault: str | None = None) -> LocalComparator | ProcessComparator:
+    """`started`: a comparison child started earlier; used where it was started for `device`, else closed.
+    `fault`: what the first comparison meets (claim_fault; None in every real judge)."""
     cuda = device.startswith("cuda")
     if started is not None and (not cuda or started.device != device or started.proc.poll() is not None):
         started.close()

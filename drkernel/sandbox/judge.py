@@ -16,13 +16,13 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from drkernel.device import resolve_device
 from drkernel.errors import ConfigError
 from drkernel.sandbox.cardmem import CardWitness
-from drkernel.sandbox.comparator import JudgeFault, make_comparator
+from drkernel.sandbox.comparator import JudgeFault, claim_fault, make_comparator
 from drkernel.sandbox.pipeline import Evaluation, ReferenceFailure
 from drkernel.sandbox.plumbing import isolation
 from drkernel.sandbox.plumbing.process import (
@@ -63,37 +63,29 @@ class Judge:
 
     Config = JudgeSettings  # what builds one besides its device: drkernel/settings.py
 
-    def __init__(self, device: str | None = None, *, spares: int | None = None,
-                 cache_path: str | Path | None = None, memory_limit_mb: int | None = None,
-                 candidate_gpu_fraction: float = 0.6, reference_gpu_fraction: float = 0.3,
-                 shared_triton_cache: str | None = None, fork_server: bool = True,
-                 isolate_uid: bool | None = None, insecure: bool = False,
-                 hide: Sequence[str | Path] = (), zygote: Zygote | None = None,
-                 comparison: ComparisonProcess | None = None, refill: bool = True,
-                 disk_limit_mb: int | None = None, retries: int = 1) -> None:
-        """`insecure`: run sandboxes without namespaces, for one's own code only (every result then
-        says "isolation": "none"); otherwise the judge refuses to start where it cannot isolate them.
-        `hide`: more files or folders no sandbox may see; the timing cache and the scratch folders
-        always are. (A judge reads no environment variable: `drkernel.settings.judge_settings_from_env`
-        turns DRKERNEL_INSECURE, DRKERNEL_SANDBOX_HIDE and DRKERNEL_SPARES into a JudgeSettings.)
+    def __init__(self, device: str | None = None, config: JudgeSettings | None = None, *,
+                 zygote: Zygote | None = None, comparison: ComparisonProcess | None = None,
+                 **settings: Any) -> None:
+        """A judge on `device` (None: the GPU if there is one), built as `config` says, or as the
+        keyword fields of one say (`Judge(device="cpu", spares=1)`; drkernel/settings.py JudgeSettings:
+        spares, memory caps, isolation, hidden paths, scratch folder, retries). A judge reads no
+        environment variable: `drkernel.settings.judge_settings_from_env` turns the `DRKERNEL_*` ones
+        into a JudgeSettings.
         `zygote`: a fork server started earlier (`drkernel eval` starts one before importing torch);
         the judge owns it from here, and replaces it if it was started for another device.
-        `comparison`: the same for the comparison child of a GPU judge (sandbox/comparator.py).
-        `refill`: start a new spare each time one is taken (a judge of one evaluation, `drkernel eval`,
-        says False: a spare it would kill unused only competes with the evaluation for the device).
-        `disk_limit_mb`: the filesystem of its own that each isolated sandbox's folder is (default
-        32 GiB on a GPU, 4 GiB on the CPU: five trials' outputs of a KernelBench-sized problem).
-        `retries`: evaluations of a request whose result is a judge fault, tried again on fresh
-        device state (the one layer for judge faults: a pool does not run them again)."""
-        self.disk_limit_mb = disk_limit_mb
-        self.retries = retries
+        `comparison`: the same for the comparison child of a GPU judge (sandbox/comparator.py)."""
+        if config is not None and settings:
+            raise TypeError(f"Judge: a config or its fields ({', '.join(settings)}), not both")
+        if "hide" in settings:
+            settings["hide"] = tuple(map(str, settings["hide"]))
+        self.config = config if config is not None else JudgeSettings(**settings)
+        self.disk_limit_mb = self.config.disk_limit_mb
+        self.retries = self.config.retries
         self._comparison: ComparisonProcess | None = comparison
         self._seed: TritonSeed | None = None
-        self.refill = refill
+        self.refill = self.config.refill
         try:
-            self._setup(device, spares, cache_path, memory_limit_mb, candidate_gpu_fraction,
-                        reference_gpu_fraction, shared_triton_cache, fork_server, isolate_uid, insecure,
-                        hide, zygote)
+            self._setup(device, zygote)
         except BaseException:
             if zygote is not None:
                 zygote.close()
@@ -105,60 +97,54 @@ class Judge:
     def from_config(cls, config: JudgeSettings, device: str | None = None, *, zygote: Zygote | None = None,
                     comparison: ComparisonProcess | None = None) -> Judge:
         """A judge on `device` built as `config` says (`zygote`, `comparison`: started earlier)."""
-        return cls(device, spares=config.spares, cache_path=config.cache_path,
-                   memory_limit_mb=config.memory_limit_mb,
-                   candidate_gpu_fraction=config.candidate_gpu_fraction,
-                   reference_gpu_fraction=config.reference_gpu_fraction,
-                   shared_triton_cache=config.shared_triton_cache, fork_server=config.fork_server,
-                   isolate_uid=config.isolate_uid, insecure=config.insecure, hide=config.hide,
-                   zygote=zygote, comparison=comparison, refill=config.refill,
-                   disk_limit_mb=config.disk_limit_mb, retries=config.retries)
+        return cls(device, config, zygote=zygote, comparison=comparison)
 
-    def _setup(self, device: str | None, spares: int | None, cache_path: str | Path | None,
-               memory_limit_mb: int | None, candidate_gpu_fraction: float, reference_gpu_fraction: float,
-               shared_triton_cache: str | None, fork_server: bool, isolate_uid: bool | None,
-               insecure: bool, hide: Sequence[str | Path], zygote: Zygote | None) -> None:
+    def _setup(self, device: str | None, zygote: Zygote | None) -> None:
+        c = self.config
         self.device = resolve_device(device)
         self.cuda = self.device.startswith("cuda")
-        self.spares = max(1, spares if spares is not None else DEFAULT_SPARES["cuda" if self.cuda else "cpu"])
-        self.memory_limit_mb = memory_limit_mb or (16384 if self.cuda else 6144)
-        self.candidate_gpu_fraction = candidate_gpu_fraction
-        self.reference_gpu_fraction = reference_gpu_fraction
+        # where sandbox folders go: the config's, else /dev/shm on a GPU with room, else the temp folder
+        self.scratch = c.scratch_dir or scratch_root(self.device)
+        self.spares = c.spares if c.spares is not None else DEFAULT_SPARES["cuda" if self.cuda else "cpu"]
+        self.memory_limit_mb = c.memory_limit_mb or (16384 if self.cuda else 6144)
+        self.candidate_gpu_fraction = c.candidate_gpu_fraction
+        self.reference_gpu_fraction = c.reference_gpu_fraction
         # None: every sandbox compiles into its own fresh cache (a candidate cannot plant binaries
         # for the next one); a shared directory trades that isolation for no recompilation.
-        self.shared_triton_cache = shared_triton_cache
+        self.shared_triton_cache = c.shared_triton_cache
         # hidden from every sandbox: the reference-timing cache's folder and the sandboxes' scratch root
-        extra = [*map(str, hide)]
+        extra = [*c.hide]
         # Triton's C helpers, built once and copied into each sandbox's private cache (tritonseed.py)
-        seeded = self.cuda and shared_triton_cache is None
-        seed_folder, seed_kept = _seed_folder(self.device, cache_path, insecure) if seeded else (None, False)
+        seeded = self.cuda and c.shared_triton_cache is None
+        seed_folder, seed_kept = (_seed_folder(self.scratch, c.cache_path, c.insecure) if seeded
+                                  else (None, False))
         if seed_folder is not None and seed_kept:
             extra.append(str(seed_folder))
-        self._hide = _to_hide(cache_path, self.device, extra)
-        self.insecure = insecure
-        if not insecure:
-            _require_isolation(fork_server, shared_triton_cache, self._hide)
+        self._hide = _to_hide(c.cache_path, self.scratch, extra)
+        self.insecure = c.insecure
+        if not c.insecure:
+            _require_isolation(c.fork_server, c.shared_triton_cache, self._hide)
             self.isolation = "namespaces"
             self.isolate_uid = True
-            sweep_stale_folders(scratch_root(self.device))  # a crashed judge's sandboxes' filesystems
+            sweep_stale_folders(self.scratch)  # a crashed judge's sandboxes' filesystems
         else:
             log.warning("insecure judge: candidate sandboxes run without namespaces (for your own code only)")
             # shared with the judge, unless asked for a leased uid (root only)
-            self.isolate_uid = bool(isolate_uid)
+            self.isolate_uid = bool(c.isolate_uid)
             self.isolation = "uid" if self.isolate_uid else "none"
-        self.cache = ReferenceTimingCache(cache_path)
+        self.cache = ReferenceTimingCache(c.cache_path)
         if seed_folder is not None:
             self._seed = TritonSeed(seed_folder, sandbox_env(self.device, "", ""), persistent=seed_kept)
         # A fork server imports torch and triton once; each sandbox is then a fork (fast to spawn).
-        if zygote is not None and (not fork_server or not zygote.serves(self.device)):
+        if zygote is not None and (not c.fork_server or not zygote.serves(self.device)):
             zygote.close()
             zygote = None
-        self._zygote: Zygote | None = (zygote or Zygote(self.device)) if fork_server else None
+        self._zygote: Zygote | None = (zygote or Zygote(self.device)) if c.fork_server else None
         self._pool: collections.deque[SandboxProcess] = collections.deque()
         self._ref: SandboxProcess | None = None
         self._closed = False
         # On a GPU the judge's only device context lives in this child (comparisons, fingerprints)
-        self._comparator = make_comparator(self.device, self._comparison)
+        self._comparator = make_comparator(self.device, self._comparison, fault=claim_fault(c.debug_fault))
         self._comparison = None  # the comparator owns it now
         self.judge_restarts = 0
         self._fill_pool()
@@ -193,7 +179,7 @@ class Judge:
                                   triton_cache=self.shared_triton_cache, zygote=self._zygote,
                                   isolate_uid=self.isolate_uid, namespaces=not self.insecure,
                                   hide=self._hide, triton_seed=self._seed.ready() if self._seed else None,
-                                  disk_limit_mb=disk)
+                                  disk_limit_mb=disk, scratch=self.scratch)
 
         try:
             return start()
@@ -366,7 +352,7 @@ class Judge:
             pass
 
 
-def _seed_folder(device: str, cache_path: str | Path | None, insecure: bool) -> tuple[Path, bool]:
+def _seed_folder(scratch: str | None, cache_path: str | Path | None, insecure: bool) -> tuple[Path, bool]:
     """Where the judge's Triton seed lives, and whether it stays for the next judge on this host: beside
     the reference-timing cache (the default one's folder without a cache), hidden from every sandbox
     and writable by root alone. An insecure judge's sandboxes share its uid and could rewrite a seed,
@@ -375,11 +361,10 @@ def _seed_folder(device: str, cache_path: str | Path | None, insecure: bool) -> 
 
     if not insecure:
         return Path(os.path.abspath(cache_path or default_cache_path())).parent / "triton-seed", True
-    root = scratch_root(device) or tempfile.gettempdir()
-    return Path(tempfile.mkdtemp(prefix="drkernel-seed-", dir=root)), False
+    return Path(tempfile.mkdtemp(prefix="drkernel-seed-", dir=scratch or tempfile.gettempdir())), False
 
 
-def _to_hide(cache_path: str | Path | None, device: str, extra: list[str]) -> list[str]:
+def _to_hide(cache_path: str | Path | None, scratch: str | None, extra: list[str]) -> list[str]:
     """Files and folders covered in every sandbox's view besides /tmp, /var/tmp and /dev/shm.
 
     The scratch root, the cache file and its folder, unless the Python installation or this
@@ -394,7 +379,7 @@ def _to_hide(cache_path: str | Path | None, device: str, extra: list[str]) -> li
         spec = importlib.util.find_spec(name)
         needed += list(spec.submodule_search_locations or []) if spec is not None else []
     hide = []
-    candidates = [scratch_root(device) or tempfile.gettempdir(), *extra]
+    candidates = [scratch or tempfile.gettempdir(), *extra]
     if cache_path is not None:
         cache = os.path.abspath(cache_path)
         candidates += [cache, cache + "-wal", cache + "-shm", os.path.dirname(cache)]

@@ -245,8 +245,8 @@ def test_a_submission_that_fills_the_shared_scratch_has_failed(
                       capture_output=True).returncode != 0:
         pytest.skip("cannot mount a tmpfs here")
     try:
-        monkeypatch.setenv("DRKERNEL_SCRATCH_DIR", str(scratch))
-        with Judge(device="cpu", cache_path=None, spares=1, disk_limit_mb=32 if own_filesystem else 0) as j:
+        with Judge(device="cpu", cache_path=None, spares=1, disk_limit_mb=32 if own_filesystem else 0,
+                   scratch_dir=str(scratch)) as j:
             r = evaluate(j, attack("fill_scratch"))
             assert r.outcome is EvalOutcome.RUNTIME_ERROR and r.reward == 0.0, describe(r)
             assert r.error is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -165,6 +166,54 @@ def test_spares_default_and_environment_override(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("DRKERNEL_SPARES", "5")  # a Judge itself reads no environment variable
     with Judge(device="cpu", cache_path=None) as j:
         assert j.spares == DEFAULT_SPARES["cpu"]
+
+
+def test_the_scratch_folder_and_the_fault_hook_are_settings_and_no_sandbox_reads_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: DRKERNEL_SCRATCH_DIR and DRKERNEL_DEBUG_JUDGE_FAULT are read by drkernel/settings.py
+    alone; a judge places its sandboxes' folders where its config says, whatever the environment."""
+    from drkernel.settings import JudgeSettings, judge_settings_from_env
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {"DRKERNEL_SCRATCH_DIR": f" {scratch} ", "DRKERNEL_DEBUG_JUDGE_FAULT": "compare@/x/once"}
+    config = judge_settings_from_env(env)
+    assert (config.scratch_dir, config.debug_fault) == (str(scratch), "compare@/x/once")
+    assert judge_settings_from_env({}).scratch_dir is None and judge_settings_from_env({}).debug_fault is None
+    with pytest.raises(ConfigError, match="scratch_dir.*is not a folder"):
+        judge_settings_from_env({"DRKERNEL_SCRATCH_DIR": str(tmp_path / "missing")})
+    with pytest.raises(ConfigError, match="debug_fault.*compare or device_assert"):
+        JudgeSettings(debug_fault="explode")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("DRKERNEL_SCRATCH_DIR", str(elsewhere))  # not the judge's to read
+    with Judge(device="cpu", cache_path=None, spares=1, scratch_dir=str(scratch)) as j:
+        assert j._pool and all(Path(p.workdir).parent == scratch for p in j._pool)
+        assert j._ref is not None and Path(j._ref.workdir).parent == scratch
+        assert str(scratch) in j._hide  # hidden from every sandbox, as the default scratch is
+    assert not list(elsewhere.iterdir())
+
+
+def test_a_judge_takes_a_config_or_its_fields_not_both() -> None:
+    from drkernel.settings import JudgeSettings
+
+    with pytest.raises(TypeError, match="not both"):
+        Judge("cpu", JudgeSettings(), spares=1)
+    with pytest.raises(TypeError):
+        Judge("cpu", no_such_setting=1)
+    with pytest.raises(ConfigError, match="judge.spares"):  # checked where every judge's config is
+        Judge("cpu", spares=0)
+
+
+def test_a_fault_marked_once_is_claimed_by_one_judge_only(tmp_path: Path) -> None:
+    from drkernel.sandbox.comparator import claim_fault
+
+    assert claim_fault(None) is None and claim_fault("compare") == claim_fault("compare") == "compare"
+    once = f"device_assert@{tmp_path / 'once'}"
+    assert [claim_fault(once) for _ in range(3)] == ["device_assert", None, None]
+    (tmp_path / "target").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "target")  # an existing name, a link or not, is claimed
+    assert claim_fault(f"compare@{tmp_path / 'link'}") is None
 
 
 def test_closed_judge_refuses_work() -> None:

@@ -279,11 +279,9 @@ def test_cpu_faults_hold_on_gpu(judge: Judge, name: str) -> None:
 
 
 # -- faults of the judge's own (issue 12) ----------------------------------------------------------
-def test_a_device_side_assert_in_the_judge_never_becomes_a_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
-    from drkernel.sandbox.comparator import FAULT_ENV
-
-    monkeypatch.setenv(FAULT_ENV, "device_assert")  # the judge's first comparison trips a device-side assert
-    with Judge(device="cuda", cache_path=None, spares=2) as j:
+def test_a_device_side_assert_in_the_judge_never_becomes_a_verdict() -> None:
+    # the debug hook: the judge's first comparison trips a device-side assert
+    with Judge(device="cuda", cache_path=None, spares=2, debug_fault="device_assert") as j:
         first = evaluate(j, asset("kernels", "relu_scale"), big_relu_scale())
         assert first.outcome is EvalOutcome.OK and first.judge_retries == 1, describe(first)
         assert j.judge_restarts == 1
@@ -301,14 +299,13 @@ def test_a_device_side_assert_in_a_served_judge_still_gives_the_verdict(  # type
 
     import httpx
 
-    from drkernel.sandbox.comparator import FAULT_ENV
     from drkernel.server.launch import ServerProcess
 
     honest = asset("kernels", "relu_scale")
     # one judge's, once. The marker is claimed when a judge builds its comparator, so serve runs one
     # judge here: with its default of 4 a GPU, the judge that claimed it need not be the one given the
     # task (run BM, H100: `ok` with judge_retries 0; the verdict right, the fault never met)
-    env = dict(os.environ, **{FAULT_ENV: f"device_assert@{tmp_path / 'fault-once'}"})
+    env = dict(os.environ, DRKERNEL_DEBUG_JUDGE_FAULT=f"device_assert@{tmp_path / 'fault-once'}")
     task = {"task_id": "gpu-fault-1", "reference_code": big_relu_scale(), "kernel_code": honest.code,
             "options": {"num_correct_trials": 3, "num_perf_trials": 20, "timeout_s": 240}}
     one_judge = ["--workers", "1", "--judges-per-gpu", "1"]

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from drkernel.sandbox import comparator
-from drkernel.sandbox.comparator import FAULT_ENV, JudgeFault, LocalComparator, fingerprint
+from drkernel.sandbox.comparator import JudgeFault, LocalComparator, fingerprint
 from drkernel.sandbox.judge import Judge
 from drkernel.sandbox.wire.helpermsg import CompareJob
 from drkernel.server.launch import ServerProcess
@@ -54,10 +54,9 @@ def test_honest_kernel_with_a_64_mb_output_is_ok(judge: Judge) -> None:
     assert r.correct and r.judge_retries == 0
 
 
-def test_a_fault_in_the_comparison_is_the_judges_and_the_retry_gives_the_verdict(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(FAULT_ENV, "compare")  # the debug hook: the first comparison raises
-    with Judge(device="cpu", cache_path=None, spares=1) as j:
+def test_a_fault_in_the_comparison_is_the_judges_and_the_retry_gives_the_verdict() -> None:
+    # the debug hook: the first comparison raises
+    with Judge(device="cpu", cache_path=None, spares=1, debug_fault="compare") as j:
         r = j.evaluate(EvalRequest(reference_code=HONEST.reference, kernel_code=HONEST.code, options=FAST))
         assert r.outcome is EvalOutcome.OK, r.error
         assert r.judge_retries == 1 and j.judge_restarts == 1
@@ -102,7 +101,7 @@ def test_through_drkernel_serve_a_judge_fault_still_gives_the_real_verdict(tmp_p
 
     # the first judge faults on its first comparison and retries it on fresh device state (the one
     # retry layer for a judge fault); the pool does not run it a third time
-    env = dict(os.environ, **{FAULT_ENV: f"compare@{tmp_path / 'fault-once'}"})
+    env = dict(os.environ, DRKERNEL_DEBUG_JUDGE_FAULT=f"compare@{tmp_path / 'fault-once'}")
     task = {"task_id": "fault-1", "reference_code": HONEST.reference, "kernel_code": HONEST.code,
             "options": {"num_correct_trials": 2, "num_perf_trials": 3, "timeout_s": 120}}
     with ServerProcess(tmp_path / "f.db", extra=["--judge", "sandbox", "--workers", "1"], env=env) as server:
@@ -166,7 +165,7 @@ def test_a_stopped_fork_server_is_replaced_and_the_evaluation_goes_on(
 
     monkeypatch.setattr(process, "SPAWN_TIMEOUT_S", 3.0)
     code, ref = asset("kernels", "relu_scale").code, reference_code("relu_scale")
-    with Judge(device="cpu", cache_path=None, spares=0) as j:
+    with Judge(device="cpu", cache_path=None, spares=1) as j:
         first = j.evaluate(EvalRequest(reference_code=ref, kernel_code=code, options=FAST))
         assert first.outcome is EvalOutcome.OK, first.error
         zygote = j._zygote
@@ -197,7 +196,7 @@ def test_a_fork_server_that_answered_once_and_then_stays_silent_is_replaced(
 
     monkeypatch.setattr(process, "SPAWN_TIMEOUT_S", 2.0)
     code, ref = asset("kernels", "relu_scale").code, reference_code("relu_scale")
-    with Judge(device="cpu", cache_path=None, spares=0) as j:
+    with Judge(device="cpu", cache_path=None, spares=1) as j:
         first = j.evaluate(EvalRequest(reference_code=ref, kernel_code=code, options=FAST))
         assert first.outcome is EvalOutcome.OK
         old = j._zygote

@@ -47,11 +47,9 @@ def test_remove_tree_of_a_missing_folder_is_fine(tmp_path):
     assert remove_tree(str(tmp_path / "never-made"))
 
 
-def test_scratch_root_is_the_host_default_on_cpu(monkeypatch):
-    monkeypatch.delenv("DRKERNEL_SCRATCH_DIR", raising=False)
+def test_scratch_root_is_the_host_default_on_cpu_and_reads_no_environment(monkeypatch):
+    monkeypatch.setenv("DRKERNEL_SCRATCH_DIR", "/somewhere")  # the settings' to read, not the sandbox's
     assert scratch_root("cpu") is None
-    monkeypatch.setenv("DRKERNEL_SCRATCH_DIR", "/somewhere")
-    assert scratch_root("cpu") == "/somewhere"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process as another uid")

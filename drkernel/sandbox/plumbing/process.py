@@ -48,11 +48,9 @@ def scratch_root(device: str) -> str | None:
     """Where sandboxes keep their folders: tmpfs (/dev/shm) on a GPU judge when it has room.
 
     Outputs of KernelBench-sized problems are files of a GiB each way, written and read several
-    times per evaluation; tmpfs keeps them in memory. DRKERNEL_SCRATCH_DIR overrides the choice.
+    times per evaluation; tmpfs keeps them in memory. A judge's config may name another folder
+    (JudgeSettings.scratch_dir, DRKERNEL_SCRATCH_DIR).
     """
-    override = os.environ.get("DRKERNEL_SCRATCH_DIR")
-    if override:
-        return override
     if not device.startswith("cuda"):
         return None
     try:
@@ -486,8 +484,9 @@ class SandboxProcess:
                  triton_cache: str | None = None, zygote: Zygote | None = None,
                  isolate_uid: bool = False, namespaces: bool = False,
                  hide: list[str] | None = None, triton_seed: str | None = None,
-                 disk_limit_mb: int = 0) -> None:
-        """`namespaces`: run in namespaces of its own under a leased uid (sandbox/plumbing/isolation.py;
+                 disk_limit_mb: int = 0, scratch: str | None = None) -> None:
+        """`scratch`: the folder its own folder is made in (None: the system temp folder).
+        `namespaces`: run in namespaces of its own under a leased uid (sandbox/plumbing/isolation.py;
         needs the fork server), with the folders in `hide` covered; `isolate_uid` alone: a leased uid.
         `triton_seed`: the judge's build of Triton's C helpers (sandbox/plumbing/tritonseed.py), copied
         into the sandbox's own Triton cache (not into a shared `triton_cache`). `disk_limit_mb`: the size
@@ -499,7 +498,7 @@ class SandboxProcess:
         self.zygote = zygote  # the fork server it came from: it dies with that one
         self.device = device
         self.memory_limit_mb = memory_limit_mb
-        self.workdir = tempfile.mkdtemp(prefix=f"drkernel-{role}-", dir=scratch_root(device))
+        self.workdir = tempfile.mkdtemp(prefix=f"drkernel-{role}-", dir=scratch)
         self._lease = UidLease() if isolate_uid else None
         uid = self._lease.uid if self._lease is not None else None
         self.uid = uid

@@ -34,7 +34,7 @@ class CompareJob(Wire):
     tensors, their structures and the tolerances. `fingerprint`: also return the reference's
     fingerprint (the weak-reference warning). `expect`: the reference's [dtype, shape] per output,
     which the candidate's file header must match before a byte of its data is read (None: not
-    checked). `inject`: the debug hook's fault (comparator.FAULT_ENV), None in every real job."""
+    checked). `inject`: the debug hook's fault (JudgeSettings.debug_fault), None in every real job."""
 
     ref_path: str
     ref_count: int
