@@ -175,3 +175,11 @@ def test_a_lock_in_a_missing_folder_is_an_os_error_and_makes_nothing(tmp_path: P
             pass
     assert os.listdir(tmp_path) == []
 
+
+def test_the_package_takes_file_locks_only_here_and_in_the_gpu_lock() -> None:
+    """A new flock written by hand (the sandbox aside) fails here: hold a lock file with held_lock. The
+    survey removed its lock file on leaving (two holders at once) and the baseline store kept its own
+    copy; the judges' GPU lock polls one of several slot files up to a deadline."""
+    found = sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
+                   if re.search(r"\bfcntl\.flock\(", path.read_text()))
+    assert [rel for rel in found if not rel.startswith("sandbox/")] == ["executors/judge_host.py", "files.py"]
