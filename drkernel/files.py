@@ -1,19 +1,24 @@
-"""Files replaced whole: new text -> a file that every reader sees either as it was or as written.
+"""Files replaced whole: new text -> a file that every reader sees either as it was or as written;
+and the lock file that lets one writer at a time replace a shared one.
 
 Input: a path and its text; output: the file replaced by one rename, its data on disk first. The
 writer of the package's files that must be whole or old (run configs, a resumed run's metrics, the
 `latest` pointer, the survey, the baseline store); a failure at any point leaves the old file, or none,
-and no temporary file beside it.
+and no temporary file beside it. `held_lock` is the one lock of those writers (the survey, the store).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["write_text_atomically"]
+from drkernel.errors import ConfigError
+
+__all__ = ["held_lock", "write_text_atomically"]
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:
@@ -41,3 +46,32 @@ def write_text_atomically(path: str | Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def held_lock(path: str | Path, *, wait: bool, busy: str | None = None) -> Iterator[None]:
+    """Hold the exclusive flock of the lock file at `path` for the block: made when missing (the mode
+    write_text gives), never followed through a symlink, never removed. `wait`: until another holder
+    lets go; else one holding it now is `ConfigError(busy)` (by default, the path and "another process
+    holds it"). An OSError (no folder, no right, a symlink) is raised as it is.
+
+    The file stays: removing it on leaving let a process that had opened it just before lock the
+    removed file while a third made a new one and locked that, two holders at once.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with held_lock(Path(d, ".a.lock"), wait=False, busy="a.json: another writer has it"):
+    ...         with held_lock(Path(d, ".a.lock"), wait=False, busy="a.json: another writer has it"):
+    ...             pass
+    Traceback (most recent call last):
+    drkernel.errors.ConfigError: a.json: another writer has it
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(busy or f"{path}: another process holds it") from None
+        yield
+    finally:
+        os.close(fd)  # lets go of the lock

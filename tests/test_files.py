@@ -1,20 +1,25 @@
 """drkernel.files: a text file is replaced whole or not at all, through a temporary file of its own that
 never outlives the write; and it is the package's one writer of that kind (the four hand-written copies
-differed in their temporary names, none synced, none removed its temporary file on failure)."""
+differed in their temporary names, none synced, none removed its temporary file on failure). Its
+held_lock is the one lock of those writers: one holder at a time, across processes, its file kept."""
 
 from __future__ import annotations
 
 import doctest
 import os
 import re
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import drkernel
 import drkernel.files
-from drkernel.files import write_text_atomically
+from drkernel.errors import ConfigError
+from drkernel.files import held_lock, write_text_atomically
 
 PACKAGE = Path(drkernel.__file__).parent
 
@@ -104,3 +109,77 @@ def test_the_package_replaces_files_only_here_and_in_its_two_folder_swaps() -> N
         if count:
             found[rel] = count
     assert found == {"files.py": 1, "rl/checkpoint.py": 1, "rl/sft.py": 1}
+
+
+_HOLDER = """import sys
+from drkernel.files import held_lock
+with held_lock(sys.argv[1], wait=False, busy="taken"):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_held_lock_keeps_out_other_processes_until_let_go_and_its_file_stays(tmp_path: Path) -> None:
+    """Another process holding it: a taker that does not wait is the busy line, one that waits gets
+    it once the holder lets go; and the file is the same one throughout (never removed)."""
+    lock = tmp_path / ".s.json.lock"
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(lock)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        inode = lock.stat().st_ino
+        with pytest.raises(ConfigError, match="^s.json: another writer has it$"):
+            with held_lock(lock, wait=False, busy="s.json: another writer has it"):
+                pass
+        taken = threading.Event()
+
+        def take() -> None:
+            with held_lock(lock, wait=True):
+                taken.set()
+
+        waiter = threading.Thread(target=take)
+        waiter.start()
+        time.sleep(0.3)
+        assert not taken.is_set()  # still waiting on the holder
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        waiter.join(30)
+        assert taken.is_set() and holder.wait(30) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lock.stat().st_ino == inode and os.listdir(tmp_path) == [".s.json.lock"]
+    with held_lock(lock, wait=False):  # free again, through the same file
+        assert lock.stat().st_ino == inode
+        with pytest.raises(ConfigError, match="^" + re.escape(f"{lock}: another process holds it") + "$"):
+            with held_lock(lock, wait=False):
+                pass
+
+
+def test_a_lock_path_that_is_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    """open(lock, "w") followed a symlink planted at the lock's name and emptied the file it named."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n")
+    (tmp_path / ".s.json.lock").symlink_to(precious)
+    with pytest.raises(OSError):
+        with held_lock(tmp_path / ".s.json.lock", wait=True):
+            pass
+    assert precious.read_text() == "keep me\n"
+
+
+def test_a_lock_in_a_missing_folder_is_an_os_error_and_makes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        with held_lock(tmp_path / "no" / ".s.json.lock", wait=False):
+            pass
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_package_takes_file_locks_only_here_and_in_the_gpu_lock() -> None:
+    """A new flock written by hand (the sandbox aside) fails here: hold a lock file with held_lock. The
+    survey removed its lock file on leaving (two holders at once) and the baseline store kept its own
+    copy; the judges' GPU lock polls one of several slot files up to a deadline."""
+    found = sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
+                   if re.search(r"\bfcntl\.flock\(", path.read_text()))
+    assert [rel for rel in found if not rel.startswith("sandbox/")] == ["executors/judge_host.py", "files.py"]

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from drkernel.errors import ConfigError
-from drkernel.files import write_text_atomically
+from drkernel.files import held_lock, write_text_atomically
 from drkernel.problems.reference import load_reference
 from drkernel.types import Problem
 
@@ -100,12 +100,9 @@ class BaselineStore:
     def put(self, timing: BaselineTiming) -> None:
         """Store one timing. The file may be shared by runs at once (the default store is one per user):
         under a lock, what they stored since is read back first, and a file of this run's own replaces it."""
-        import fcntl
-
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path.with_name(f".{self.path.name}.lock"), "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            with held_lock(self.path.with_name(f".{self.path.name}.lock"), wait=True):
                 self._entries = {**self._entries, **self._read(), timing.key: timing.to_dict()}
                 text = json.dumps({"version": 1, "entries": self._entries}, indent=1, sort_keys=True)
                 write_text_atomically(self.path, text)

@@ -8,19 +8,18 @@ is rewritten atomically after every row; a call stops before its time budget, `r
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from drkernel.errors import ConfigError
-from drkernel.files import write_text_atomically
+from drkernel.files import held_lock, write_text_atomically
 from drkernel.problems.audit import AuditConfig
 from drkernel.problems.nulls import constant_candidate, identity_candidate, shrink_sizes, wrapper_candidate
 from drkernel.problems.survey_probe import ProbeWorker
@@ -251,29 +250,14 @@ def run_survey(problems: Sequence[Problem], cfg: SurveyConfig, path: str | Path,
     """Survey `problems` into the file at `path` (resumed: complete rows are skipped, incomplete ones
     redone once). The judge is made on first need and closed at the end when it has a close()."""
     out = Path(path)
-    with _writing(out):
-        return _run_survey(problems, cfg, out, suite, resume, make_judge, on_row)
-
-
-@contextlib.contextmanager
-def _writing(out: Path) -> Iterator[None]:
-    """One survey at a time writes a file: two (shards given one --out) would each rewrite it from
-    their own rows, dropping the other's."""
-    import fcntl
-
     if not out.parent.is_dir():
         raise ConfigError(f"{out.parent}: no such folder")
-    lock_path = out.with_name(f".{out.name}.lock")
-    with open(lock_path, "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(f"{out}: another drkernel suite survey is writing it (each shard wants "
-                              "an --out of its own)") from None
-        try:
-            yield
-        finally:
-            lock_path.unlink(missing_ok=True)
+    # one survey at a time writes a file: two (shards given one --out) would each rewrite it from their
+    # own rows, dropping the other's
+    with held_lock(out.with_name(f".{out.name}.lock"), wait=False,
+                   busy=f"{out}: another drkernel suite survey is writing it (each shard wants an --out "
+                        "of its own)"):
+        return _run_survey(problems, cfg, out, suite, resume, make_judge, on_row)
 
 
 def _run_survey(problems: Sequence[Problem], cfg: SurveyConfig, out: Path, suite: str, resume: bool,

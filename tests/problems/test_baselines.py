@@ -135,3 +135,22 @@ def test_two_runs_sharing_a_store_keep_each_others_timings(tmp_path: Path) -> No
     second.put(measure_baseline(matmul, trials=1, warmup=0))
     reopened = BaselineStore(tmp_path / "b.json")
     assert reopened.get(relu, "cpu", "eager") is not None and reopened.get(matmul, "cpu", "eager") is not None
+
+
+def test_a_put_waits_for_another_writer_of_the_store_and_keeps_the_lock_file(tmp_path: Path) -> None:
+    """put() waits while another run holds the store's lock (one holder at a time), then stores."""
+    import threading
+    import time
+
+    from drkernel.files import held_lock
+
+    store = BaselineStore(tmp_path / "b.json")
+    timing = measure_baseline(builtin_problem("101_ReLU", "cpu"), trials=1, warmup=0)
+    writer = threading.Thread(target=store.put, args=(timing,))
+    with held_lock(tmp_path / ".b.json.lock", wait=False):  # another run's put, under way
+        writer.start()
+        time.sleep(0.3)
+        assert writer.is_alive() and not (tmp_path / "b.json").exists()
+    writer.join(30)
+    assert not writer.is_alive() and len(BaselineStore(tmp_path / "b.json").entries()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".b.json.lock", "b.json"]

@@ -560,4 +560,60 @@ def test_a_second_survey_into_the_same_file_is_refused_while_one_runs(tmp_path: 
 
     assert run_survey(square, cfg, out, make_judge=make_judge).done == ["L1/1_Square"]
     assert len(refused) == 1
-    assert run_survey(square, cfg, out, resume=True, make_judge=_StubJudge).skipped == 1  # the lock is gone
+    assert run_survey(square, cfg, out, resume=True, make_judge=_StubJudge).skipped == 1  # the lock is free
+    assert (tmp_path / ".s.json.lock").is_file()  # and its file is kept for the next writer
+
+
+def test_a_survey_that_opened_the_lock_as_the_writer_left_still_keeps_out_a_third(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer removed its lock file on leaving: a second survey that had opened the file just
+    before took the lock of the removed file, a third made a new file and took its lock, and both
+    wrote one --out."""
+    import fcntl
+    import threading
+
+    from drkernel.problems.loaders import load_suite
+
+    square, broken = (p for p in load_suite(str(_tree(tmp_path / "kb", gemm=False))) if "Flat" not in p.name)
+    cfg = SurveyConfig(nulls=("zeros",), backends=("eager",))
+    out = tmp_path / "s.json"
+    opened, left = threading.Event(), threading.Event()
+    flock = fcntl.flock
+
+    def late_flock(fd: Any, operation: int) -> None:  # the second survey locks once the first has left
+        if threading.current_thread().name == "second" and not left.is_set():
+            opened.set()
+            left.wait(60)
+        flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", late_flock)
+    third: list[BaseException | None] = []
+
+    def second_judge() -> _StubJudge:  # called while the second survey holds the lock
+        try:
+            run_survey([square], cfg, out, resume=True, make_judge=_StubJudge)
+            third.append(None)
+        except ConfigError as exc:
+            third.append(exc)
+        return _StubJudge()
+
+    failed: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            run_survey([square, broken], cfg, out, resume=True, make_judge=second_judge)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            failed.append(exc)
+
+    thread = threading.Thread(target=second, name="second")
+
+    def first_judge() -> _StubJudge:  # the second survey opens the lock file while the first holds it
+        thread.start()
+        assert opened.wait(60)
+        return _StubJudge()
+
+    assert run_survey([square], cfg, out, make_judge=first_judge).done == ["L1/1_Square"]
+    left.set()
+    thread.join(120)
+    assert failed == [] and len(third) == 1, (failed, third)
+    assert "another drkernel suite survey is writing" in str(third[0])
