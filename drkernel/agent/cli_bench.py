@@ -27,7 +27,7 @@ from drkernel.agent.paper_protocol import paper_differences
 from drkernel.agent.policy import Policy
 from drkernel.agent.report import render_table, write_reports
 from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
-from drkernel.cli import INTERRUPTED, make_folder, rerun_command
+from drkernel.cli import INCOMPLETE, INTERRUPTED, make_folder, rerun_command
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
 from drkernel.files import write_text_atomically
@@ -36,7 +36,8 @@ from drkernel.problems.loaders import load_suite, parse_levels
 from drkernel.types import Problem
 from drkernel.wording import counted
 
-__all__ = ["BenchInterrupted", "check_out", "print_summary", "register", "report", "run", "run_bench"]
+__all__ = ["BenchInterrupted", "check_out", "incomplete", "print_summary", "register", "report", "run",
+           "run_bench"]
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +232,8 @@ def _summary(meta: dict[str, Any], finished: Any) -> tuple[dict[str, Any], list[
     per_level = Counter(levels[n] for n in names if n in levels)
     summary = summarize(trajs, meta["turns"], total=len(names) * samples,
                         level_totals={lv: k * samples for lv, k in per_level.items()}, problems=len(names))
+    done = Counter(t.problem for t in trajs if t.error is None)
+    summary["incomplete_problems"] = sum(done[n] < samples for n in names)  # an episode missing or failed
     summary["run"] = {k: meta.get(k, _RESUME_DEFAULTS.get(k)) for k in (
         "model", "samples", "turns", "context", "reference_backend", "held_out", "protocol", "reward_preset")}
     if meta.get("paper_differences"):  # where a --protocol paper run differs from the authors' evaluation
@@ -297,8 +300,14 @@ def _read_episodes(path: Path) -> dict[str, Trajectory]:
     return finished
 
 
-def print_summary(summary: dict[str, Any], out: str | Path) -> None:
-    """The console's part of a bench's end: the tables, then warnings and notes on stderr."""
+def incomplete(summary: dict[str, Any]) -> int:
+    """How many of a run's planned episodes are missing (never run, or interrupted) or failed."""
+    return int(summary["episode_errors"] + summary["missing"])
+
+
+def print_summary(summary: dict[str, Any], out: str | Path, then: str = "") -> None:
+    """The console's part of a bench's end: the tables, then warnings and notes on stderr; `then` ends
+    the line on missing or failed episodes."""
     from rich.console import Console
 
     Console().print(render_table(summary))
@@ -308,10 +317,12 @@ def print_summary(summary: dict[str, Any], out: str | Path) -> None:
               f"so a kernel that ignores them passes: {', '.join(weak[:10])}"
               f"{' ...' if len(weak) > 10 else ''}",
               file=sys.stderr)
-    errors = summary["episode_errors"] + summary["missing"]
-    if errors:
-        print(f"{errors} episode(s) missing or failed; rerun the bench with --resume to retry them",
-              file=sys.stderr)
+    lost = incomplete(summary)
+    if lost:
+        problems = summary.get("incomplete_problems")  # absent from summarize()'s own summaries
+        where = "" if problems is None else f", in {problems} of {counted(summary['problems'], 'problem')}"
+        print(f"{lost} of {counted(summary['samples'], 'episode')} missing or failed{where}; rerun the bench "
+              f"with --resume to retry them{then}", file=sys.stderr)
     print(f"reports written to {out}")
     differences = (summary.get("run") or {}).get("paper_differences") or []
     if differences:
@@ -397,4 +408,4 @@ def run(args: argparse.Namespace) -> int:
     print_summary(summary, args.out)
     # a run with episodes missing (a model or judge that failed them) is not a finished run: a script
     # must be able to tell (the reports are written either way; --resume retries those)
-    return 1 if summary["episode_errors"] + summary["missing"] else 0
+    return INCOMPLETE if incomplete(summary) else 0
