@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 from collections import Counter
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,34 @@ def _drop_torn_lines(log_path: Path) -> None:
         write_text_atomically(log_path, "".join(whole))
 
 
+def _keep_last_errors(path: Path, finished: Container[str]) -> None:
+    """Rewrite errors.jsonl to describe the episodes whose last run failed: the last row of each uid,
+    none for an episode finished since (a --resume ran it again). Rewritten whole or not at all (a kill
+    mid-write leaves the old file); a torn line goes, a record this version cannot read stays."""
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    last: dict[object, str] = {}
+    for n, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        uid = record.get("uid") if isinstance(record, dict) else None
+        key = uid if isinstance(uid, str) else n  # no uid to match: kept as it is
+        if key in finished:
+            continue
+        last.pop(key, None)  # in the order of the last failures
+        last[key] = line + "\n"
+    if len(last) == len(lines):
+        return
+    if last:
+        write_text_atomically(path, "".join(last.values()))
+    else:
+        path.unlink()
+
+
 def _progress(total: int, done: int, enabled: bool) -> Any:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -207,6 +236,8 @@ def run_bench(
             run_episodes(jobs, policy, executor, config, on_done=on_done)
     except KeyboardInterrupt:  # report what finished; --resume runs the rest
         interrupted = True
+    finally:  # no on_done runs any more: the errors of a resumed run are brought up to date
+        _keep_last_errors(out / ERRORS, finished)
     summary, trajs = _summary(meta, finished.values())
     if parquet:
         save_trajectories(out / "episodes.parquet", sorted(trajs, key=lambda t: (t.problem, t.sample)))
