@@ -139,6 +139,8 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
     foreign = _foreign(meta, finished.values()) if resume else None
     if foreign:  # no config.json to compare with: the episodes themselves say whose they are
         raise ConfigError(f"--resume: {log_path} holds {foreign}; choose another --out")
+    if not resume:  # a new run: the failures of the earlier one here (which finished nothing) are not its
+        (out / ERRORS).unlink(missing_ok=True)
     write_text_atomically(cfg_path, json.dumps(meta, indent=2) + "\n")  # a kill mid-write leaves the old one
     return finished
 

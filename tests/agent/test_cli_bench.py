@@ -354,3 +354,23 @@ def test_errors_jsonl_holds_only_the_episodes_whose_last_run_failed(suite, tmp_p
                         progress=False)
     assert summary["missing"] == 0 and not errors.exists()
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # no temporary file left
+
+
+def test_a_new_run_in_the_out_of_a_run_that_finished_nothing_starts_errors_jsonl_anew(suite, tmp_path):
+    """A run whose every episode failed (a server down) leaves no finished episode, so a new run may take
+    its --out without --resume; it appended to that run's errors.jsonl, which then listed another model's
+    failures, of problems the new run never planned, as its own."""
+    from drkernel.errors import PolicyError
+
+    def down(msgs, i):
+        raise PolicyError("the model server is down")
+
+    problems = load_suite(str(suite))
+    out = tmp_path / "o"
+    cfg = LoopConfig(env=EnvConfig(max_turns=1), model="a", policy_retries=0)
+    run_bench(problems, ScriptedPolicy(down), FakeExecutor(), cfg, out, samples=1, progress=False)
+    assert len((out / "errors.jsonl").read_text().splitlines()) == 3
+    cfg = LoopConfig(env=EnvConfig(max_turns=1), model="b", policy_retries=0)
+    summary = run_bench(problems[:1], ScriptedPolicy(lambda msgs, i: fake_answer(msgs)), FakeExecutor(), cfg,
+                        out, samples=1, progress=False)
+    assert summary["missing"] == 0 and not (out / "errors.jsonl").exists()
