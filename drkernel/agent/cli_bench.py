@@ -350,6 +350,11 @@ def print_summary(summary: dict[str, Any], out: str | Path, then: str = "") -> N
               f"so a kernel that ignores them passes: {', '.join(weak[:10])}"
               f"{' ...' if len(weak) > 10 else ''}",
               file=sys.stderr)
+    devices = summary.get("devices") or []
+    if len(devices) > 1:  # a resume on another machine, or after a torch upgrade: not one benchmark
+        print(f"warning: this run's kernels were judged on {len(devices)} devices or torch/Triton versions "
+              f"({'; '.join(devices)}): its speedups, and so Fast@p, mix their timings (a --resume on "
+              "another machine?)", file=sys.stderr)
     lost = incomplete(summary)
     if lost:
         problems = summary.get("incomplete_problems")  # absent from summarize()'s own summaries

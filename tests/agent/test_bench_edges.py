@@ -291,3 +291,37 @@ def test_report_of_a_paper_protocol_run_keeps_its_note(tmp_path, capsys: pytest.
             f"paper_differences in {out / 'config.json'}") in capsys.readouterr().err
     run = json.loads((out / "summary.json").read_text())["run"]
     assert run["paper_differences"] == ["one", "two", "three"]
+
+
+def test_a_run_judged_on_two_devices_says_so(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench --resume compares the run's settings, not the judge's device or its torch: a run resumed on
+    another machine (another GPU, or the CPU's interpreter where the GPU was not visible, or after a torch
+    upgrade) mixed two devices' timings in one Fast@p, and neither bench nor report said a word."""
+    import json
+
+    h100 = {"kind": "cuda", "name": "NVIDIA H100", "interpreter": False, "torch_version": "2.5.1",
+            "triton_version": "3.1.0"}
+
+    def log(*devices: dict) -> str:
+        records = [json.loads(_episode("1_p", sample, "m")) for sample in range(len(devices))]
+        for record, device in zip(records, devices, strict=True):
+            record["turns"][0]["result"]["device"] = device
+        return "".join(json.dumps(record) + "\n" for record in records)
+
+    out, _ = _bench_folder(tmp_path, log(h100, h100))
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "samples": 3}))
+    assert main(["report", str(out), "--allow-partial"]) == 0
+    assert "devices" not in capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["devices"] == ["NVIDIA H100 (torch 2.5.1, triton 3.1.0)"]
+    h200, upgraded = {**h100, "name": "NVIDIA H200"}, {**h100, "torch_version": "2.6.0"}
+    (out / "episodes.jsonl").write_text(log(h100, h200, upgraded))  # resumed elsewhere, then after an upgrade
+    assert main(["report", str(out)]) == 0
+    err = capsys.readouterr().err
+    devices = ["NVIDIA H100 (torch 2.5.1, triton 3.1.0)", "NVIDIA H100 (torch 2.6.0, triton 3.1.0)",
+               "NVIDIA H200 (torch 2.5.1, triton 3.1.0)"]
+    assert ("warning: this run's kernels were judged on 3 devices or torch/Triton versions "
+            f"({'; '.join(devices)}): its speedups, and so Fast@p, mix their timings (a --resume on another "
+            "machine?)") in err, err
+    assert json.loads((out / "summary.json").read_text())["devices"] == devices
