@@ -48,6 +48,9 @@ SUMMARIES = {
 # at once, skipping the interpreter's teardown of torch and Triton (bench/eval_latency.py measures it).
 QUICK_EXIT = frozenset({"eval"})
 INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C (128 + SIGINT), as a shell's
+# the exit code of a bench, or the report of one, whose reports are written but whose run is not whole:
+# episodes missing (interrupted, never run) or failed (a model server or judge that failed them)
+INCOMPLETE = 1
 
 
 def _version() -> str:

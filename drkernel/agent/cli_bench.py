@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 from collections import Counter
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from drkernel.agent.paper_protocol import paper_differences
 from drkernel.agent.policy import Policy
 from drkernel.agent.report import render_table, write_reports
 from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
-from drkernel.cli import INTERRUPTED, make_folder, rerun_command
+from drkernel.cli import INCOMPLETE, INTERRUPTED, make_folder, rerun_command
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
 from drkernel.files import write_text_atomically
@@ -36,7 +37,8 @@ from drkernel.problems.loaders import load_suite, parse_levels
 from drkernel.types import Problem
 from drkernel.wording import counted
 
-__all__ = ["BenchInterrupted", "check_out", "print_summary", "register", "report", "run", "run_bench"]
+__all__ = ["BenchInterrupted", "check_out", "incomplete", "print_summary", "register", "report", "run",
+           "run_bench"]
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +139,8 @@ def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Tra
     foreign = _foreign(meta, finished.values()) if resume else None
     if foreign:  # no config.json to compare with: the episodes themselves say whose they are
         raise ConfigError(f"--resume: {log_path} holds {foreign}; choose another --out")
+    if not resume:  # a new run: the failures of the earlier one here (which finished nothing) are not its
+        (out / ERRORS).unlink(missing_ok=True)
     write_text_atomically(cfg_path, json.dumps(meta, indent=2) + "\n")  # a kill mid-write leaves the old one
     return finished
 
@@ -155,6 +159,34 @@ def _drop_torn_lines(log_path: Path) -> None:
         whole.append(line + "\n")
     if len(whole) < len(lines):
         write_text_atomically(log_path, "".join(whole))
+
+
+def _keep_last_errors(path: Path, finished: Container[str]) -> None:
+    """Rewrite errors.jsonl to describe the episodes whose last run failed: the last row of each uid,
+    none for an episode finished since (a --resume ran it again). Rewritten whole or not at all (a kill
+    mid-write leaves the old file); a torn line goes, a record this version cannot read stays."""
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    last: dict[object, str] = {}
+    for n, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        uid = record.get("uid") if isinstance(record, dict) else None
+        key = uid if isinstance(uid, str) else n  # no uid to match: kept as it is
+        if key in finished:
+            continue
+        last.pop(key, None)  # in the order of the last failures
+        last[key] = line + "\n"
+    if len(last) == len(lines):
+        return
+    if last:
+        write_text_atomically(path, "".join(last.values()))
+    else:
+        path.unlink()
 
 
 def _progress(total: int, done: int, enabled: bool) -> Any:
@@ -206,6 +238,8 @@ def run_bench(
             run_episodes(jobs, policy, executor, config, on_done=on_done)
     except KeyboardInterrupt:  # report what finished; --resume runs the rest
         interrupted = True
+    finally:  # no on_done runs any more: the errors of a resumed run are brought up to date
+        _keep_last_errors(out / ERRORS, finished)
     summary, trajs = _summary(meta, finished.values())
     if parquet:
         save_trajectories(out / "episodes.parquet", sorted(trajs, key=lambda t: (t.problem, t.sample)))
@@ -231,6 +265,8 @@ def _summary(meta: dict[str, Any], finished: Any) -> tuple[dict[str, Any], list[
     per_level = Counter(levels[n] for n in names if n in levels)
     summary = summarize(trajs, meta["turns"], total=len(names) * samples,
                         level_totals={lv: k * samples for lv, k in per_level.items()}, problems=len(names))
+    done = Counter(t.problem for t in trajs if t.error is None)
+    summary["incomplete_problems"] = sum(done[n] < samples for n in names)  # an episode missing or failed
     summary["run"] = {k: meta.get(k, _RESUME_DEFAULTS.get(k)) for k in (
         "model", "samples", "turns", "context", "reference_backend", "held_out", "protocol", "reward_preset")}
     if meta.get("paper_differences"):  # where a --protocol paper run differs from the authors' evaluation
@@ -297,8 +333,14 @@ def _read_episodes(path: Path) -> dict[str, Trajectory]:
     return finished
 
 
-def print_summary(summary: dict[str, Any], out: str | Path) -> None:
-    """The console's part of a bench's end: the tables, then warnings and notes on stderr."""
+def incomplete(summary: dict[str, Any]) -> int:
+    """How many of a run's planned episodes are missing (never run, or interrupted) or failed."""
+    return int(summary["episode_errors"] + summary["missing"])
+
+
+def print_summary(summary: dict[str, Any], out: str | Path, then: str = "") -> None:
+    """The console's part of a bench's end: the tables, then warnings and notes on stderr; `then` ends
+    the line on missing or failed episodes."""
     from rich.console import Console
 
     Console().print(render_table(summary))
@@ -308,10 +350,17 @@ def print_summary(summary: dict[str, Any], out: str | Path) -> None:
               f"so a kernel that ignores them passes: {', '.join(weak[:10])}"
               f"{' ...' if len(weak) > 10 else ''}",
               file=sys.stderr)
-    errors = summary["episode_errors"] + summary["missing"]
-    if errors:
-        print(f"{errors} episode(s) missing or failed; rerun the bench with --resume to retry them",
-              file=sys.stderr)
+    devices = summary.get("devices") or []
+    if len(devices) > 1:  # a resume on another machine, or after a torch upgrade: not one benchmark
+        print(f"warning: this run's kernels were judged on {len(devices)} devices or torch/Triton versions "
+              f"({'; '.join(devices)}): its speedups, and so Fast@p, mix their timings (a --resume on "
+              "another machine?)", file=sys.stderr)
+    lost = incomplete(summary)
+    if lost:
+        problems = summary.get("incomplete_problems")  # absent from summarize()'s own summaries
+        where = "" if problems is None else f", in {problems} of {counted(summary['problems'], 'problem')}"
+        print(f"{lost} of {counted(summary['samples'], 'episode')} missing or failed{where}; rerun the bench "
+              f"with --resume to retry them{then}", file=sys.stderr)
     print(f"reports written to {out}")
     differences = (summary.get("run") or {}).get("paper_differences") or []
     if differences:
@@ -397,4 +446,4 @@ def run(args: argparse.Namespace) -> int:
     print_summary(summary, args.out)
     # a run with episodes missing (a model or judge that failed them) is not a finished run: a script
     # must be able to tell (the reports are written either way; --resume retries those)
-    return 1 if summary["episode_errors"] + summary["missing"] else 0
+    return INCOMPLETE if incomplete(summary) else 0

@@ -14,6 +14,7 @@ from typing import Any
 
 from drkernel.agent.trajectories import Trajectory, Turn
 from drkernel.sandbox.static import is_policy_refusal
+from drkernel.types import DeviceInfo
 
 __all__ = ["BORDERLINE", "FAST_P", "best_speedup", "borderline", "fast_p", "summarize", "turn_at"]
 
@@ -138,10 +139,13 @@ def summarize(
     hack_codes: Counter[str] = Counter()
     weak: set[str] = set()  # problems whose reference output barely depends on its inputs
     interpreter = False  # any turn timed under Triton's interpreter: no speedup here is a GPU speedup
+    devices: set[str] = set()  # more than one: a run whose speedups mix devices' (or torches') timings
     for tr in trajs:
         for x in tr.turns:
             hack_codes.update(x.result.hacks)
             interpreter |= bool(x.result.device is not None and x.result.device.interpreter)
+            if x.result.device is not None:
+                devices.add(_judged_on(x.result.device))
             if any(w.startswith("weak_reference") for w in x.result.warnings):
                 weak.add(tr.problem)
     planned = dict(level_totals or {})
@@ -170,9 +174,21 @@ def summarize(
         "hack_codes": dict(hack_codes),
         "weak_reference_problems": sorted(weak),
         "interpreter": interpreter,
+        "devices": sorted(devices),
         "by_level": by_level,
         "per_problem": per_problem(trajs),
     }
+
+
+def _judged_on(device: DeviceInfo) -> str:
+    """What a turn's timings depend on: the device's name, then torch's and Triton's versions.
+
+    >>> _judged_on(DeviceInfo(kind="cuda", name="NVIDIA H100", interpreter=False, torch_version="2.5.1"))
+    'NVIDIA H100 (torch 2.5.1)'
+    """
+    libs = (("torch", device.torch_version), ("triton", device.triton_version))
+    versions = [f"{lib} {v}" for lib, v in libs if v]
+    return device.name + (f" ({', '.join(versions)})" if versions else "")
 
 
 def per_problem(trajs: Sequence[Trajectory]) -> dict[str, dict[str, Any]]:

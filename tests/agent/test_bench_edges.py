@@ -199,8 +199,39 @@ def test_report_of_an_unreadable_episode_log_is_one_line(tmp_path,
 
 def test_report_of_an_empty_log_points_at_bench_resume(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     out, _ = _bench_folder(tmp_path, "")
+    assert main(["report", str(out)]) == 1
+    assert "1 of 1 episode missing or failed, in 1 of 1 problem; rerun the bench with --resume" in (
+        capsys.readouterr().err)
+
+
+def test_report_of_an_interrupted_run_writes_its_reports_and_exits_1(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bench stopped before its end (Ctrl-C, a kill, a server that failed episodes) left a partial run:
+    report wrote its reports and exited 0, so `drkernel bench ... ; drkernel report ... && publish` or a
+    CI gate on the report took 1 episode of 4 for a finished benchmark. It exits 1, as bench itself does
+    for such a run, and says how much is missing; --allow-partial accepts the partial run."""
+    import json
+
+    out, _ = _bench_folder(tmp_path, _episode("1_p", 0, "m"))
+    config = json.loads((out / "config.json").read_text())
+    config.update(samples=2, problems=["1_p", "2_p"])
+    (out / "config.json").write_text(json.dumps(config))
+    assert main(["report", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "Fast@p" in captured.out  # the tables of what is there
+    err = captured.err.strip().splitlines()
+    assert err == ["3 of 4 episodes missing or failed, in 2 of 2 problems; rerun the bench with --resume to "
+                   "retry them (report --allow-partial exits 0 on a partial run)"], err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 1 and summary["missing"] == 3 and summary["incomplete_problems"] == 2
+    assert main(["report", str(out), "--allow-partial"]) == 0
+    assert "3 of 4 episodes missing or failed" in capsys.readouterr().err
+    (out / "episodes.jsonl").write_text("".join(_episode("1_p", s, "m") for s in (0, 1)))
+    assert main(["report", str(out)]) == 1  # one problem done, the other not begun
+    assert "2 of 4 episodes missing or failed, in 1 of 2 problems" in capsys.readouterr().err
+    (out / "episodes.jsonl").write_text("".join(_episode(p, s, "m") for p in ("1_p", "2_p") for s in (0, 1)))
     assert main(["report", str(out)]) == 0
-    assert "1 episode(s) missing or failed; rerun the bench with --resume" in capsys.readouterr().err
+    assert "missing" not in capsys.readouterr().err
 
 
 def test_report_of_a_verdict_this_version_does_not_know_names_the_log(
@@ -260,3 +291,37 @@ def test_report_of_a_paper_protocol_run_keeps_its_note(tmp_path, capsys: pytest.
             f"paper_differences in {out / 'config.json'}") in capsys.readouterr().err
     run = json.loads((out / "summary.json").read_text())["run"]
     assert run["paper_differences"] == ["one", "two", "three"]
+
+
+def test_a_run_judged_on_two_devices_says_so(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench --resume compares the run's settings, not the judge's device or its torch: a run resumed on
+    another machine (another GPU, or the CPU's interpreter where the GPU was not visible, or after a torch
+    upgrade) mixed two devices' timings in one Fast@p, and neither bench nor report said a word."""
+    import json
+
+    h100 = {"kind": "cuda", "name": "NVIDIA H100", "interpreter": False, "torch_version": "2.5.1",
+            "triton_version": "3.1.0"}
+
+    def log(*devices: dict) -> str:
+        records = [json.loads(_episode("1_p", sample, "m")) for sample in range(len(devices))]
+        for record, device in zip(records, devices, strict=True):
+            record["turns"][0]["result"]["device"] = device
+        return "".join(json.dumps(record) + "\n" for record in records)
+
+    out, _ = _bench_folder(tmp_path, log(h100, h100))
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "samples": 3}))
+    assert main(["report", str(out), "--allow-partial"]) == 0
+    assert "devices" not in capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["devices"] == ["NVIDIA H100 (torch 2.5.1, triton 3.1.0)"]
+    h200, upgraded = {**h100, "name": "NVIDIA H200"}, {**h100, "torch_version": "2.6.0"}
+    (out / "episodes.jsonl").write_text(log(h100, h200, upgraded))  # resumed elsewhere, then after an upgrade
+    assert main(["report", str(out)]) == 0
+    err = capsys.readouterr().err
+    devices = ["NVIDIA H100 (torch 2.5.1, triton 3.1.0)", "NVIDIA H100 (torch 2.6.0, triton 3.1.0)",
+               "NVIDIA H200 (torch 2.5.1, triton 3.1.0)"]
+    assert ("warning: this run's kernels were judged on 3 devices or torch/Triton versions "
+            f"({'; '.join(devices)}): its speedups, and so Fast@p, mix their timings (a --resume on another "
+            "machine?)") in err, err
+    assert json.loads((out / "summary.json").read_text())["devices"] == devices

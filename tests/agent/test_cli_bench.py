@@ -323,3 +323,54 @@ def test_resume_beside_a_deleted_config_refuses_another_models_episodes(suite, t
         run_bench(problems, policy, FakeExecutor(), LoopConfig(env=EnvConfig(max_turns=1), model="b"), out,
                   samples=2, resume=True, progress=False)
     assert not (out / "config.json").exists()
+
+
+def test_errors_jsonl_holds_only_the_episodes_whose_last_run_failed(suite, tmp_path):
+    """errors.jsonl kept the rows of episodes that a --resume then ran to their end, and a row per try of
+    an episode that failed again: after a resume it read 6 failures where 2 episodes had failed."""
+    from drkernel.errors import PolicyError
+
+    def answer(failing):
+        def script(msgs, i):
+            if any(mark in msgs[-1]["content"] for mark in failing):
+                raise PolicyError("the model server is down")
+            return fake_answer(msgs)
+        return ScriptedPolicy(script)
+
+    problems = load_suite(str(suite))[:2]
+    cfg = LoopConfig(env=EnvConfig(max_turns=1), model="scripted", policy_retries=0)
+    out = tmp_path / "o"
+    errors = out / "errors.jsonl"
+
+    def failed():
+        return sorted(json.loads(line)["uid"] for line in errors.read_text().splitlines())
+
+    summary = run_bench(problems, answer(["relu"]), FakeExecutor(), cfg, out, samples=2, progress=False)
+    assert summary["missing"] == 4 and failed() == ["1_p#0", "1_p#1", "2_p#0", "2_p#1"]
+    summary = run_bench(problems, answer(["relu  # 1"]), FakeExecutor(), cfg, out, samples=2, resume=True,
+                        progress=False)
+    assert summary["missing"] == 2 and failed() == ["2_p#0", "2_p#1"]
+    summary = run_bench(problems, answer([]), FakeExecutor(), cfg, out, samples=2, resume=True,
+                        progress=False)
+    assert summary["missing"] == 0 and not errors.exists()
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # no temporary file left
+
+
+def test_a_new_run_in_the_out_of_a_run_that_finished_nothing_starts_errors_jsonl_anew(suite, tmp_path):
+    """A run whose every episode failed (a server down) leaves no finished episode, so a new run may take
+    its --out without --resume; it appended to that run's errors.jsonl, which then listed another model's
+    failures, of problems the new run never planned, as its own."""
+    from drkernel.errors import PolicyError
+
+    def down(msgs, i):
+        raise PolicyError("the model server is down")
+
+    problems = load_suite(str(suite))
+    out = tmp_path / "o"
+    cfg = LoopConfig(env=EnvConfig(max_turns=1), model="a", policy_retries=0)
+    run_bench(problems, ScriptedPolicy(down), FakeExecutor(), cfg, out, samples=1, progress=False)
+    assert len((out / "errors.jsonl").read_text().splitlines()) == 3
+    cfg = LoopConfig(env=EnvConfig(max_turns=1), model="b", policy_retries=0)
+    summary = run_bench(problems[:1], ScriptedPolicy(lambda msgs, i: fake_answer(msgs)), FakeExecutor(), cfg,
+                        out, samples=1, progress=False)
+    assert summary["missing"] == 0 and not (out / "errors.jsonl").exists()
