@@ -27,6 +27,7 @@ from drkernel.agent.tts import ContextConfig
 from drkernel.errors import ConfigError, ExecutorError
 from drkernel.executors.build import CLIENT_EXECUTORS, build_executor, client_executor_config
 from drkernel.executors.http import HttpExecutor
+from drkernel.sandbox.requestcheck import validate_request
 from drkernel.types import REWARD_PRESET_NAMES, EvalOptions, EvalRequest
 
 if TYPE_CHECKING:
@@ -206,8 +207,6 @@ def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConf
     )
     # the judge's own checks of the options (a bad --eval-timeout or --perf-trials), now: a judge
     # would refuse every evaluation of the run, after the model's answers were spent on them
-    from drkernel.sandbox.judge import validate_request  # (torch: only once a run is built)
-
     validate_request(EvalRequest(reference_code="", kernel_code="", options=options))
     env = EnvConfig(
         max_turns=turns,

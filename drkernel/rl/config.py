@@ -40,6 +40,7 @@ from drkernel.rl.config_layout import (
 from drkernel.rl.filters import DynamicSamplingConfig
 from drkernel.rl.losses import LossConfig
 from drkernel.rl.rejection import MismatchConfig, ProfilingRejectionConfig
+from drkernel.sandbox.requestcheck import validate_request
 from drkernel.settings import JudgeSettings
 from drkernel.types import EvalOptions, EvalRequest
 
@@ -327,8 +328,6 @@ _ENTRY_POINT = ("each problem names its own (the class its reference defines: Pr
 def _check_options(options: EvalOptions) -> None:
     """The checks every judge makes of a request's options, made when the config is built: a judge
     refuses each request of a run with options it rejects, and the run trained on nothing."""
-    from drkernel.sandbox.judge import validate_request  # (torch, imported by the rl package anyway)
-
     try:
         validate_request(EvalRequest(reference_code="", kernel_code="", options=options))
     except ConfigError as exc:

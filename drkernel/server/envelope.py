@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 
 from drkernel.errors import ConfigError, Overloaded
 from drkernel.executors.base import Executor
+from drkernel.sandbox.requestcheck import validate_request
 from drkernel.server.anchor import now_iso
 from drkernel.server.scheduler import Scheduler
 from drkernel.server.settings import Settings
@@ -163,8 +164,6 @@ def dedupe_key(state: ServerState, client: str, request: EvalRequest) -> tuple[s
 def submit_or_raise(state: ServerState, tasks: list[NewTask]) -> list[tuple[TaskRecord, bool]]:
     """Validate, persist and queue, mapping refusals onto HTTP: 400 invalid (before anything else, so a
     bad request is told what is wrong even when the queue is full), 409 conflict, 429 full."""
-    from drkernel.sandbox.judge import validate_request
-
     for task in tasks:
         try:
             validate_request(task.request)

@@ -139,7 +139,7 @@ def test_bad_flag_values_name_the_flag(flags: list[str], needle: str,
 
 def test_the_judge_refuses_a_negative_tolerance_from_the_api_too() -> None:
     from drkernel.errors import ConfigError
-    from drkernel.sandbox.judge import validate_request
+    from drkernel.sandbox.requestcheck import validate_request
     from drkernel.types import EvalOptions, EvalRequest
 
     with pytest.raises(ConfigError, match="atol: must be a number >= 0"):
@@ -182,7 +182,7 @@ def test_a_request_of_options_no_judge_can_honour_is_refused_before_it_is_queued
     """Each was accepted (202 on a server) and reached the judge: an endless wait, a sandbox that
     could not start, a generator that refused the seed, a class that cannot exist."""
     from drkernel.errors import ConfigError
-    from drkernel.sandbox.judge import validate_request
+    from drkernel.sandbox.requestcheck import validate_request
     from drkernel.types import EvalOptions, EvalRequest
 
     with pytest.raises(ConfigError, match=message):

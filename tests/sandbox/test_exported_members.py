@@ -16,7 +16,8 @@ DRKERNEL_ALL = {
 }
 
 SANDBOX_ALL = {
-    "judge": {"Judge", "default_cache_path", "validate_request"},
+    "judge": {"Judge", "default_cache_path"},
+    "requestcheck": {"validate_request"},
     "pipeline": {"Evaluation", "ReferenceFailure"},
     "plumbing.process": {"SandboxFailure", "SandboxFolder", "SandboxProcess", "UidLease", "Zygote",
                          "remove_tree", "sandbox_env", "scratch_root", "sweep_stale_folders", "sweep_uid"},

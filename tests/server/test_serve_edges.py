@@ -110,3 +110,35 @@ def test_a_log_level_uvicorn_does_not_know_is_a_usage_error(capsys: pytest.Captu
     with pytest.raises(SystemExit) as info:
         main(["serve", "--judge", "fake", "--log-level", "bogus"])
     assert info.value.code == 2 and "--log-level" in capsys.readouterr().err
+
+
+_FIRST_SUBMIT = r'''
+import sys, time
+from fastapi.testclient import TestClient
+from drkernel.server.app import create_app
+from drkernel.server.settings import Settings
+from drkernel.types import EvalOptions, EvalRequest
+settings = Settings.from_env(db_path=":memory:", judge="fake", devices=("cpu",), num_workers=1)
+with TestClient(create_app(settings)) as client:
+    before = "torch" in sys.modules
+    request = EvalRequest(reference_code="import torch\n", kernel_code="# fake: ok\n", options=EvalOptions(),
+                          task_id="first")
+    started = time.monotonic()
+    answer = client.post("/v1/tasks", json=request.to_dict())
+    print(answer.status_code, before, "torch" in sys.modules, round(time.monotonic() - started, 2))
+'''
+
+
+def test_a_servers_first_submission_imports_no_torch_in_its_event_loop() -> None:
+    """Each submission is checked (sandbox/requestcheck.py) in the server's event loop. The check lived
+    in sandbox/judge.py, which imports torch: a fresh server's first submission waited for torch
+    to import (1.5 s on a 2-core CPU host, every request and /health stalled behind it), and the
+    first burst of an RL step paid it."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _FIRST_SUBMIT], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    status, before, after, _seconds = out.stdout.split()[-4:]
+    assert status == "202" and before == "False", out.stdout
+    assert after == "False", f"the first submission imported torch: {out.stdout}"
