@@ -22,6 +22,7 @@ from drkernel.agent.cli_options import (
     start_policy_and_executor,
 )
 from drkernel.agent.env import KernelEnv
+from drkernel.agent.extraction import turn_outcome
 from drkernel.agent.loop import LoopConfig, run_episode
 from drkernel.agent.paper_protocol import paper_differences
 from drkernel.agent.policy import Policy, token_counter
@@ -54,7 +55,7 @@ def _turn_line(t: Any) -> dict[str, Any]:
     r = t.result
     return {
         "turn": t.index + 1,
-        "outcome": r.outcome.value,
+        "outcome": turn_outcome(r),  # no_code and prompt_overlong apart from the judge's compile errors
         "correct": t.correct,
         "speedup": r.speedup,
         "coverage": r.coverage,

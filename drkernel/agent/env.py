@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from drkernel.agent.extraction import extract_code, preflight_result
+from drkernel.agent.extraction import extract_code, overlong_result, preflight_result
 from drkernel.agent.feedback import FeedbackConfig, render_feedback
 from drkernel.agent.policy import Completion
 from drkernel.agent.prompts import PromptConfig, data_prompt, first_turn_prompt, later_turn_prompt
@@ -22,7 +22,7 @@ from drkernel.agent.tts import ContextConfig, ContextManager
 from drkernel.errors import ConfigError, ExecutorError
 from drkernel.executors.base import Executor
 from drkernel.reward.speedup import RewardConfig, result_reward, reward_config
-from drkernel.types import ErrorInfo, EvalOptions, EvalOutcome, EvalRequest, EvalResult, Problem
+from drkernel.types import EvalOptions, EvalOutcome, EvalRequest, EvalResult, Problem
 
 __all__ = ["EnvConfig", "KernelEnv", "StepResult"]
 
@@ -180,11 +180,10 @@ class KernelEnv:
         entry = self.problem.entry_point
         extraction = extract_code(completion.text, entry)
         t0 = time.perf_counter()
-        result = preflight_result(extraction, entry)
-        if result is not None and completion.finish_reason == "prompt_overlong":
-            result.error = ErrorInfo(  # docs/paper_spec.md §2.7: an empty turn with reward 0
-                kind="prompt_overlong", message="the prompt did not fit the model's context"
-            )
+        if completion.finish_reason == "prompt_overlong":  # docs/paper_spec.md §2.7: an empty turn, reward 0
+            result: EvalResult | None = overlong_result()
+        else:
+            result = preflight_result(extraction, entry)
         if result is None:
             assert extraction.code is not None
             result = self._evaluate(extraction.code, index)

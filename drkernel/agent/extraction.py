@@ -4,7 +4,8 @@ Order: an ```answer block, then the authors' marker blocks, then the last fenced
 final fence, as left by a truncated response, counts; of complete blocks, the last that defines the
 entry class, else the last that is not empty), then the whole response if it defines the entry class;
 thinking (`<think>` sections, opened by the chat template or cut by the token limit) is never searched.
-`preflight_result` turns a missing submission into a compile error without a judge.
+`preflight_result` turns a missing submission into a compile error without a judge, `overlong_result` a
+prompt that did not fit the model's context; `why_not_judged` tells such verdicts apart from the judge's.
 """
 
 from __future__ import annotations
@@ -12,10 +13,22 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass
+from enum import StrEnum
 
 from drkernel.types import ErrorInfo, EvalOutcome, EvalResult
 
-__all__ = ["Extraction", "extract_code", "preflight_result"]
+__all__ = ["Extraction", "NotJudged", "extract_code", "overlong_result", "preflight_result", "turn_outcome",
+           "why_not_judged"]
+
+
+class NotJudged(StrEnum):
+    """Why the judge never saw a turn: the error kind of the compile_error verdict the agent gives it."""
+
+    NO_CODE = "no_code"
+    """The model's answer held no code, or none defining class ModelNew: the model's format failure."""
+    PROMPT_OVERLONG = "prompt_overlong"
+    """The prompt did not fit the model's context, so nothing was sent and the episode ended
+    (docs/paper_spec.md §2.7): the context ran out, the model wrote nothing."""
 
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.M | re.S)
 _OPEN_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n", re.M)
@@ -111,15 +124,53 @@ def preflight_result(extraction: Extraction, entry_point: str = "Model") -> Eval
         return EvalResult(
             outcome=EvalOutcome.COMPILE_ERROR,
             error=ErrorInfo(
-                kind="no_code", message="no code block was found in the response"
+                kind=NotJudged.NO_CODE.value, message="no code block was found in the response"
             ),
         )
     if f"class {entry_point}New" not in extraction.code:
         return EvalResult(
             outcome=EvalOutcome.COMPILE_ERROR,
             error=ErrorInfo(
-                kind="no_code",
+                kind=NotJudged.NO_CODE.value,
                 message=f"the submitted code does not define class {entry_point}New",
             ),
         )
     return None
+
+
+def overlong_result() -> EvalResult:
+    """The verdict of a turn whose prompt did not fit the model's context (docs/paper_spec.md §2.7): an
+    empty turn, reward 0; the judge is not called."""
+    return EvalResult(
+        outcome=EvalOutcome.COMPILE_ERROR,
+        error=ErrorInfo(
+            kind=NotJudged.PROMPT_OVERLONG.value, message="the prompt did not fit the model's context"
+        ),
+    )
+
+
+def why_not_judged(result: EvalResult) -> NotJudged | None:
+    """Why the agent decided a turn without the judge; None when the judge gave the verdict. The one
+    place that tells a turn without code from a prompt that did not fit (metrics, report, feedback and
+    train rl's metrics ask here).
+
+    >>> why_not_judged(overlong_result())
+    <NotJudged.PROMPT_OVERLONG: 'prompt_overlong'>
+    """
+    if result.outcome is not EvalOutcome.COMPILE_ERROR or result.error is None:
+        return None
+    try:
+        return NotJudged(result.error.kind)
+    except ValueError:  # a compile error of the judge's
+        return None
+
+
+def turn_outcome(result: EvalResult) -> str:
+    """A turn's outcome as the reports name it: why the judge never saw it (no_code, prompt_overlong),
+    else the judge's outcome.
+
+    >>> turn_outcome(EvalResult(outcome=EvalOutcome.INCORRECT))
+    'incorrect'
+    """
+    reason = why_not_judged(result)
+    return reason.value if reason is not None else result.outcome.value

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drkernel.advice import GENERIC_HACK_ADVICE, HACK_ADVICE, hack_advice
+from drkernel.agent.extraction import NotJudged, turn_outcome, why_not_judged
 from drkernel.errors import ConfigError
 from drkernel.types import EvalOutcome, EvalResult, TimingStats
 
@@ -43,6 +44,12 @@ _VERDICT = {
     EvalOutcome.RUNTIME_ERROR: "crashed while running",
     EvalOutcome.TIMEOUT: "timed out",
     EvalOutcome.INFRA_ERROR: "could not be judged (a problem on the server side, not your code)",
+}
+# a turn the agent decided without the judge (extraction.why_not_judged), named as the metrics name it
+_NOT_JUDGED = {
+    NotJudged.NO_CODE: "no kernel was submitted, so nothing was judged",
+    # never shown to the model (the episode ends there): the record's words for it
+    NotJudged.PROMPT_OVERLONG: "not sent: the prompt did not fit the model's context",
 }
 # Traceback lines from these places rarely help the model; the candidate's own frames do.
 _NOISE = ("site-packages/torch/", "site-packages/triton/", "/drkernel/sandbox/", "importlib")
@@ -87,7 +94,9 @@ def render_feedback(result: EvalResult, config: FeedbackConfig | None = None) ->
 
 
 def _verdict(r: EvalResult, cfg: FeedbackConfig) -> str:
-    lines = [f"status: {r.status.value} ({r.outcome.value}): {_VERDICT[r.outcome]}"]
+    reason = why_not_judged(r)
+    verdict = _VERDICT[r.outcome] if reason is None else _NOT_JUDGED[reason]
+    lines = [f"status: {r.status.value} ({turn_outcome(r)}): {verdict}"]
     lines.append(f"compiled: {str(r.compiled).lower()}, correct: {str(r.correct).lower()}")
     if cfg.show_reward:
         lines.append(f"reward: {r.reward:.3g}")

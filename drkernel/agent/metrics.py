@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from drkernel.agent.extraction import NotJudged, turn_outcome, why_not_judged
 from drkernel.agent.trajectories import Trajectory, Turn
 from drkernel.sandbox.static import is_policy_refusal
 from drkernel.types import DeviceInfo
@@ -90,7 +91,8 @@ def _turn_stats(
     trajs: Sequence[Trajectory], t: int, ps: Sequence[float], n: int
 ) -> dict[str, Any]:
     turns = [turn_at(tr, t) for tr in trajs]
-    judged = [x for x in turns if x is not None and x.extraction != "none"]
+    unjudged = Counter(why_not_judged(x.result) for x in turns if x is not None)
+    judged = [x for x in turns if x is not None and why_not_judged(x.result) is None]
     flagged = [x for x in turns if x is not None and x.result.hacks]
     # an import the rule refuses is not an attack: counted apart, so that "hacked" means caught cheating
     refused = [x for x in flagged if is_policy_refusal(x.result.hacks, x.result.hack_details)]
@@ -109,10 +111,12 @@ def _turn_stats(
         "hacked": len(hacked) / n,
         "hacked_of_judged": len(hacked) / len(judged) if judged else 0.0,
         "refused": len(refused) / n,  # policy refusals (a forbidden import alone); incorrect, not hacks
-        "no_code": sum(x is not None and x.code is None for x in turns) / n,
+        "no_code": unjudged[NotJudged.NO_CODE] / n,  # the model's answer held no kernel to judge
+        # the prompt did not fit the model's context: nothing was sent (docs/paper_spec.md §2.7)
+        "prompt_overlong": unjudged[NotJudged.PROMPT_OVERLONG] / n,
         "mean_reward": sum(x.reward for x in turns if x is not None) / n,
         "geomean_speedup_correct": _geomean([_speedup(x) for x in correct]),
-        "outcomes": dict(Counter(x.result.outcome.value for x in turns if x is not None)),
+        "outcomes": dict(Counter(turn_outcome(x.result) for x in turns if x is not None)),
         # correct kernels checked on held-out shapes, and those that passed every one of them
         "held_out": {"checked": len(checked), "survived": len(survived)},
     }

@@ -36,11 +36,14 @@ def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
 
     ps = [f"{p:g}" for p in summary["ps"]]
     refusals = any(row.get("refused") for row in summary["per_turn"])
+    overlong = any(row.get("prompt_overlong") for row in summary["per_turn"])
     lost = summary.get("missing", 0) + summary.get("episode_errors", 0)
     notes = [f"{counted(summary['samples'], 'sample')} of {counted(summary['problems'], 'problem')}"
              + (f", {lost} of them missing or failed (counted as incorrect)" if lost else "")
              + "; hacked counts as incorrect"
-             + ("; so does refused: an import the judge's rule forbids, not an attack" if refusals else "")]
+             + ("; so does refused: an import the judge's rule forbids, not an attack" if refusals else "")
+             + ("; so does overlong: the prompt did not fit the model's context and nothing was sent (no "
+                "code is the model's answer without a kernel)" if overlong else "")]
     last = Table(title=f"{title} of each turn's kernel")
     best = Table(title=f"{title}, best kernel up to each turn")
     rates = Table(title="Rates (%) of each turn's kernel")
@@ -49,7 +52,8 @@ def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
     for table in (last, best):
         for p in ps:
             table.add_column(f"p={p}", justify="right", no_wrap=True)
-    for name in ("correct", "hacked", *(("refused",) if refusals else ()), "compiled", "no code"):
+    for name in ("correct", "hacked", *(("refused",) if refusals else ()), "compiled", "no code",
+                 *(("overlong",) if overlong else ())):
         rates.add_column(name, justify="right", no_wrap=True)
     near = (summary["per_turn"][-1].get("fast_p_borderline") or {}) if summary["per_turn"] else {}
     if any(near.values()):  # every turn's counts are in the JSON and CSV
@@ -61,7 +65,8 @@ def render_table(summary: dict[str, Any], title: str = "Fast@p (%)") -> Any:
         notes.append("held-out: correct kernels passing every unseen shape / checked")
     for row in summary["per_turn"]:
         cells = [_pct(row["correct"]), _pct(row["hacked"]), *([_pct(row.get("refused"))] if refusals else []),
-                 _pct(row["compiled"]), _pct(row["no_code"])]
+                 _pct(row["compiled"]), _pct(row["no_code"]),
+                 *([_pct(row.get("prompt_overlong"))] if overlong else [])]
         if held:
             checked, survived = _held_out(row)
             cells.append(f"{survived}/{checked}")
@@ -122,8 +127,8 @@ def write_csv(summary: dict[str, Any], path: str | Path) -> None:
             for p, v in (row.get("fast_p_borderline") or {}).items():
                 w.writerow([row["turn"], "fast_p_borderline", p, v])
             for metric in ("correct", "hacked", "hacked_of_judged", "refused", "compiled", "no_code",
-                           "mean_reward"):
-                if metric in row:  # summaries written before refusals were counted apart have none
+                           "prompt_overlong", "mean_reward"):
+                if metric in row:  # a summary of an older version may lack refused or prompt_overlong
                     w.writerow([row["turn"], metric, "", f"{row[metric]:.6f}"])
             checked, survived = _held_out(row)
             if checked:

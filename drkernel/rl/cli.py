@@ -32,12 +32,37 @@ from drkernel.rl.config import (
 )
 from drkernel.wording import counted
 
-__all__ = ["register", "resolve_config", "run"]
+__all__ = ["RESUMABLE", "register", "resolve_config", "run"]
 
-# settings a resumed run may change (everything else must match run_dir/config.json)
-_RESUMABLE = (
-    "trainer.steps", "trainer.validate_every", "trainer.save_every", "trainer.keep_checkpoints", "log."
+# The settings a resumed run may change, each with why: none changes what a step learns from its batch.
+# Every other key must match RUN_DIR/config.json (--force-config overrides); a key ending in "." is a
+# whole section. judge.token is never compared: config.json saves it as null. Left out on purpose:
+# judge.devices, judge.num_cpu_workers and judge.judges_per_gpu (judges that share cores or a GPU, or
+# other devices, move the timings the speedup reward reads), eval.* (the verdicts), and the judge's
+# deadlines (judge.deadline_factor, deadline_grace_s, acquire_timeout_s, heartbeat_timeout_s,
+# batch_timeout_s: they decide when a slow evaluation is the judge's fault, which ends its episode and
+# leaves it out of the batch).
+RESUMABLE = (
+    "trainer.steps",  # how far the run goes: a larger one goes on from the last checkpoint
+    "trainer.save_every",  # how often a checkpoint is written
+    "trainer.keep_checkpoints",  # how many stay on disk
+    "trainer.validate_every",  # validation measures the model, it never trains it
+    # the micro-batches' losses add up to the batch's (rl/update.py backward_rows, each scaled by the
+    # whole batch's rows and tokens): memory and speed, the same gradient up to rounding
+    "trainer.micro_batch_tokens",
+    "log.",  # where the metrics go: TensorBoard, rollout files, W&B
+    "judge.base_url",  # the judge service moved to another address (http judge)
+    "rollout.base_url",  # the server of the current weights moved to another address (openai backend)
+    # the http judge's transport: how long one HTTP exchange may take and how often a dropped
+    # connection, 429 or 503 is tried again; neither is a deadline of an evaluation
+    "judge.request_timeout_s",
+    "judge.max_retries",
+    "judge.start_timeout_s",  # how long a local judge may take to start, before any verdict
 )
+
+
+def _resumable(key: str) -> bool:
+    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in RESUMABLE)
 
 
 def register(subparsers: Any) -> None:
@@ -99,19 +124,33 @@ def resolve_config(recipe: str | None, config: str | None, overrides: list[str])
     return apply_overrides(base, overrides)
 
 
-def _check_resume(cfg: RunConfig, run_dir: Path, force: bool) -> None:
+def _check_resume(cfg: RunConfig, run_dir: Path, force: bool) -> list[str]:
+    """The RESUMABLE settings that differ from the checkpointed run's, as "key: old -> new"; a change of
+    any other is a ConfigError. [] when there is nothing to resume, or with --force-config."""
     saved = run_dir / "config.json"
     if not saved.exists() or not (run_dir / "checkpoints").exists() or force:
-        return
+        return []
     # read as load_config reads it: a config.json of an older layout compares in today's
     old, new = _flatten(to_dict(load_config(saved))), _flatten(to_dict(cfg))
-    diff = [k for k in sorted(set(old) | set(new))
-            if old.get(k) != new.get(k) and not k.startswith(_RESUMABLE)]
+    changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    diff = [k for k in changed if not _resumable(k)]
     if diff:
         raise ConfigError(
             f"{run_dir} holds a run with another config ({', '.join(diff[:6])}): use a new --run-dir, "
             "or --force-config"
         )
+    return [f"{k}: {_shown(old.get(k))} -> {_shown(new.get(k))}" for k in changed]
+
+
+def _shown(value: Any) -> str:
+    """A setting as `--set` writes it."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ",".join(map(_shown, value))
+    return str(value)
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -142,7 +181,9 @@ def run_rl(args: argparse.Namespace) -> int:
             "--run-dir is required to train (it holds checkpoints, metrics.jsonl, tensorboard/)"
         )
     run_dir = Path(args.run_dir)
-    _check_resume(cfg, run_dir, args.force_config)
+    changed = _check_resume(cfg, run_dir, args.force_config)
+    if changed:
+        print(f"{run_dir}: resuming with {', '.join(changed)}", file=sys.stderr)
     make_folder(run_dir, "--run-dir")
     _line_buffered()
     _quiet_progress_bars()

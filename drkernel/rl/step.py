@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from drkernel.agent.extraction import NotJudged, why_not_judged
 from drkernel.agent.metrics import fast_p
 from drkernel.rl.advantages import compute_advantages
 from drkernel.rl.config import RunConfig
@@ -111,7 +112,8 @@ def batch_metrics(batch: RolloutBatch, t: StepTensors, cfg: RunConfig) -> dict[s
     tr, turns = t.rewards, cfg.rollout.max_turns
     present = tr.present
     trajs = batch.trajectories
-    judged = [x for tr_ in trajs for x in tr_.turns if x.code is not None]
+    reasons = [why_not_judged(x.result) for tr_ in trajs for x in tr_.turns]
+    judged = [x for tr_ in trajs for x in tr_.turns if why_not_judged(x.result) is None]
     out: dict[str, Any] = {
         "reward/mean": _mean(tr.rewards[present]),
         "reward/last_turn": _mean(last_present_values(tr.rewards, present)),
@@ -120,7 +122,9 @@ def batch_metrics(batch: RolloutBatch, t: StepTensors, cfg: RunConfig) -> dict[s
         "batch/fast@1.2": fast_p(trajs, 1.2, turns - 1),
         "batch/correct": _mean(tr.correct[present].double()),
         "batch/hack_rate": _share([bool(x.result.hacks) for x in judged]),
-        "batch/no_code": 1.0 - len(judged) / int(present.sum()) if present.any() else math.nan,
+        # an answer without a kernel (the model's) apart from a prompt that did not fit (the context's)
+        "batch/no_code": _share([r is NotJudged.NO_CODE for r in reasons]),
+        "batch/prompt_overlong": _share([r is NotJudged.PROMPT_OVERLONG for r in reasons]),
         "batch/profiling_ratio": _mean(tr.coverage[tr.correct & ~tr.coverage.isnan()]),
         "batch/trajectories": len(trajs),
         "batch/aborted": sum(batch.aborted()),

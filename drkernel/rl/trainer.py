@@ -23,6 +23,7 @@ from typing import Any, Self
 import torch
 
 from drkernel.agent.env import EnvConfig
+from drkernel.agent.extraction import why_not_judged
 from drkernel.agent.feedback import FeedbackConfig
 from drkernel.agent.policy import SamplingParams
 from drkernel.agent.trajectories import save_trajectories
@@ -446,14 +447,12 @@ def _check_generated(batch: RolloutBatch, step: int) -> None:
 
 
 _JUDGE_ERRORS = ("ExecutorError", "WorkerLost", "EvalTimeout", "Overloaded")  # drkernel.errors
-_NOT_JUDGED = ("no_code", "prompt_overlong")  # turns the agent decides without the judge
 
 
 def _check_judged(batch: RolloutBatch, step: int) -> None:
     """A step whose every evaluation failed (the judge's server went away, or its judges cannot start)
     has nothing to train on. Each such step logged reward 0 with no group kept, and the run went on."""
-    if any(t.result.error is None or t.result.error.kind not in _NOT_JUDGED
-           for traj in batch.trajectories for t in traj.turns):
+    if any(why_not_judged(t.result) is None for traj in batch.trajectories for t in traj.turns):
         return  # the judge gave a verdict
     errors = [t.error for t in batch.trajectories if t.error and t.error.startswith(_JUDGE_ERRORS)]
     if not errors:

@@ -43,7 +43,7 @@ def test_optimize_against_the_real_judge(chat_server, tmp_path, capsys):
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
     outcomes = [t["outcome"] for t in report["turns"]]
-    assert outcomes == ["compile_error", "compile_error", "hack_detected", "ok", "ok"]
+    assert outcomes == ["no_code", "compile_error", "hack_detected", "ok", "ok"]  # the judge saw no turn 1
     assert report["turns"][0]["error"] == "no_code"
     assert report["turns"][2]["hacks"] and report["turns"][2]["reward"] == 0.0
     assert report["best_turn"] == 5  # larger blocks run faster under the interpreter

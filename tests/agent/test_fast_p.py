@@ -1,5 +1,6 @@
 import pytest
 
+from drkernel.agent.extraction import Extraction, preflight_result
 from drkernel.agent.metrics import best_speedup, fast_p, summarize, turn_at
 from drkernel.agent.trajectories import Trajectory, Turn
 from drkernel.types import EvalOutcome, EvalResult
@@ -12,6 +13,8 @@ def t(i, outcome, speedup=None, hacks=(), code="class ModelNew: pass"):
                  "hack": EvalOutcome.HACK_DETECTED, "compile": EvalOutcome.COMPILE_ERROR}[outcome],
         compiled=outcome != "compile", correct=ok, speedup=speedup, hacks=list(hacks),
     )
+    if code is None:  # the verdict KernelEnv gives an answer without code (extraction.preflight_result)
+        res = preflight_result(Extraction(None, "none"))
     reward = 1.0 + (speedup or 0) if ok else 0.0
     return Turn(i, "resp", code, "none" if code is None else "last_fence", res, reward, "fb")
 

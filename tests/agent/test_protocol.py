@@ -115,6 +115,42 @@ def test_an_overflowing_prompt_is_an_empty_prompt_overlong_turn_that_ends_the_ep
     assert len(policy2.calls) == 4 and all(t.prompt_tokens <= 3000 for t in traj2.turns)
 
 
+def test_an_overlong_turn_is_counted_apart_from_a_turn_without_code(tmp_path):
+    """A prompt that did not fit the model's context was counted as the model's "no code" (a format
+    failure of the model) in the rates, the report's tables and CSV, the outcomes and the feedback."""
+    import csv
+
+    from rich.console import Console
+
+    from drkernel.agent.cli_optimize import _turn_line
+    from drkernel.agent.feedback import render_feedback
+    from drkernel.agent.metrics import summarize
+    from drkernel.agent.report import render_table, write_reports
+
+    long = "x" * 12000
+    cfg = EnvConfig(max_turns=2, context=ContextConfig(token_budget=3000, overflow="overlong"))
+    fits = ScriptedPolicy(lambda msgs, i: f"{long}\n```python\nclass ModelNew: pass\n```")
+    overlong = run_episode(KernelEnv(PROBLEM, FakeExecutor(), cfg), fits, LoopConfig(env=cfg))
+    prose = ScriptedPolicy(lambda msgs, i: "I would write a kernel here.")
+    no_code = run_episode(KernelEnv(PROBLEM, FakeExecutor(), cfg, sample=1), prose, LoopConfig(env=cfg))
+    assert overlong.turns[1].finish_reason == "prompt_overlong" and len(no_code.turns) == 2
+    row = summarize([overlong, no_code], max_turns=2)["per_turn"][1]
+    assert (row["no_code"], row["prompt_overlong"]) == (0.5, 0.5)
+    assert row["outcomes"] == {"no_code": 1, "prompt_overlong": 1}
+    assert _turn_line(overlong.turns[1])["outcome"] == "prompt_overlong"
+    status = render_feedback(overlong.turns[1].result).splitlines()[0]
+    assert "(prompt_overlong)" in status and "compile" not in status
+    assert status in overlong.turns[1].feedback  # the feedback the trajectory records
+    console = Console(record=True, width=80)
+    summary = summarize([overlong, no_code], max_turns=2)
+    console.print(render_table(summary))
+    text = console.export_text()
+    assert "overlong" in text and "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    csv_rows = list(csv.DictReader(write_reports(summary, tmp_path / "out")[1].open()))
+    assert {"turn": "2", "metric": "prompt_overlong", "p": "", "value": "0.500000"} in csv_rows
+    assert {"turn": "2", "metric": "no_code", "p": "", "value": "0.500000"} in csv_rows
+
+
 def test_paper_context_answers_in_the_room_left_and_gives_up_at_max_model_len_minus_one():
     """The authors' engine: max_tokens = min(max_model_len - prompt, max_tokens); a prompt of
     max_model_len - 1 tokens or more is not sent. Prompt tokens here are characters (count_tokens=len)

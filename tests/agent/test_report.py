@@ -98,14 +98,14 @@ def test_fast_p_per_level_on_the_console_and_in_the_csv(tmp_path):
 
 
 def test_every_header_and_cell_is_whole_on_an_80_column_console():
-    """Issue 35, part B: with every optional column (refused, held-out) and levels, no header or number is
-    cut short ("compi…", "100…") on an 80-column console; before, the first table had 11 columns."""
+    """Issue 35, part B: with every optional column (refused, overlong, held-out) and levels, no header or
+    number is cut short ("compi…", "100…") on an 80-column console; before, the first table had 11 columns."""
     runs = trajs()
     for t in runs:
         t.level = 1
     summary = summarize(runs, max_turns=3, total=4, level_totals={1: 2, 2: 2})
     for row in summary["per_turn"]:
-        row["refused"] = 0.1
+        row["refused"] = row["prompt_overlong"] = 0.1
         row["held_out"] = {"checked": 10, "survived": 3}
     summary["interpreter"] = True
     console = Console(record=True, width=80)
@@ -114,5 +114,5 @@ def test_every_header_and_cell_is_whole_on_an_80_column_console():
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     headers = {c.strip() for line in text.splitlines() if "┃" in line for c in line.split("┃")[1:-1]}
     assert {"turn", "p=1", "p=1.2", "p=1.5", "p=2", "correct", "hacked", "refused", "compiled", "no code",
-            "held-out", "level", "kernel", "samples"} <= headers
+            "overlong", "held-out", "level", "kernel", "samples"} <= headers
     assert "100.0" in text and "3/10" in text

@@ -58,3 +58,37 @@ def test_a_run_folders_config_json_that_no_longer_loads_is_named(tmp_path, capsy
     saved.write_text(json.dumps(data))
     assert main(["train", "rl", "--config", str(saved), "--print-config"]) == 2
     assert f"{saved}: rl: unknown key(s) new_setting" in capsys.readouterr().err
+
+
+def test_a_resume_may_move_the_judge_or_cut_the_batch_otherwise_but_not_change_what_is_learned(tmp_path):
+    """A judge service at a new address, or another micro-batch split of the same batch, was refused as
+    "another config"; the settings that change what a step learns still are."""
+    import pytest
+
+    from drkernel.errors import ConfigError
+    from drkernel.recipes import debug_cpu
+    from drkernel.rl.cli import _check_resume
+    from drkernel.rl.config import apply_overrides, save_config
+
+    (tmp_path / "checkpoints").mkdir()
+    base = apply_overrides(debug_cpu(), ["judge.executor=http", "judge.base_url=http://old:1"])
+    save_config(base, tmp_path / "config.json")
+    moved = apply_overrides(base, ["judge.base_url=http://new:2", "trainer.micro_batch_tokens=4096"])
+    assert _check_resume(moved, tmp_path, force=False) == [
+        "judge.base_url: http://old:1 -> http://new:2", "trainer.micro_batch_tokens: 8192 -> 4096"]
+    assert _check_resume(base, tmp_path, force=False) == []
+    for learned in ("optim.lr=0.01", "trainer.prompts_per_step=3", "rl.advantage=grpo",
+                    "reward.speedup_cap=2", "rollout.n=2", "eval.timeout_s=5", "judge.deadline_factor=0.5"):
+        with pytest.raises(ConfigError, match="another config") as err:
+            _check_resume(apply_overrides(moved, [learned]), tmp_path, force=False)
+        assert learned.split("=")[0] in str(err.value) and "judge.base_url" not in str(err.value)
+
+
+def test_a_resume_says_in_one_line_what_changed(tmp_path, capsys):
+    run = str(tmp_path / "run")
+    assert main(["train", "rl", *FAST, "--run-dir", run, "--set", "trainer.steps=1"]) == 0
+    capsys.readouterr()
+    assert main(["train", "rl", *FAST, "--run-dir", run, "--set", "trainer.steps=2",
+                 "--set", "trainer.micro_batch_tokens=4096"]) == 0
+    err = capsys.readouterr().err
+    assert f"{run}: resuming with trainer.micro_batch_tokens: 8192 -> 4096, trainer.steps: 1 -> 2\n" in err

@@ -443,9 +443,12 @@ def test_a_step_with_nothing_generated_or_judged_logs_those_metrics_as_not_measu
         tr.sampler = _Overlong(3, "ABC")
         m = next(steps)
         assert math.isnan(m["batch/hack_rate"]) and math.isnan(m["response_length/mean"])
+        # a prompt that did not fit is not the model's code-less answer (batch/no_code read 1.0)
+        assert (m["batch/no_code"], m["batch/prompt_overlong"]) == (0.0, 1.0)
         tr.sampler = _Overlong(3, "A")  # the empty turns are no responses of length 0
         m = next(steps)
         assert m["response_length/mean"] == 3 and m["batch/hack_rate"] == 0
+        assert m["batch/no_code"] == 0.0 and 0 < m["batch/prompt_overlong"] < 1
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     assert record["batch/hack_rate"] is None and record["response_length/mean"] is None
 

@@ -49,3 +49,29 @@ def test_documented_update_step_runs_and_pushes_up_the_good_turn():
     assert abs(adv[0, 1].item() - 3.4) < 1e-6
     assert (logits.grad[1] < 0).all()  # descending the loss raises its log-probs
     assert (logits.grad[4:] == 0).all()  # the filtered prompt gets no gradient
+
+
+def test_the_micro_batch_split_leaves_the_gradient_as_it_is():
+    """trainer.micro_batch_tokens may change on resume (rl/cli.py RESUMABLE) because the micro-batches'
+    losses add up to the batch's: one micro-batch per row gives the gradient of one for all rows."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from drkernel.rl.update import TokenRows, backward_rows, score_rows
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2))
+    rows = TokenRows(prompts=[[1, 2, 3], [4, 5], [6, 7, 8, 9, 10], [11]],
+                     responses=[[12, 13], [14, 15, 16, 17], [18], [19, 20, 21]], pad_id=0)
+    mask = rows.response_mask()
+    advantages = torch.tensor([1.0, -0.5, 2.0, -1.5])
+    cfg = LossConfig()
+    grads = []
+    for budget in (1000, 1):  # all rows in one micro-batch; each row alone
+        old_logp, _ = score_rows(model, rows, range(4), token_budget=budget)
+        model.zero_grad()
+        backward_rows(model, rows, old_logp, advantages, mask, cfg, token_budget=budget)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert any(bool(g.abs().sum() > 0) for g in grads[0])
+    for whole, split in zip(*grads, strict=True):
+        torch.testing.assert_close(whole, split, rtol=1e-4, atol=1e-7)
