@@ -617,3 +617,59 @@ def test_a_survey_that_opened_the_lock_as_the_writer_left_still_keeps_out_a_thir
     thread.join(120)
     assert failed == [] and len(third) == 1, (failed, third)
     assert "another drkernel suite survey is writing" in str(third[0])
+
+
+def test_an_out_whose_lock_cannot_be_opened_is_one_line_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock file beside --out could not be opened (a symlink or a folder at its name, a read-only
+    folder): a traceback of OSError from held_lock. It is one line naming the lock and why."""
+    import errno
+    import os
+
+    kb = _tree(tmp_path / "kb", gemm=False)
+    out = tmp_path / "s.json"
+    lock = tmp_path / ".s.json.lock"
+    argv = ["suite", "survey", f"kernelbench:{kb}", "--out", str(out), "--no-compile", "--nulls", "zeros"]
+    lock.symlink_to(tmp_path / "elsewhere")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{lock}: cannot lock {out}: a symlink" in err and len(err.strip().splitlines()) == 1, err
+    lock.unlink()
+    lock.mkdir()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{lock}: cannot lock {out}: Is a directory" in err and len(err.strip().splitlines()) == 1, err
+    lock.rmdir()
+    real_open = os.open
+
+    def read_only(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:  # a read-only folder (root
+        if str(path) == str(lock):  # writes into one, so its refusal is made here)
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{lock}: cannot lock {out}: Permission denied" in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_an_os_error_of_the_survey_itself_is_not_blamed_on_the_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the lock's own opening is the one-line lock error: a write of the survey that fails under it
+    is raised as it is, not said to be the lock's."""
+    import errno
+
+    from drkernel.problems import survey
+    from drkernel.problems.loaders import load_suite
+
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb", gemm=False))) if p.name == "L1/1_Square"]
+
+    def full(path: Any, text: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(survey, "write_text_atomically", full)
+    with pytest.raises(OSError, match="No space left") as info:
+        run_survey(square, SurveyConfig(nulls=("zeros",), backends=("eager",)), tmp_path / "s.json",
+                   make_judge=_StubJudge)
+    assert not isinstance(info.value, ConfigError) and "lock" not in str(info.value)
