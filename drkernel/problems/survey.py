@@ -251,6 +251,8 @@ def run_survey(problems: Sequence[Problem], cfg: SurveyConfig, path: str | Path,
     """Survey `problems` into the file at `path` (resumed: complete rows are skipped, incomplete ones
     redone once). The judge is made on first need and closed at the end when it has a close()."""
     out = Path(path)
+    if out.is_dir():  # "", "." and "/" among them: no file name to write, nor a lock's to make
+        raise ConfigError(f"{path or '.'}: is a folder, not a survey file (a .json file)")
     if not out.parent.is_dir():
         raise ConfigError(f"{out.parent}: no such folder")
     # one survey at a time writes a file: two (shards given one --out) would each rewrite it from their

@@ -673,3 +673,20 @@ def test_an_os_error_of_the_survey_itself_is_not_blamed_on_the_lock(
         run_survey(square, SurveyConfig(nulls=("zeros",), backends=("eager",)), tmp_path / "s.json",
                    make_judge=_StubJudge)
     assert not isinstance(info.value, ConfigError) and "lock" not in str(info.value)
+
+
+@pytest.mark.parametrize("given", ["", ".", "folder", "folder/"])
+def test_an_out_that_is_a_folder_is_one_line(given: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--out ""` or `--out .` was a ValueError traceback (the lock's name from an empty one), and
+    `--out folder` said the folder exists: pass --resume to continue it, or remove it."""
+    kb = _tree(tmp_path / "kb", gemm=False)
+    (tmp_path / "folder").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for resume in ([], ["--resume"]):
+        code = main(["suite", "survey", f"kernelbench:{kb}", "--out", given, "--nulls", "zeros", *resume])
+        err = capsys.readouterr().err
+        assert code == 2 and "is a folder, not a survey file" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "kb"]
+    assert not any((tmp_path / "folder").iterdir())
