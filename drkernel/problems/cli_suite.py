@@ -87,6 +87,8 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_baselines(args: argparse.Namespace) -> int:
+    if args.trials < 1 or args.warmup < 0:  # here, not at the first measurement: all may be stored
+        raise ConfigError("--trials must be >= 1 and --warmup >= 0")
     problems = load_suite(args.suite, args.levels)
     if args.only:
         problems = [p for p in problems if any(o in p.name for o in args.only)]
