@@ -145,8 +145,8 @@ def _register_survey(verbs: argparse._SubParsersAction) -> None:  # type: ignore
     sv.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     sv.add_argument("--size", choices=["full", "reduced"], default="full",
                     help="full (as written), or reduced: size constants halved to --max-input-numel")
-    sv.add_argument("--max-input-numel", type=int, default=1 << 20,
-                    help="with --size reduced: elements one call's inputs may hold")
+    sv.add_argument("--max-input-numel", type=int, default=None,
+                    help="with --size reduced: elements one call's inputs may hold (default 1048576)")
     sv.add_argument("--nulls", default=",".join(NULLS),
                     help=f"null candidates to send, comma-separated, or none (default {','.join(NULLS)})")
     sv.add_argument("--null-trials", type=int, default=5,
@@ -194,7 +194,10 @@ def run_survey_command(args: argparse.Namespace) -> int:
     from drkernel.problems.survey import SurveyConfig, run_survey
 
     nulls = _parse_nulls(args.nulls)
-    if args.max_input_numel < 1 or args.probe_timeout_s <= 0 or args.eval_timeout_s <= 0:
+    if args.max_input_numel is not None and args.size != "reduced":  # else silently a full-size survey
+        raise ConfigError(f"--max-input-numel is --size reduced's: the survey runs at --size {args.size}")
+    max_input_numel = 1 << 20 if args.max_input_numel is None else args.max_input_numel
+    if max_input_numel < 1 or args.probe_timeout_s <= 0 or args.eval_timeout_s <= 0:
         raise ConfigError("--max-input-numel, --probe-timeout-s and --eval-timeout-s must be > 0")
     device = args.device
     if device.startswith("cuda"):
@@ -203,7 +206,7 @@ def run_survey_command(args: argparse.Namespace) -> int:
         device = resolve_device(device)
     elif device != "cpu":
         raise ConfigError(f"--device {device!r}: expected cpu, cuda or cuda:N")
-    cfg = SurveyConfig(device=device, size=args.size, max_input_numel=args.max_input_numel, nulls=nulls,
+    cfg = SurveyConfig(device=device, size=args.size, max_input_numel=max_input_numel, nulls=nulls,
                        backends=("eager",) if args.no_compile else ("eager", "compile"),
                        budget_s=args.budget_s, probe_timeout_s=args.probe_timeout_s,
                        eval_timeout_s=args.eval_timeout_s, peak_gbs=args.peak_gbs,
