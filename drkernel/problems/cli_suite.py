@@ -262,8 +262,12 @@ def run_table(args: argparse.Namespace) -> int:
         return 0
     from pathlib import Path
 
-    try:
-        Path(args.out).write_text(text)
+    from drkernel.files import write_text_atomically
+
+    if Path(args.out).is_dir():  # "" and "." among them: no file name to write to
+        raise ConfigError(f"--out {args.out or '.'}: is a folder, not a file for the table")
+    try:  # replaced whole: a Ctrl-C or a full disk mid-write leaves the old table, not a cut one
+        write_text_atomically(args.out, text)
     except OSError as exc:
         raise ConfigError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     return 0

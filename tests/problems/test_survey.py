@@ -693,3 +693,24 @@ def test_an_out_that_is_a_folder_is_one_line(given: str, tmp_path: Path, capsys:
         assert len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "kb"]
     assert not any((tmp_path / "folder").iterdir())
+
+
+def test_the_table_replaces_its_out_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`suite table --out` wrote the table into the old file in place (emptied first): a Ctrl-C or a full
+    disk mid-write left a cut table. It is replaced by one rename, as the survey is: the old file (here
+    seen through a second name) is never written."""
+    import os
+
+    survey = tmp_path / "s.json"
+    survey.write_text(json.dumps({"format": "drkernel-survey-v1", "size": "full",
+                                  "rows": [{"name": "a", "level": 1, "status": "ok"}]}))
+    table, old = tmp_path / "table.md", tmp_path / "old.md"
+    table.write_text("the table of last week\n")
+    os.link(table, old)
+    assert main(["suite", "table", str(survey), "--markdown", "--out", str(table)]) == 0
+    assert old.read_text() == "the table of last week\n" and "| L1 |" in table.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.md", "s.json", "table.md"]
+    for folder in ("", str(tmp_path)):  # and a folder given as --out is one line
+        assert main(["suite", "table", str(survey), "--out", folder]) == 2
+        err = capsys.readouterr().err
+        assert "is a folder, not a file for the table" in err and len(err.strip().splitlines()) == 1, err
