@@ -80,11 +80,16 @@ class BaselineStore:
         if not self.path.is_file():
             return {}
         try:
-            entries = dict(json.loads(self.path.read_bytes()).get("entries", {}))
+            data = json.loads(self.path.read_bytes())
         except OSError as exc:
             raise ConfigError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
-        except (ValueError, TypeError, AttributeError) as exc:  # not JSON, or not {"entries": {...}}
+        except ValueError as exc:  # not JSON, nor UTF-8 text
             raise ConfigError(f"{self.path}: not a baseline store: {exc}") from None
+        # another JSON file (a survey given as --store) read as an empty store, then replaced by one
+        if not (isinstance(data, dict) and isinstance(data.get("entries"), dict)):
+            raise ConfigError(f"{self.path}: not a baseline store (a JSON object whose \"entries\" is an "
+                              "object); give --store a file of its own")
+        entries: dict[str, dict[str, Any]] = data["entries"]
         for key, entry in entries.items():
             why = _not_a_timing(entry)
             if why:  # a hand-edited or damaged entry: named here, never blamed on the reference it keys

@@ -87,6 +87,8 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_baselines(args: argparse.Namespace) -> int:
+    if args.trials < 1 or args.warmup < 0:  # here, not at the first measurement: all may be stored
+        raise ConfigError("--trials must be >= 1 and --warmup >= 0")
     problems = load_suite(args.suite, args.levels)
     if args.only:
         problems = [p for p in problems if any(o in p.name for o in args.only)]
@@ -143,8 +145,8 @@ def _register_survey(verbs: argparse._SubParsersAction) -> None:  # type: ignore
     sv.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     sv.add_argument("--size", choices=["full", "reduced"], default="full",
                     help="full (as written), or reduced: size constants halved to --max-input-numel")
-    sv.add_argument("--max-input-numel", type=int, default=1 << 20,
-                    help="with --size reduced: elements one call's inputs may hold")
+    sv.add_argument("--max-input-numel", type=int, default=None,
+                    help="with --size reduced: elements one call's inputs may hold (default 1048576)")
     sv.add_argument("--nulls", default=",".join(NULLS),
                     help=f"null candidates to send, comma-separated, or none (default {','.join(NULLS)})")
     sv.add_argument("--null-trials", type=int, default=5,
@@ -192,7 +194,10 @@ def run_survey_command(args: argparse.Namespace) -> int:
     from drkernel.problems.survey import SurveyConfig, run_survey
 
     nulls = _parse_nulls(args.nulls)
-    if args.max_input_numel < 1 or args.probe_timeout_s <= 0 or args.eval_timeout_s <= 0:
+    if args.max_input_numel is not None and args.size != "reduced":  # else silently a full-size survey
+        raise ConfigError(f"--max-input-numel is --size reduced's: the survey runs at --size {args.size}")
+    max_input_numel = 1 << 20 if args.max_input_numel is None else args.max_input_numel
+    if max_input_numel < 1 or args.probe_timeout_s <= 0 or args.eval_timeout_s <= 0:
         raise ConfigError("--max-input-numel, --probe-timeout-s and --eval-timeout-s must be > 0")
     device = args.device
     if device.startswith("cuda"):
@@ -201,7 +206,7 @@ def run_survey_command(args: argparse.Namespace) -> int:
         device = resolve_device(device)
     elif device != "cpu":
         raise ConfigError(f"--device {device!r}: expected cpu, cuda or cuda:N")
-    cfg = SurveyConfig(device=device, size=args.size, max_input_numel=args.max_input_numel, nulls=nulls,
+    cfg = SurveyConfig(device=device, size=args.size, max_input_numel=max_input_numel, nulls=nulls,
                        backends=("eager",) if args.no_compile else ("eager", "compile"),
                        budget_s=args.budget_s, probe_timeout_s=args.probe_timeout_s,
                        eval_timeout_s=args.eval_timeout_s, peak_gbs=args.peak_gbs,
@@ -257,8 +262,12 @@ def run_table(args: argparse.Namespace) -> int:
         return 0
     from pathlib import Path
 
-    try:
-        Path(args.out).write_text(text)
+    from drkernel.files import write_text_atomically
+
+    if Path(args.out).is_dir():  # "" and "." among them: no file name to write to
+        raise ConfigError(f"--out {args.out or '.'}: is a folder, not a file for the table")
+    try:  # replaced whole: a Ctrl-C or a full disk mid-write leaves the old table, not a cut one
+        write_text_atomically(args.out, text)
     except OSError as exc:
         raise ConfigError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     return 0

@@ -8,6 +8,7 @@ is rewritten atomically after every row; a call stops before its time budget, `r
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -250,14 +251,23 @@ def run_survey(problems: Sequence[Problem], cfg: SurveyConfig, path: str | Path,
     """Survey `problems` into the file at `path` (resumed: complete rows are skipped, incomplete ones
     redone once). The judge is made on first need and closed at the end when it has a close()."""
     out = Path(path)
+    if out.is_dir():  # "", "." and "/" among them: no file name to write, nor a lock's to make
+        raise ConfigError(f"{path or '.'}: is a folder, not a survey file (a .json file)")
     if not out.parent.is_dir():
         raise ConfigError(f"{out.parent}: no such folder")
     # one survey at a time writes a file: two (shards given one --out) would each rewrite it from their
     # own rows, dropping the other's
-    with held_lock(out.with_name(f".{out.name}.lock"), wait=False,
-                   busy=f"{out}: another drkernel suite survey is writing it (each shard wants an --out "
-                        "of its own)"):
-        return _run_survey(problems, cfg, out, suite, resume, make_judge, on_row)
+    lock = out.with_name(f".{out.name}.lock")
+    with contextlib.ExitStack() as held:
+        try:  # only the lock's opening: an OSError of the survey's own work below is raised as it is
+            held.enter_context(held_lock(lock, wait=False,
+                                         busy=f"{out}: another drkernel suite survey is writing it (each "
+                                              "shard wants an --out of its own)"))
+        except OSError as exc:
+            why = "a symlink sits there (not followed)" if lock.is_symlink() else exc.strerror or str(exc)
+            raise ConfigError(f"{lock}: cannot lock {out}: {why}") from None
+        report = _run_survey(problems, cfg, out, suite, resume, make_judge, on_row)
+    return report
 
 
 def _run_survey(problems: Sequence[Problem], cfg: SurveyConfig, out: Path, suite: str, resume: bool,

@@ -154,3 +154,22 @@ def test_a_put_waits_for_another_writer_of_the_store_and_keeps_the_lock_file(tmp
     writer.join(30)
     assert not writer.is_alive() and len(BaselineStore(tmp_path / "b.json").entries()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [".b.json.lock", "b.json"]
+
+
+@pytest.mark.parametrize("other", ['{"format": "drkernel-survey-v1", "rows": []}', "{}", '{"version": 1}',
+                                   '[]', '"entries"'])
+def test_another_json_file_given_as_the_store_is_refused_and_kept(
+        other: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--store survey.json` (any JSON object without "entries") read as an empty store, and the first
+    timing replaced the file with a store of one entry, exit 0: the survey was gone."""
+    from drkernel.cli import main
+
+    path = tmp_path / "survey.json"
+    path.write_text(other)
+    with pytest.raises(ConfigError, match="survey.json: not a baseline store"):
+        BaselineStore(path)
+    assert main(["suite", "baselines", "builtin:cpu", "--only", "101_ReLU", "--store", str(path),
+                 "--trials", "1", "--warmup", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a baseline store" in err[0], err
+    assert path.read_text() == other

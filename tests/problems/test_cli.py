@@ -78,6 +78,20 @@ def test_suite_baselines_bad_arguments_are_one_line(argv: list[str], message: st
     assert message in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("argv", [["--trials", "0"], ["--warmup", "-1"]])
+def test_suite_baselines_refuses_bad_trials_even_when_nothing_is_measured(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--trials 0 (or --warmup -1) was refused only when a reference was measured: with every timing
+    already stored it was taken, exit 0, and a suite half stored stopped at its first unstored one."""
+    base = ["suite", "baselines", "builtin:cpu", "--only", "101_", "--store", str(tmp_path / "b.json")]
+    assert main([*base, "--trials", "1", "--warmup", "0"]) == 0
+    capsys.readouterr()
+    assert main([*base, *argv]) == 2
+    captured = capsys.readouterr()
+    assert "--trials must be >= 1 and --warmup >= 0" in captured.err, captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and captured.out == "", captured
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--max-input-numel", "0"], "audit.max_input_numel: must be >= 1"),
     (["--max-input-numel", "-5"], "audit.max_input_numel: must be >= 1"),

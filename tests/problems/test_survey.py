@@ -248,6 +248,9 @@ def test_failure_reasons_floor_and_wrapper() -> None:
     (["--null-trials", "1"], "null_trials"),
     (["--device", "tpu"], "--device"),
     (["--only", "nothing-matches"], "no problem left"),
+    (["--max-input-numel", "4096"], "--max-input-numel is --size reduced's"),
+    (["--size", "full", "--max-input-numel", "4096"], "--max-input-numel is --size reduced's"),
+    (["--size", "reduced", "--max-input-numel", "0"], "--max-input-numel"),
     (["--budget-s", "nan"], "survey.budget_s: nan is not a finite number > 0"),
     (["--probe-timeout-s", "inf"], "survey.probe_timeout_s: inf is not"),
     (["--peak-gbs", "-1"], "survey.peak_gbs: -1.0 is not"),
@@ -617,3 +620,97 @@ def test_a_survey_that_opened_the_lock_as_the_writer_left_still_keeps_out_a_thir
     thread.join(120)
     assert failed == [] and len(third) == 1, (failed, third)
     assert "another drkernel suite survey is writing" in str(third[0])
+
+
+def test_an_out_whose_lock_cannot_be_opened_is_one_line_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock file beside --out could not be opened (a symlink or a folder at its name, a read-only
+    folder): a traceback of OSError from held_lock. It is one line naming the lock and why."""
+    import errno
+    import os
+
+    kb = _tree(tmp_path / "kb", gemm=False)
+    out = tmp_path / "s.json"
+    lock = tmp_path / ".s.json.lock"
+    argv = ["suite", "survey", f"kernelbench:{kb}", "--out", str(out), "--no-compile", "--nulls", "zeros"]
+    lock.symlink_to(tmp_path / "elsewhere")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{lock}: cannot lock {out}: a symlink" in err and len(err.strip().splitlines()) == 1, err
+    lock.unlink()
+    lock.mkdir()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{lock}: cannot lock {out}: Is a directory" in err and len(err.strip().splitlines()) == 1, err
+    lock.rmdir()
+    real_open = os.open
+
+    def read_only(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:  # a read-only folder (root
+        if str(path) == str(lock):  # writes into one, so its refusal is made here)
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{lock}: cannot lock {out}: Permission denied" in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_an_os_error_of_the_survey_itself_is_not_blamed_on_the_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the lock's own opening is the one-line lock error: a write of the survey that fails under it
+    is raised as it is, not said to be the lock's."""
+    import errno
+
+    from drkernel.problems import survey
+    from drkernel.problems.loaders import load_suite
+
+    square = [p for p in load_suite(str(_tree(tmp_path / "kb", gemm=False))) if p.name == "L1/1_Square"]
+
+    def full(path: Any, text: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(survey, "write_text_atomically", full)
+    with pytest.raises(OSError, match="No space left") as info:
+        run_survey(square, SurveyConfig(nulls=("zeros",), backends=("eager",)), tmp_path / "s.json",
+                   make_judge=_StubJudge)
+    assert not isinstance(info.value, ConfigError) and "lock" not in str(info.value)
+
+
+@pytest.mark.parametrize("given", ["", ".", "folder", "folder/"])
+def test_an_out_that_is_a_folder_is_one_line(given: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--out ""` or `--out .` was a ValueError traceback (the lock's name from an empty one), and
+    `--out folder` said the folder exists: pass --resume to continue it, or remove it."""
+    kb = _tree(tmp_path / "kb", gemm=False)
+    (tmp_path / "folder").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for resume in ([], ["--resume"]):
+        code = main(["suite", "survey", f"kernelbench:{kb}", "--out", given, "--nulls", "zeros", *resume])
+        err = capsys.readouterr().err
+        assert code == 2 and "is a folder, not a survey file" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "kb"]
+    assert not any((tmp_path / "folder").iterdir())
+
+
+def test_the_table_replaces_its_out_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`suite table --out` wrote the table into the old file in place (emptied first): a Ctrl-C or a full
+    disk mid-write left a cut table. It is replaced by one rename, as the survey is: the old file (here
+    seen through a second name) is never written."""
+    import os
+
+    survey = tmp_path / "s.json"
+    survey.write_text(json.dumps({"format": "drkernel-survey-v1", "size": "full",
+                                  "rows": [{"name": "a", "level": 1, "status": "ok"}]}))
+    table, old = tmp_path / "table.md", tmp_path / "old.md"
+    table.write_text("the table of last week\n")
+    os.link(table, old)
+    assert main(["suite", "table", str(survey), "--markdown", "--out", str(table)]) == 0
+    assert old.read_text() == "the table of last week\n" and "| L1 |" in table.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.md", "s.json", "table.md"]
+    for folder in ("", str(tmp_path)):  # and a folder given as --out is one line
+        assert main(["suite", "table", str(survey), "--out", folder]) == 2
+        err = capsys.readouterr().err
+        assert "is a folder, not a file for the table" in err and len(err.strip().splitlines()) == 1, err
