@@ -13,6 +13,9 @@ Starts the server as a user would (no flags: its default judges per GPU), and me
 
     python bench/serve_rhythm.py --burst 64 --rounds 3 --idle-s 150      (the H200: about 8 min)
     python bench/serve_rhythm.py --size 64 --burst 4 --rounds 2 --idle-s 2 --extra "--workers 2"  (CPU)
+    python bench/serve_rhythm.py --fake-s 2.5 --rounds 2 --idle-s 1 \
+        --extra "--judge fake --devices cpu --workers 4"   (the service's own cost: 4 fake judges of
+                                                            2.5 s each give at most 96/min)
 
 Prints a table and one JSON line (also written to --json).
 """
@@ -40,7 +43,11 @@ from drkernel.types import EvalOptions, EvalRequest  # noqa: E402
 from tests.server.kernelgym_client import KernelGymStyleClient  # noqa: E402
 
 
-def kernels(n: int, tag0: int) -> list[str]:
+def kernels(n: int, tag0: int, fake_s: float | None = None) -> list[str]:
+    """`n` fresh kernels; with `fake_s`, texts a fake judge (`serve --judge fake`) answers `ok` after
+    `fake_s` seconds."""
+    if fake_s is not None:
+        return [f"# fake: sleep={fake_s}\n# kernel {tag0 + i}\nimport torch\n" for i in range(n)]
     return [KERNEL.format(tag=tag0 + i) for i in range(n)]
 
 
@@ -113,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--perf-trials", type=int, default=20)
     ap.add_argument("--concurrency", type=int, default=32, help="the authors' client's threads")
     ap.add_argument("--extra", default="", help="flags for drkernel serve (default: none)")
+    ap.add_argument("--fake-s", type=float, default=None,
+                    help="kernels a fake judge answers after this many seconds (with --extra '--judge fake')")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.burst < 1 or args.rounds < 1 or args.idle_s < 0:
@@ -136,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                 if r:
                     time.sleep(args.idle_s)
                 which = "client" if r % 2 == 0 else "authors"
-                codes = kernels(args.burst, tag0=1000 * (r + 1))
+                codes = kernels(args.burst, tag0=1000 * (r + 1), fake_s=args.fake_s)
                 start = time.monotonic()
                 if which == "client":
                     ids = burst_native(server.url, reference, codes, f"r{r}", args.perf_trials)
