@@ -30,6 +30,7 @@ from drkernel.rl.config import (
     load_config,
     to_dict,
 )
+from drkernel.rl.config_layout import JUDGE_TRANSPORT_KEYS
 from drkernel.wording import counted
 
 __all__ = ["RESUMABLE", "register", "resolve_config", "run"]
@@ -51,13 +52,10 @@ RESUMABLE = (
     # whole batch's rows and tokens): memory and speed, the same gradient up to rounding
     "trainer.micro_batch_tokens",
     "log.",  # where the metrics go: TensorBoard, rollout files, W&B
-    "judge.base_url",  # the judge service moved to another address (http judge)
     "rollout.base_url",  # the server of the current weights moved to another address (openai backend)
-    # the http judge's transport: how long one HTTP exchange may take and how often a dropped
-    # connection, 429 or 503 is tried again; neither is a deadline of an evaluation
-    "judge.request_timeout_s",
-    "judge.max_retries",
-    "judge.start_timeout_s",  # how long a local judge may take to start, before any verdict
+    # the judge's address, its transport's patience and its start's: they change no verdict, and
+    # eval_cache.jsonl keeps its verdicts without them (config_layout.py says each)
+    *JUDGE_TRANSPORT_KEYS,
 )
 
 
