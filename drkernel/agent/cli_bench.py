@@ -60,7 +60,8 @@ def register(subparsers: Any) -> None:
                               formatter_class=DefaultsHelpFormatter)
     p.add_argument("suite", help="builtin[:cpu|:gpu], a folder of problems, or a KernelBench checkout")
     p.add_argument("--samples", type=int, default=8, help="episodes per problem (paper: 8)")
-    p.add_argument("--levels", type=parse_levels, help="KernelBench levels to run, e.g. 1,2 or 1-3")
+    p.add_argument("--levels", type=parse_levels,
+                   help="KernelBench levels to run, e.g. 1,2 or 1-3 (a problem with no level is left out)")
     p.add_argument("--limit", type=int, help="first N problems only")
     p.add_argument("--out", default="bench-out", help="output folder (resume log, reports)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")

@@ -92,7 +92,8 @@ def register(subparsers: Any) -> None:
     pq.add_argument("suite", help="builtin[:cpu|:gpu], a KernelBench checkout, a folder, a .py, .jsonl "
                                   "or .parquet file (the authors' RL data)")
     pq.add_argument("--out", required=True, help="the .parquet file to write")
-    pq.add_argument("--levels", type=parse_levels, help="keep these KernelBench levels, e.g. 1,2 or 1-3")
+    pq.add_argument("--levels", type=parse_levels,
+                    help="KernelBench levels to keep, e.g. 1,2 or 1-3 (a problem with no level is left out)")
     pq.add_argument("--problems", action="append", default=[], metavar="NAME",
                     help="keep only these problems (repeat the flag)")
     pq.add_argument("--limit", type=int, help="at most this many problems")
