@@ -51,6 +51,10 @@ RESUMABLE = (
     # the micro-batches' losses add up to the batch's (rl/update.py backward_rows, each scaled by the
     # whole batch's rows and tokens): memory and speed, the same gradient up to rounding
     "trainer.micro_batch_tokens",
+    # how many sequences the model backend generates together (rl/rollout.py ModelSampler): each is
+    # sampled from the same policy, left-padded and masked, its log-probs the same up to rounding; only
+    # the random draws of the steps after the resume differ from an uninterrupted run's
+    "rollout.generation_batch",
     "log.",  # where the metrics go: TensorBoard, rollout files, W&B
     "rollout.base_url",  # the server of the current weights moved to another address (openai backend)
     # the judge's address, its transport's patience and its start's: they change no verdict, and
