@@ -125,3 +125,16 @@ def test_a_bad_number_is_one_line_naming_its_flag_before_anything_runs(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith(f"drkernel {command}: {flag}"), err
     assert not (tmp_path / "out").exists()
+
+
+def test_bench_levels_on_a_suite_without_levels_says_one_line(tmp_path, capsys) -> None:  # noqa: ANN001
+    """A folder of problems has no levels: `--levels 1` ran all of it, as if no level had been asked for."""
+    from drkernel.cli import main
+    from drkernel.problems.suite import builtin_problem
+
+    (tmp_path / "1_Op.py").write_text(builtin_problem("101_ReLU", "cpu").reference_code)
+    code = main(["bench", str(tmp_path), "--levels", "1", "--model", "m", "--base-url", "http://127.0.0.1:1/v1",
+                 "--executor", "fake", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "none of its 1 problems has a level" in err[0]
+    assert not (tmp_path / "out").exists()

@@ -60,7 +60,8 @@ def register(subparsers: Any) -> None:
                               formatter_class=DefaultsHelpFormatter)
     p.add_argument("suite", help="builtin[:cpu|:gpu], a folder of problems, or a KernelBench checkout")
     p.add_argument("--samples", type=int, default=8, help="episodes per problem (paper: 8)")
-    p.add_argument("--levels", type=parse_levels, help="KernelBench levels to run, e.g. 1,2 or 1-3")
+    p.add_argument("--levels", type=parse_levels,
+                   help="KernelBench levels to run, e.g. 1,2 or 1-3 (a problem with no level is left out)")
     p.add_argument("--limit", type=int, help="first N problems only")
     p.add_argument("--out", default="bench-out", help="output folder (resume log, reports)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -106,16 +107,12 @@ def _run_meta(problems: list[Problem], config: LoopConfig, samples: int) -> dict
 
 def _prepare_out(out: Path, meta: dict[str, Any], resume: bool) -> dict[str, Trajectory]:
     """Check the out folder against this run; return the finished episodes by uid."""
+    check_out(out, resume)
     out.mkdir(parents=True, exist_ok=True)
     log_path, cfg_path = out / EPISODES, out / "config.json"
     finished = {t.uid: t for t in iter_jsonl(log_path)} if log_path.exists() else {}
     if finished and resume:
         _drop_torn_lines(log_path)
-    if finished and not resume:
-        raise ConfigError(
-            f"{out} already holds {len(finished)} finished episodes: pass --resume to continue, "
-            "or choose another --out"
-        )
     if resume and cfg_path.exists():
         try:
             old = json.loads(cfg_path.read_text())
@@ -377,11 +374,40 @@ class BenchInterrupted(KeyboardInterrupt):
 
 
 def check_out(out: str | Path, resume: bool) -> None:
-    """Refuse an --out that holds finished episodes without --resume (before any judge starts)."""
+    """Refuse a new run (no --resume) into an --out whose log holds episodes, before any judge starts:
+    finished ones (--resume continues them), or only records this version cannot read (another drkernel
+    version's: the new run appended its episodes to theirs and wrote its config.json over their run's)."""
     log_path = Path(out) / EPISODES
-    if not resume and log_path.exists() and any(True for _ in iter_jsonl(log_path)):
-        raise ConfigError(f"{out} already holds finished episodes: pass --resume to continue, "
-                          "or choose another --out")
+    if resume or not log_path.is_file():
+        return
+    readable, unreadable = _count_records(log_path)
+    if readable:
+        raise ConfigError(f"{out} already holds {counted(readable, 'finished episode')}: pass --resume to "
+                          "continue, or choose another --out")
+    if unreadable:
+        raise ConfigError(f"{out} holds {counted(unreadable, 'episode')} this drkernel cannot read (another "
+                          f"version's run): choose another --out, or remove {log_path}")
+
+
+def _count_records(log_path: Path) -> tuple[int, int]:
+    """(readable, unreadable) whole records of an episode log, read without a warning per record; a torn
+    line (a write cut by a kill) is neither."""
+    readable = unreadable = 0
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            try:
+                Trajectory.from_dict(record)
+            except (ValueError, KeyError, TypeError):  # what iter_jsonl skips
+                unreadable += 1
+            else:
+                readable += 1
+    return readable, unreadable
 
 
 def _with_held_out(problems: list[Problem]) -> list[Problem]:

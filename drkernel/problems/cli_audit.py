@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        description="Audit a suite: builtin[:cpu|:gpu], a KernelBench checkout, a folder, "
                                    "a .py, .jsonl or RL .parquet file.")
     p.add_argument("suite", help="builtin[:cpu|:gpu] | KernelBench checkout | folder | file")
-    p.add_argument("--levels", type=parse_levels, default=None, help="levels to keep, e.g. 1,2 or 1-3")
+    p.add_argument("--levels", type=parse_levels, default=None,
+                   help="levels to keep, e.g. 1,2 or 1-3 (a problem with no level is left out)")
     p.add_argument("--only", action="append", default=None,
                    help="keep problems whose name contains this (repeatable)")
     p.add_argument("--judge", action="store_true",

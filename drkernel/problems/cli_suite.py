@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     base = verbs.add_parser("baselines",
                             help="time every reference (eager / torch.compile) and store the timings")
     base.add_argument("suite", nargs="?", default="builtin:gpu", help="suite spec (default builtin:gpu)")
-    base.add_argument("--levels", type=parse_levels, default=None, help="levels to keep, e.g. 1-3")
+    base.add_argument("--levels", type=parse_levels, default=None,
+                      help="levels to keep, e.g. 1-3 (a problem with no level is left out)")
     base.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     base.add_argument("--backend", choices=[*BACKENDS, "both"], default="eager",
                       help="time the reference as written, through torch.compile, or both")
@@ -136,7 +137,8 @@ def _register_survey(verbs: argparse._SubParsersAction) -> None:  # type: ignore
                                          "in resumable pieces")
     sv.add_argument("suite", help="kernelbench:PATH (a KernelBench checkout), or any suite spec")
     sv.add_argument("--out", required=True, help="the survey's JSON file (rewritten after every problem)")
-    sv.add_argument("--levels", type=parse_levels, default=None, help="levels to keep, e.g. 1-3")
+    sv.add_argument("--levels", type=parse_levels, default=None,
+                    help="levels to keep, e.g. 1-3 (a problem with no level is left out)")
     sv.add_argument("--only", action="append", default=None, help="keep problems whose name contains this")
     sv.add_argument("--resume", action="store_true", help="continue --out: skip the problems it holds")
     sv.add_argument("--budget-s", type=float, default=None,

@@ -258,7 +258,8 @@ def parse_levels(text: str) -> tuple[int, ...]:
 
 def load_suite(spec: str, levels: tuple[int, ...] | None = None) -> list[Problem]:
     """Problems of a suite spec: "builtin[:cpu|:gpu]", a KernelBench checkout, a folder, one .py,
-    a .jsonl or a .parquet file. `levels` keeps only those levels."""
+    a .jsonl or a .parquet file. `levels` keeps only the problems of those levels (a problem with no
+    level is of none)."""
     builtin = spec == "builtin" or spec.startswith("builtin:")  # a folder "builtin_copy" is a folder
     if levels is not None and 4 in levels and not builtin:
         raise ProblemError(LEVEL4_MESSAGE)
@@ -281,7 +282,22 @@ def load_suite(spec: str, levels: tuple[int, ...] | None = None) -> list[Problem
         else:
             problems = load_folder(root)
     if levels is not None:
-        problems = [p for p in problems if p.level is None or p.level in levels]
+        problems = _of_levels(spec, problems, levels)
     if not problems:
         raise ProblemError(f"suite {spec!r}: no problems found")
     return problems
+
+
+def _of_levels(spec: str, problems: list[Problem], levels: tuple[int, ...]) -> list[Problem]:
+    """The problems of `levels`. A problem with no level (a plain folder's, a row without one) is of
+    none: it is left out, said in a warning; a suite none of whose problems has a level is an error."""
+    kept = [p for p in problems if p.level in levels]
+    unleveled = sum(p.level is None for p in problems)
+    asked = ",".join(map(str, levels))
+    if unleveled == len(problems) and problems:
+        raise ProblemError(f"suite {spec!r}: levels {asked} asked for, but none of its {len(problems)} "
+                           "problems has a level (a KernelBench checkout's level folders, or a 'level' "
+                           "field of a row, give one): run it without levels")
+    if unleveled:
+        log.warning("suite %r: levels %s leave out its %d problem(s) with no level", spec, asked, unleveled)
+    return kept

@@ -30,6 +30,7 @@ from drkernel.rl.config import (
     load_config,
     to_dict,
 )
+from drkernel.rl.config_layout import JUDGE_TRANSPORT_KEYS
 from drkernel.wording import counted
 
 __all__ = ["RESUMABLE", "register", "resolve_config", "run"]
@@ -50,14 +51,15 @@ RESUMABLE = (
     # the micro-batches' losses add up to the batch's (rl/update.py backward_rows, each scaled by the
     # whole batch's rows and tokens): memory and speed, the same gradient up to rounding
     "trainer.micro_batch_tokens",
+    # how many sequences the model backend generates together (rl/rollout.py ModelSampler): each is
+    # sampled from the same policy, left-padded and masked, its log-probs the same up to rounding; only
+    # the random draws of the steps after the resume differ from an uninterrupted run's
+    "rollout.generation_batch",
     "log.",  # where the metrics go: TensorBoard, rollout files, W&B
-    "judge.base_url",  # the judge service moved to another address (http judge)
     "rollout.base_url",  # the server of the current weights moved to another address (openai backend)
-    # the http judge's transport: how long one HTTP exchange may take and how often a dropped
-    # connection, 429 or 503 is tried again; neither is a deadline of an evaluation
-    "judge.request_timeout_s",
-    "judge.max_retries",
-    "judge.start_timeout_s",  # how long a local judge may take to start, before any verdict
+    # the judge's address, its transport's patience and its start's: they change no verdict, and
+    # eval_cache.jsonl keeps its verdicts without them (config_layout.py says each)
+    *JUDGE_TRANSPORT_KEYS,
 )
 
 
@@ -94,7 +96,8 @@ def register(subparsers: Any) -> None:
     pq.add_argument("suite", help="builtin[:cpu|:gpu], a KernelBench checkout, a folder, a .py, .jsonl "
                                   "or .parquet file (the authors' RL data)")
     pq.add_argument("--out", required=True, help="the .parquet file to write")
-    pq.add_argument("--levels", type=parse_levels, help="keep these KernelBench levels, e.g. 1,2 or 1-3")
+    pq.add_argument("--levels", type=parse_levels,
+                    help="KernelBench levels to keep, e.g. 1,2 or 1-3 (a problem with no level is left out)")
     pq.add_argument("--problems", action="append", default=[], metavar="NAME",
                     help="keep only these problems (repeat the flag)")
     pq.add_argument("--limit", type=int, help="at most this many problems")

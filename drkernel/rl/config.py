@@ -111,6 +111,7 @@ class ModelConfig:
 class DataConfig:
     suite: str = "builtin:cpu"  # anything drkernel.problems.load_suite reads (folder, .jsonl, .parquet)
     problems: tuple[str, ...] = ()  # keep only these problem names (empty: all)
+    # keep only these KernelBench levels (empty: all); a problem with no level is of none, left out
     levels: tuple[int, ...] = ()
     limit: int | None = None
     validation_suite: str | None = None  # docs/paper_spec.md §9.3: KernelBench level 2

@@ -16,11 +16,24 @@ from drkernel.executors.build import ClientExecutorConfig, client_executor_confi
 from drkernel.reward import REWARD_PRESETS, preset_config, reward_config
 from drkernel.types import EvalOptions
 
-__all__ = ["EVAL_REWARD_FIELDS", "MOVED_KEYS", "PRESETS", "RETIRED_KEYS", "SECRET_KEYS", "SHORTHANDS",
-           "judge_dict", "moved", "old_judge", "preset", "retired"]
+__all__ = ["EVAL_REWARD_FIELDS", "JUDGE_TRANSPORT_KEYS", "MOVED_KEYS", "PRESETS", "RETIRED_KEYS",
+           "SECRET_KEYS", "SHORTHANDS", "judge_dict", "judge_verdict_scope", "moved", "old_judge", "preset",
+           "retired"]
 
 EVAL_REWARD_FIELDS = ("reward_preset", "speedup_cap", "coverage_weight")
 SECRET_KEYS = ("judge.token",)  # written to config.json as null: give them again to resume
+# The judge's settings that change no verdict: a resumed run may change them (rl/cli.py RESUMABLE), and
+# eval_cache.jsonl keeps its verdicts without them (judge_verdict_scope). Left out on purpose: the
+# judges' devices and number (they move the timings the speedup reads), their deadlines (they decide
+# which slow evaluation is the judge's fault) and everything else of the judge's config.
+JUDGE_TRANSPORT_KEYS = (
+    "judge.base_url",  # the judge service moved to another address (http judge)
+    # the http judge's transport: how long one HTTP exchange may take and how often a dropped
+    # connection, 429 or 503 is tried again; neither is a deadline of an evaluation
+    "judge.request_timeout_s",
+    "judge.max_retries",
+    "judge.start_timeout_s",  # how long a local judge may take to start, before any verdict
+)
 
 
 def judge_dict(config: ClientExecutorConfig) -> dict[str, Any]:
@@ -31,6 +44,21 @@ def judge_dict(config: ClientExecutorConfig) -> dict[str, Any]:
         if key.removeprefix("judge.") in out:
             out[key.removeprefix("judge.")] = None
     return out
+
+
+def judge_verdict_scope(config: ClientExecutorConfig) -> str:
+    """The judge config as far as it decides verdicts: judge_dict without JUDGE_TRANSPORT_KEYS, as one
+    string (the scope of eval_cache.jsonl's keys). The same judge at another address scopes the same.
+
+    >>> from drkernel.executors.http import HttpExecutor
+    >>> judge_verdict_scope(HttpExecutor.Config(base_url="http://a:1")) == judge_verdict_scope(
+    ...     HttpExecutor.Config(base_url="http://b:2", request_timeout_s=5.0))
+    True
+    """
+    out = judge_dict(config)
+    for key in JUDGE_TRANSPORT_KEYS:
+        out.pop(key.removeprefix("judge."), None)
+    return json.dumps(out, sort_keys=True)
 
 
 # keys that moved when a section came to nest its owner's config: the old dotted key -> the new one.

@@ -7,7 +7,6 @@ filter; TRLOO advantages; one clipped update. Then metrics (JSONL, TensorBoard) 
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import secrets
@@ -48,7 +47,7 @@ from drkernel.rl.checkpoint import (
     set_rng_state,
 )
 from drkernel.rl.config import RunConfig, save_config, to_dict
-from drkernel.rl.config_layout import judge_dict
+from drkernel.rl.config_layout import judge_verdict_scope
 from drkernel.rl.filters import dynamic_sampling_filter
 from drkernel.rl.masks import last_present_values
 from drkernel.rl.progress import Progress, format_duration
@@ -67,9 +66,10 @@ log = logging.getLogger(__name__)
 
 def cached_executor(executor: Executor, judge: ClientExecutorConfig, path: Path) -> CachingExecutor:
     """`executor` behind the run's cache of verdicts (`rollout.cache_evaluations`), each kept under the
-    judge config that gave it: a run folder judged again through another judge (the fake's every-kernel-
-    correct, another device) reuses none of the other's verdicts."""
-    return CachingExecutor(executor, path, scope=json.dumps(judge_dict(judge), sort_keys=True))
+    judge config that gave it (its settings that decide verdicts): a run folder judged again through
+    another judge (the fake's every-kernel-correct, another device) reuses none of the other's verdicts;
+    the same judge at another address, or with other transport settings, reuses them all."""
+    return CachingExecutor(executor, path, scope=judge_verdict_scope(judge))
 
 
 @dataclass(slots=True)

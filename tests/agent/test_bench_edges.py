@@ -325,3 +325,19 @@ def test_a_run_judged_on_two_devices_says_so(tmp_path, capsys: pytest.CaptureFix
             f"({'; '.join(devices)}): its speedups, and so Fast@p, mix their timings (a --resume on another "
             "machine?)") in err, err
     assert json.loads((out / "summary.json").read_text())["devices"] == devices
+
+
+def test_a_new_bench_into_another_versions_episodes_is_refused(tmp_path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """An --out whose log holds only records this version cannot read (another drkernel version's run):
+    a new run went ahead, appended its episodes to theirs and wrote its config.json over their run's."""
+    out, _ = _bench_folder(tmp_path, '{"uid": "1_p#0", "turns": [{"x": 1}]}\n{"uid": "1_p#1", "pro')
+    log = (out / "episodes.jsonl").read_text()
+    assert main(_bench("builtin:cpu", "--out", str(out))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"drkernel bench: {out} holds 1 episode this drkernel cannot read (another version's "
+                   f"run): choose another --out, or remove {out / 'episodes.jsonl'}"]
+    assert (out / "episodes.jsonl").read_text() == log
+    (out / "episodes.jsonl").write_text('{"uid": "1_p#1", "pro')  # only a torn line: no episode there
+    assert main(_bench("builtin:cpu", "--out", str(out))) == 2  # stopped later, by the dead endpoint
+    assert "127.0.0.1:1" in capsys.readouterr().err

@@ -41,3 +41,26 @@ def test_identical_requests_are_judged_once_with_their_own_task_ids(tmp_path: Pa
     cache = CachingExecutor(inner)
     first, second = cache.evaluate([_request("x"), _request("y")])
     assert len(inner.calls) == 1 and (first.task_id, second.task_id) == ("x", "y")
+
+
+def test_the_same_judge_at_another_address_keeps_its_verdicts(tmp_path: Path) -> None:
+    """The judge service moved (judge.base_url), or given other transport patience: its cached verdicts
+    were thrown away. A setting that decides verdicts (the deadlines) still keeps them apart."""
+    from drkernel.executors.http import HttpExecutor
+    from drkernel.rl.trainer import cached_executor
+
+    path = tmp_path / "eval_cache.jsonl"
+
+    def judged(config: HttpExecutor.Config) -> tuple[int, int]:
+        cache = cached_executor(FakeExecutor(), config, path)
+        assert cache.evaluate([_request("a")])[0].outcome is EvalOutcome.OK
+        return cache.hits, cache.misses
+
+    assert judged(HttpExecutor.Config(base_url="http://old:1")) == (0, 1)
+    moved = HttpExecutor.Config(base_url="https://new:2", request_timeout_s=5.0, max_retries=1)
+    assert judged(moved) == (1, 0)
+    assert judged(HttpExecutor.Config(base_url="http://old:1", deadline_factor=0.5)) == (0, 1)
+    local = LocalExecutor.Config(devices=("cpu",))
+    assert judged(local) == (0, 1)
+    assert judged(LocalExecutor.Config(devices=("cpu",), start_timeout_s=5.0)) == (1, 0)
+    assert judged(LocalExecutor.Config(devices=("cpu", "cpu"))) == (0, 1)

@@ -183,3 +183,19 @@ def test_a_name_two_rows_share_is_refused_naming_both(tmp_path: Path) -> None:
     pq.write_table(pa.Table.from_pylist([_rl_row(1), _rl_row(2), _rl_row(1)]), tmp_path / "rl.parquet")
     with pytest.raises(ProblemError, match=r"rl.parquet\[row 2\]: problem name 'uuid-1' repeats row 0"):
         load_suite(str(tmp_path / "rl.parquet"))
+
+
+def test_levels_leave_out_the_problems_with_no_level(tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A problem with no level was kept by every levels filter: `--levels 2` ran a row without a level
+    too, and a suite with no levels at all ran whole as if no level had been asked for."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"name": name, "reference_code": REF, **extra}) + "\n"
+                            for name, extra in (("a", {"level": 1}), ("b", {"level": 2}), ("c", {}))))
+    assert [p.name for p in load_suite(str(rows), levels=(2,))] == ["b"]
+    assert "levels 2 leave out its 1 problem(s) with no level" in caplog.text
+    assert [p.name for p in load_suite(str(rows))] == ["a", "b", "c"]  # no levels asked: all
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "1_Op.py").write_text(REF)
+    with pytest.raises(ProblemError, match=r"levels 1,2 asked for, but none of its 1 problems has a level"):
+        load_suite(str(tmp_path / "folder"), levels=(1, 2))

@@ -84,6 +84,19 @@ def test_a_resume_may_move_the_judge_or_cut_the_batch_otherwise_but_not_change_w
         assert learned.split("=")[0] in str(err.value) and "judge.base_url" not in str(err.value)
 
 
+def test_a_resume_may_generate_in_other_batches(tmp_path):
+    """rollout.generation_batch (how many sequences the model backend generates together) was refused as
+    "another config": a run that ran out of memory generating could not go on with smaller batches."""
+    from drkernel.recipes import debug_cpu
+    from drkernel.rl.cli import _check_resume
+    from drkernel.rl.config import apply_overrides, save_config
+
+    (tmp_path / "checkpoints").mkdir()
+    save_config(debug_cpu(), tmp_path / "config.json")
+    smaller = apply_overrides(debug_cpu(), ["rollout.generation_batch=4"])
+    assert _check_resume(smaller, tmp_path, force=False) == ["rollout.generation_batch: 16 -> 4"]
+
+
 def test_a_resume_says_in_one_line_what_changed(tmp_path, capsys):
     run = str(tmp_path / "run")
     assert main(["train", "rl", *FAST, "--run-dir", run, "--set", "trainer.steps=1"]) == 0

@@ -9,6 +9,7 @@ import drkernel.rl
 
 MODULES = [
     "drkernel.rl.advantages",
+    "drkernel.rl.config_layout",
     "drkernel.rl.filters",
     "drkernel.rl.losses",
     "drkernel.rl.masks",
