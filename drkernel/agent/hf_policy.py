@@ -7,16 +7,19 @@ the quantity MRS compares against the trainer's (docs/paper_spec.md §6).
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from drkernel.agent.policy import Completion, SamplingParams
 from drkernel.errors import ConfigError, PolicyError
 
-__all__ = ["HFPolicy", "load_tokenizer", "reword_load_errors"]
+__all__ = ["HFPolicy", "load_tokenizer", "model_source", "reword_load_errors"]
 
 
 def _transformers() -> Any:
@@ -39,11 +42,68 @@ def reword_load_errors(what: str, path: str) -> Iterator[None]:
         raise ConfigError(f"{what} {path}: cannot load it ({first.strip()})") from None
 
 
-def load_tokenizer(path: str) -> Any:
-    """The tokenizer at `path` (a folder or a hub id); one ConfigError line when there is none."""
+def model_source(path: str, what: str = "model") -> str:
+    """Where `path` (a model's or a tokenizer's: `what`) will be loaded from: "folder", "hub" or "cache"
+    (a hub id whose files are in the local hub cache while the hub cannot be reached, or HF_HUB_OFFLINE
+    is set). The trainer's models and tokenizers and the agent's (`--model`, `--tokenizer`) ask it.
+
+    Decided at once, before transformers' downloads (whose retries took 52 s to fail without a
+    network): a path that names no folder, a hub id the hub does not know, or one that is neither
+    reachable nor cached is a ConfigError of one line."""
+    marker = "config.json" if what == "model" else "tokenizer_config.json"
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        if what == "model" and not (folder / marker).is_file():
+            raise ConfigError(f"{what} {path}: a folder without config.json, not a model folder")
+        return "folder"
+    if folder.exists():
+        raise ConfigError(f"{what} {path}: a file, not a {what} folder")
+    if path.startswith((os.sep, ".", "~")) or path.count("/") > 1 or not path.strip():
+        raise ConfigError(f"{what} {path}: no such folder")
+    from huggingface_hub import constants, model_info, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
+    cached = isinstance(try_to_load_from_cache(path, marker), str)
+    if constants.HF_HUB_OFFLINE:
+        if cached:
+            return "cache"
+        raise ConfigError(f"{what} {path}: not in the local hub cache, and HF_HUB_OFFLINE is set "
+                          "(give a local folder, or download it first)")
+    try:
+        model_info(path, timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    except GatedRepoError:
+        raise ConfigError(f"{what} {path}: gated on the hub: accept its terms there, set HF_TOKEN") from None
+    except RepositoryNotFoundError:
+        raise ConfigError(f"{what} {path}: no such folder, and no such model on the hub "
+                          f"({constants.ENDPOINT}; a private model needs HF_TOKEN)") from None
+    except HfHubHTTPError:
+        return "hub"  # the hub answered, with some other error: transformers says what it is
+    except Exception as exc:  # noqa: BLE001 - no connection, a timeout, a proxy's refusal: the network
+        if cached:
+            return "cache"
+        raise ConfigError(f"{what} {path}: no such folder, and the hub ({constants.ENDPOINT}) cannot be "
+                          f"reached ({type(exc).__name__}) while it is not in the local hub cache"
+                          ) from None
+    return "hub"
+
+
+def load_tokenizer(path: str, *, trust_remote_code: bool = False, what: str = "tokenizer",
+                   source: str | None = None) -> Any:
+    """The tokenizer at `path` (a folder or a hub id; `what` names it in errors: "tokenizer", or "model"
+    where it comes with the model; `source`: model_source's answer where the caller has it already);
+    one ConfigError line when there is none, at once.
+    AutoTokenizer, except for a bare `tokenizers` tokenizer (tiny models): AutoTokenizer would map it
+    to the architecture's tokenizer class and lose the vocabulary."""
     tf = _transformers()
-    with reword_load_errors("tokenizer", path):
-        return tf.AutoTokenizer.from_pretrained(path)
+    local_only = (source or model_source(path, what)) == "cache"
+    with reword_load_errors(what, path):
+        cfg_file = Path(path) / "tokenizer_config.json"
+        if cfg_file.is_file():
+            cls = json.loads(cfg_file.read_text()).get("tokenizer_class")
+            if cls in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+                return tf.PreTrainedTokenizerFast.from_pretrained(path)
+        return tf.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
+                                                local_files_only=local_only)
 
 
 class HFPolicy:
@@ -61,12 +121,13 @@ class HFPolicy:
             dtype = getattr(torch, self.dtype, None)
             if not isinstance(dtype, torch.dtype):
                 raise ConfigError(f"hf.dtype: unknown dtype {self.dtype!r}")
+            source = model_source(self.model_path)
+            tok = load_tokenizer(self.model_path, trust_remote_code=self.trust_remote_code, what="model",
+                                 source=source)
             with reword_load_errors("model", self.model_path):
-                tok = tf.AutoTokenizer.from_pretrained(
-                    self.model_path, trust_remote_code=self.trust_remote_code
-                )
                 model = tf.AutoModelForCausalLM.from_pretrained(
-                    self.model_path, dtype=dtype, trust_remote_code=self.trust_remote_code
+                    self.model_path, dtype=dtype, trust_remote_code=self.trust_remote_code,
+                    local_files_only=source == "cache",
                 )
             return HFPolicy(model.to(self.device), tok, name=self.model_path)
 

@@ -7,12 +7,11 @@ pass their own objects instead (a FakeExecutor, a scripted sampler, a prebuilt t
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from drkernel.agent.hf_policy import reword_load_errors
+from drkernel.agent.hf_policy import load_tokenizer, model_source, reword_load_errors
 from drkernel.errors import ConfigError, ExecutorError
 from drkernel.executors.base import Executor
 from drkernel.executors.build import ClientExecutorConfig, build_executor
@@ -104,75 +103,15 @@ def load_pretrained(
         from transformers import AutoModelForCausalLM
     except ModuleNotFoundError as exc:
         raise ConfigError("training needs transformers (pip install 'drkernel[train]')") from exc
-    local_only = model_source(path) == "cache"
+    source = model_source(path)
+    tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code, what="model", source=source)
     with reword_load_errors("model", path):
-        tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
                                                      trust_remote_code=trust_remote_code,
-                                                     local_files_only=local_only)
+                                                     local_files_only=source == "cache")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
-
-
-def model_source(path: str) -> str:
-    """Where `path` (model.path, --model) will be loaded from: "folder", "hub" or "cache" (a hub id whose
-    files are in the local hub cache while the hub cannot be reached, or HF_HUB_OFFLINE is set).
-
-    Decided at once, before transformers' downloads (whose retries took 52 s to fail without a
-    network): a path that names no folder, a hub id the hub does not know, or one that is neither
-    reachable nor cached is a ConfigError of one line."""
-    folder = Path(path).expanduser()
-    if folder.is_dir():
-        if not (folder / "config.json").is_file():
-            raise ConfigError(f"model {path}: a folder without config.json, not a model folder")
-        return "folder"
-    if folder.exists():
-        raise ConfigError(f"model {path}: a file, not a model folder (config.json and weights)")
-    if path.startswith((os.sep, ".", "~")) or path.count("/") > 1 or not path.strip():
-        raise ConfigError(f"model {path}: no such folder")
-    from huggingface_hub import constants, model_info, try_to_load_from_cache
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
-
-    cached = isinstance(try_to_load_from_cache(path, "config.json"), str)
-    if constants.HF_HUB_OFFLINE:
-        if cached:
-            return "cache"
-        raise ConfigError(f"model {path}: not in the local hub cache, and HF_HUB_OFFLINE is set "
-                          "(give a local folder, or download it first)")
-    try:
-        model_info(path, timeout=constants.HF_HUB_ETAG_TIMEOUT)
-    except GatedRepoError:
-        raise ConfigError(f"model {path}: gated on the hub: accept its terms there, set HF_TOKEN") from None
-    except RepositoryNotFoundError:
-        raise ConfigError(f"model {path}: no such folder, and no such model on the hub "
-                          f"({constants.ENDPOINT}; a private model needs HF_TOKEN)") from None
-    except HfHubHTTPError:
-        return "hub"  # the hub answered, with some other error: transformers says what it is
-    except Exception as exc:  # noqa: BLE001 - no connection, a timeout, a proxy's refusal: the network
-        if cached:
-            return "cache"
-        raise ConfigError(f"model {path}: no such folder, and the hub ({constants.ENDPOINT}) cannot be "
-                          f"reached ({type(exc).__name__}) while the model is not in the local hub cache"
-                          ) from None
-    return "hub"
-
-
-def load_tokenizer(path: str, *, trust_remote_code: bool = False, local_files_only: bool = False) -> Any:
-    """AutoTokenizer, except for a bare `tokenizers` tokenizer (tiny models): AutoTokenizer would map
-    it to the architecture's tokenizer class and lose the vocabulary."""
-    import json
-    from pathlib import Path
-
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    cfg_file = Path(path) / "tokenizer_config.json"
-    if cfg_file.is_file():
-        cls = json.loads(cfg_file.read_text()).get("tokenizer_class")
-        if cls in ("TokenizersBackend", "PreTrainedTokenizerFast"):
-            return PreTrainedTokenizerFast.from_pretrained(path)
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
-                                         local_files_only=local_files_only)
 
 
 def build_judge(cfg: ClientExecutorConfig) -> Executor:

@@ -60,3 +60,39 @@ def test_a_prompt_budget_past_the_context_is_refused_under_ours_not_paper(chat_s
                       "16384", "--protocol", "paper", "--overwrite")
     assert main(paper) == 0  # the pair is valid there: the run goes on (no verified kernel)
     assert "leave no room" not in capsys.readouterr().err
+
+
+def _offline_env(tmp_path: Path) -> dict[str, str]:
+    """A hub that cannot be reached (nothing listens on port 9) and an empty hub cache."""
+    import os
+
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_ETAG_TIMEOUT": "2",
+           "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"}
+    env.pop("HF_HUB_CACHE", None)
+    return env
+
+
+@pytest.mark.parametrize("what", ["tokenizer", "model"])
+def test_a_hub_name_with_no_hub_is_one_line_at_once(what, chat_server, tmp_path):
+    """`--tokenizer org/name` or `--backend hf --model org/name` with the hub out of reach and nothing
+    cached: transformers' download retries took about 52 s before the line (the trainer asked
+    model_source first; the agent did not)."""
+    import subprocess
+    import sys
+    import time
+
+    name = "nobody-here/no-such-thing"
+    if what == "tokenizer":
+        srv = chat_server(lambda messages: "no code")
+        extra = ["--model", "stub", "--base-url", srv.base_url, "--tokenizer", name]
+    else:
+        extra = ["--backend", "hf", "--model", name]
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "drkernel.cli", *_optimize(tmp_path, *extra)],
+                          cwd=Path(__file__).resolve().parents[2], env=_offline_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t0
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("warning:")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert f"{what} {name}: " in lines[0] and "cannot be reached" in lines[0], lines[0]
+    assert took < 30, f"{took:.0f} s"  # the imports of torch and transformers; no hub retries
