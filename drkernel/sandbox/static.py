@@ -1,7 +1,7 @@
 """Static gate on candidate source: parse, find ModelNew, and flag hack patterns from the AST.
 
 Source text in, a StaticReport out; runs in the judge without importing the candidate. Each finding
-is a hack code from the catalogue (shared/spec/field.md §2) with a line number as evidence.
+is a hack code (docs/hack_catalogue.md maps the catalogue's rows to codes) with a line number as evidence.
 """
 
 from __future__ import annotations

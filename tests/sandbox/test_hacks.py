@@ -1,6 +1,6 @@
 """Every reward hack of the corpus (tests/assets/hacks) through one real CPU judge.
 
-Each hack's docstring names its catalogue row (shared/spec/field.md §2) and what the judge must
+Each hack's docstring names its catalogue row (docs/hack_catalogue.md) and what the judge must
 conclude; a hack never earns a reward. The anchor's eight probes (kernelgym-anchor.md §3.5) are here
 too: 2 decoy, 3 lazy, 4 allclose patch, 5 identity memo, 6 profiler-aware, 7 timer patch, 8 side stream
 (1, the honest kernel, is in test_honest.py).
@@ -17,7 +17,8 @@ from drkernel.sandbox.judge import Judge
 from drkernel.types import EvalOptions, EvalOutcome, EvalRequest, EvalResult, EvalStatus
 from tests.sandbox.corpus import FAST, Asset, asset, corpus, reference_code
 
-# Rows of field.md §2 that apply to a Triton candidate; each must have at least one hack file.
+# Rows of the catalogue (docs/hack_catalogue.md) that apply to a Triton candidate; each must have at
+# least one hack file.
 # B2 (uninitialised/out-of-bounds reads) needs compute-sanitizer on a GPU; C9-C11 are properties of
 # problems and aggregation, not of one candidate.
 CATALOGUE_ROWS = {"A1", "A2", "A3", "A4", "A5", "A6", "B1", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10",
