@@ -13,6 +13,7 @@ import logging
 import os
 import shlex
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -51,6 +52,9 @@ INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C (128 + SIGINT)
 # the exit code of a bench, or the report of one, whose reports are written but whose run is not whole:
 # episodes missing (interrupted, never run) or failed (a model server or judge that failed them)
 INCOMPLETE = 1
+# the exit code of a command that failed by drkernel's own bug (an exception no layer expected): its
+# traceback, then one line; apart from INCOMPLETE, so that a script tells a crash from a partial run
+INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE
 
 
 def _version() -> str:
@@ -161,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"drkernel {args.command}: interrupted", file=sys.stderr)
         return INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - the process's edge: a bug of ours, said as one
+        traceback.print_exc(file=sys.stderr)
+        print(f"drkernel {args.command}: internal error ({type(exc).__name__}), a bug of drkernel: the "
+              f"traceback above says where; please report it with the command", file=sys.stderr)
+        return INTERNAL_ERROR
 
 
 def entry() -> NoReturn:

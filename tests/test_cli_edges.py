@@ -138,3 +138,20 @@ def test_bench_levels_on_a_suite_without_levels_says_one_line(tmp_path, capsys) 
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "none of its 1 problems has a level" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_crash_is_its_own_exit_code_with_its_traceback(monkeypatch, capsys):
+    """An exception no layer expected (a bug of drkernel) left main() as a bare traceback and exit code 1,
+    the code of a bench whose run is incomplete: a script could not tell a crash from a partial run."""
+    import drkernel.problems.cli_suite as cli_suite
+    from drkernel.cli import INCOMPLETE, INTERNAL_ERROR, main
+
+    def broken(args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli_suite, "run_list", broken)
+    code = main(["suite", "list"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == INTERNAL_ERROR != INCOMPLETE
+    assert any("RuntimeError: a bug" in line for line in err), err  # the traceback, for the bug report
+    assert err[-1].startswith("drkernel suite: internal error (RuntimeError), a bug of drkernel"), err[-1]
