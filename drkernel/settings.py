@@ -12,16 +12,23 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from drkernel.errors import ConfigError
 
 __all__ = ["DEBUG_FAULTS", "DEFAULT_SPARES", "JUDGE_ENV", "MAX_MEMORY_LIMIT_MB", "JudgeSettings",
-           "judge_settings_from_env", "read_environment"]
+           "default_timing_cache", "judge_settings_from_env", "read_environment"]
 
 MAX_MEMORY_LIMIT_MB = 1 << 40  # 1 EiB: the most a sandbox's host memory limit may say
 DEFAULT_SPARES = {"cuda": 6, "cpu": 2}  # warm sandboxes (6 beat 3 by 10-13 % a minute on the H200)
 DEBUG_FAULTS = ("compare", "device_assert")  # what JudgeSettings.debug_fault may break (a test hook)
+
+
+def default_timing_cache() -> str:
+    """The user's reference-timing cache (a judge's `cache_path`): `drkernel eval` and `drkernel serve`'s
+    judges keep the device's peaks and each problem's reference times there, one file for all of them."""
+    return str(Path.home() / ".cache" / "drkernel" / "reference_timings.sqlite")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

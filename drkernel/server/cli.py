@@ -67,6 +67,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--dedupe-window", dest="dedupe_window_s", type=float, default=None,
                    help="seconds within which an identical request without task_id from the "
                         "same client is answered by the first task (default 60; 0: off)")
+    p.add_argument("--timing-cache", dest="timing_cache", default=None,
+                   help="reference-timing cache file the judges share: the device's peaks and each "
+                        "problem's reference times, measured once (default: the user's, as drkernel "
+                        "eval's, ~/.cache/drkernel/reference_timings.sqlite); none: each judge its own, "
+                        "in memory")
     p.add_argument("--durable", action="store_true", default=None,
                    help="fsync every commit (survives power loss, slower)")
     p.add_argument("--insecure", action="store_true",
@@ -85,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     names = ("host", "port", "db_path", "executor", "ray_address", "num_workers", "judges_per_gpu",
              "isolation", "judge", "max_queue", "retention_s", "evaluate_wait_s", "durable",
-             "heartbeat_timeout_s", "deadline_grace_s", "dedupe_window_s")
+             "heartbeat_timeout_s", "deadline_grace_s", "dedupe_window_s", "timing_cache")
     devices = getattr(args, "devices", None)
     try:
         settings = Settings.from_env(
@@ -122,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     try:  # what can be checked before the judges start (seconds, or minutes on a GPU host)
         _check_listen(settings.host, settings.port)
         _check_store(settings.db_path)
+        if settings.judge == "sandbox":
+            _check_timing_cache(settings.judges().cache_path)
     except ConfigError as exc:
         print(f"drkernel serve: {exc}", file=sys.stderr)
         return 2
@@ -159,6 +166,19 @@ def _check_listen(host: str, port: int) -> None:
         except OSError as exc:
             raise ConfigError(f"--host {host} --port {port}: cannot listen there: "
                               f"{exc.strerror or exc}") from None
+
+
+def _check_timing_cache(path: str | None) -> None:
+    """Open the judges' shared reference-timing cache once: a file that cannot be made (a home that is
+    read-only, a folder in the way) is one line naming the flag, before any judge starts."""
+    from drkernel.sandbox.refcache import ReferenceTimingCache
+
+    if path is None:
+        return
+    try:
+        ReferenceTimingCache(path).close()
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (give another file with --timing-cache, or none)") from None
 
 
 def _check_store(db_path: str) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drkernel.errors import ConfigError
-from drkernel.settings import JudgeSettings, judge_settings_from_env, read_environment
+from drkernel.settings import JudgeSettings, default_timing_cache, judge_settings_from_env, read_environment
 from drkernel.types import MAX_SOURCE_BYTES
 
 __all__ = ["SECRET_VARS", "Settings", "scrub_secrets"]
@@ -34,6 +34,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "DRKERNEL_RETENTION_S": ("retention_s", float),
     "DRKERNEL_EVALUATE_WAIT_S": ("evaluate_wait_s", float),
     "DRKERNEL_DEDUPE_WINDOW_S": ("dedupe_window_s", float),
+    "DRKERNEL_TIMING_CACHE": ("timing_cache", str),
 }
 
 
@@ -76,6 +77,10 @@ class Settings:
     heartbeat_timeout_s: float = 15.0  # a judge (process or Ray actor) silent this long is frozen
     deadline_grace_s: float = 60.0  # watchdog: a judge silent past 3 x timeout + this is stuck
     dedupe_window_s: float = 60.0  # same code+options+client without task_id: one task (0: off)
+    # the reference-timing cache all the server's judges share (the device's peaks, each problem's
+    # reference times: measured once, with no candidate alive on the host, not once per judge);
+    # None: the user's cache, as `drkernel eval`'s; "none": each judge keeps its own, in memory
+    timing_cache: str | None = None
 
     def __post_init__(self) -> None:
         if self.executor not in ("local", "ray"):
@@ -102,6 +107,10 @@ class Settings:
             raise ConfigError("serve.num_workers: must be >= 1")
         if self.judges_per_gpu is not None and not 1 <= self.judges_per_gpu <= 16:
             raise ConfigError(f"serve.judges_per_gpu: {self.judges_per_gpu} not in 1..16")
+        cache = self.timing_cache
+        if cache is not None and (not cache.strip() or os.path.isdir(cache)):
+            raise ConfigError(f"serve.timing_cache: {self.timing_cache!r} is a folder or empty: give the "
+                              "cache's file, or none to keep each judge's in memory")
         if self.judges_per_gpu is not None and self.judges_per_gpu > 1 and self.executor == "ray":
             raise ConfigError("serve.judges_per_gpu: more than one judge per GPU needs the local executor "
                               "(a Ray actor holds a whole GPU)")
@@ -123,12 +132,16 @@ class Settings:
         return cls(**values)
 
     def judges(self) -> JudgeSettings:
-        """The judges' config, with the task store hidden from every sandbox (other tasks' submissions
-        and results are there)."""
+        """The judges' config: their shared reference-timing cache (`timing_cache`), and the task store
+        hidden from every sandbox (other tasks' submissions and results are there)."""
+        settings = self.judge_settings
+        if settings.cache_path is None and self.timing_cache != "none":
+            path = self.timing_cache or default_timing_cache()
+            settings = settings.replace(cache_path=os.path.abspath(os.path.expanduser(path)))
         if self.db_path == ":memory:":
-            return self.judge_settings
+            return settings
         db = os.path.abspath(self.db_path)
-        return self.judge_settings.replace(hide=(*self.judge_settings.hide, db, db + "-wal", db + "-shm"))
+        return settings.replace(hide=(*settings.hide, db, db + "-wal", db + "-shm"))
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)

@@ -145,3 +145,20 @@ def test_ten_real_judgements_through_the_server(tmp_path: Path) -> None:
     assert [r.outcome for r in results] == [expected[n] for n in names]
     assert all(r.device and r.device.interpreter for r in results)
     assert anchor["status"] == "completed" and anchor["correctness"] is True
+
+
+def test_two_real_judges_time_a_problems_reference_once_in_their_shared_cache(tmp_path: Path) -> None:
+    """`serve`'s judges each kept their reference times in memory, so each judge timed every problem's
+    reference again (with no candidate alive on the host: every judge waits). They now share a file."""
+    import sqlite3
+
+    cache = tmp_path / "timings.sqlite"
+    requests = contract_requests(["honest", "honest", "honest", "honest"], "shared", timeout_s=60)
+    extra = ["--judge", "sandbox", "--workers", "2", "--timing-cache", str(cache)]
+    with ServerProcess(tmp_path / "shared.db", extra=extra, start_timeout_s=180) as server, \
+            Client(base_url=server.url) as client:
+        results = client.evaluate(requests, timeout_s=300)
+    assert [r.outcome for r in results] == [EvalOutcome.OK] * 4, [r.error for r in results]
+    with sqlite3.connect(cache) as db:
+        keys = [k for (k,) in db.execute("SELECT key FROM reference_timing")]
+    assert len(keys) == 1, keys  # the one problem, timed once for both judges

@@ -14,7 +14,7 @@ from drkernel.executors.judge_host import SandboxJudge
 from drkernel.executors.local import LocalExecutor
 from drkernel.server.app import default_executor
 from drkernel.server.settings import Settings
-from drkernel.settings import JudgeSettings
+from drkernel.settings import JudgeSettings, default_timing_cache
 
 
 def test_judges_per_gpu_comes_from_the_environment_and_is_checked() -> None:
@@ -94,7 +94,8 @@ def test_serve_builds_its_executor_from_the_one_table() -> None:
                         deadline_grace_s=5.0, db_path=":memory:")
     ray = serve_executor_config(settings)
     assert ray == RayExecutor.Config(address="auto", num_workers=2, heartbeat_timeout_s=3.0,
-                                     heartbeat_s=1.0, deadline_grace_s=5.0, judge=JudgeSettings())
+                                     heartbeat_s=1.0, deadline_grace_s=5.0,
+                                     judge=JudgeSettings(cache_path=default_timing_cache()))
     local = serve_executor_config(Settings(devices=("cuda:0", "cuda:1", "cuda:2"), num_workers=2,
                                            isolation="thread"))
     assert isinstance(local, LocalExecutor.Config)
@@ -144,3 +145,50 @@ def test_workers_on_the_cpu_devices_are_that_many_judges() -> None:
     assert isinstance(config, LocalExecutor.Config) and config.devices == ("cpu",) * 4
     two = serve_executor_config(Settings(devices=("cpu", "cpu"), db_path=":memory:"))
     assert isinstance(two, LocalExecutor.Config) and two.devices == ("cpu", "cpu")
+
+
+def test_the_servers_judges_share_one_timing_cache(tmp_path: Any) -> None:
+    """Each judge of `serve` kept its reference times in memory: four judges timed each problem's reference
+    (and measured the device's peaks) four times, each time stopping every candidate on the host."""
+    import os
+
+    from drkernel.sandbox.judge import default_cache_path
+
+    assert default_timing_cache() == str(default_cache_path())  # one file with `drkernel eval`
+    assert Settings().judges().cache_path == default_timing_cache()
+    own = str(tmp_path / "t.sqlite")
+    assert Settings.from_env({"DRKERNEL_TIMING_CACHE": own}).judges().cache_path == own
+    assert Settings(timing_cache="none").judges().cache_path is None  # each judge its own, in memory
+    assert Settings(timing_cache="rel.sqlite").judges().cache_path == os.path.abspath("rel.sqlite")
+    kept = Settings(judge_settings=JudgeSettings(cache_path=own), timing_cache="none")
+    assert kept.judges().cache_path == own  # a judge config that names one keeps it
+    for bad in (str(tmp_path), " "):
+        with pytest.raises(ConfigError, match="serve.timing_cache: .* is a folder or empty"):
+            Settings(timing_cache=bad)
+
+
+def test_serve_takes_timing_cache_from_its_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    seen: list[Settings] = []
+
+    def fake_executor(settings: Settings) -> Any:
+        seen.append(settings)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr("drkernel.server.app.default_executor", fake_executor)
+    cache = str(tmp_path / "timings.sqlite")
+    main(["serve", "--db", str(tmp_path / "s.db"), "--timing-cache", cache])
+    assert seen and seen[0].judges().cache_path == cache
+    assert main(["serve", "--db", str(tmp_path / "s.db"), "--timing-cache", str(tmp_path)]) == 2
+
+
+def test_a_timing_cache_that_cannot_be_made_is_one_line_before_any_judge(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A home that is read-only (a container's) made every judge fail at its start; serve now says so once."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code = main(["serve", "--db", str(tmp_path / "s.db"), "--timing-cache", str(blocker / "t.sqlite"),
+                 "--port", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith(f"drkernel serve: reference timing cache {blocker / 't.sqlite'}: "
+                                            "cannot open it"), err
+    assert err[-1].endswith("(give another file with --timing-cache, or none)"), err[-1]
