@@ -35,3 +35,23 @@ def test_other_unknown_keys_are_still_refused() -> None:
 def test_the_one_call_api_takes_the_device_beside_the_options() -> None:
     params = inspect.signature(drkernel.evaluate).parameters
     assert params["device"].kind is inspect.Parameter.KEYWORD_ONLY and params["device"].default is None
+
+
+@pytest.mark.parametrize(("args", "options", "words"), [
+    ((None, "class ModelNew: pass"), None, "reference_code and kernel_code must be text"),
+    ((b"class Model: pass", "class ModelNew: pass"), None, "must be text"),
+    (("class Model: pass", "class ModelNew: pass"), "paper", "options: expected drkernel.EvalOptions"),
+    (("class Model: pass", "class ModelNew: pass"), EvalOptions(num_correct_trials=0), "num_correct_trials"),
+])
+def test_the_one_call_api_refuses_a_bad_request_before_a_judge_starts(monkeypatch, args, options, words):
+    """drkernel.evaluate started a judge (its sandbox processes, seconds) and only then refused the request;
+    options that were no EvalOptions ("paper") were an AttributeError from inside the judge. Each is now a
+    ConfigError naming what is wrong, and no judge starts."""
+    from drkernel.sandbox.judge import Judge
+
+    def no_judge(*a, **k):
+        raise AssertionError("a judge was started for a request it must refuse")
+
+    monkeypatch.setattr(Judge, "from_config", no_judge)
+    with pytest.raises(ConfigError, match=words):
+        drkernel.evaluate(*args, options)
