@@ -48,8 +48,9 @@ def _natural_key(path: Path) -> tuple[Any, ...]:
 
 
 def _read_text(path: Path) -> str:
+    """A file's UTF-8 text, less the byte-order mark an editor may put first (Python runs such a file)."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise ProblemError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
