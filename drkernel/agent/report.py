@@ -15,6 +15,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from drkernel.errors import ConfigError
 from drkernel.files import write_text_atomically
 from drkernel.wording import counted
 
@@ -202,15 +203,22 @@ def plot_fast_p(summary: dict[str, Any], path: str | Path, title: str = "Fast@p 
 
 def write_reports(summary: dict[str, Any], out_dir: str | Path, title: str | None = None) -> list[Path]:
     """summary.json, fast_p.csv, problems.csv and fast_p.png in out_dir; returns their paths. Each file is
-    replaced whole: a Ctrl-C or a full disk mid-write leaves the one written before, never a cut one."""
+    replaced whole: a Ctrl-C or a full disk mid-write leaves the one written before, never a cut one. A
+    file the folder does not take (no right to write, a folder at its name, a full disk) is ConfigError
+    naming it."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     paths = [out / "summary.json", out / "fast_p.csv", out / "problems.csv", out / "fast_p.png"]
-    write_json(summary, paths[0])
-    write_csv(summary, paths[1])
-    write_problems_csv(summary, paths[2])
+    writers = [lambda: write_json(summary, paths[0]), lambda: write_csv(summary, paths[1]),
+               lambda: write_problems_csv(summary, paths[2])]
     if summary["per_turn"]:
-        plot_fast_p(summary, paths[3], title or "Fast@p over turns")
+        writers.append(lambda: plot_fast_p(summary, paths[3], title or "Fast@p over turns"))
     else:
         paths.pop()
+    for path, write in zip(paths, writers, strict=True):
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            write()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot write the report: {exc.strerror or exc} (the episodes are "
+                              f"kept: `drkernel report {out}` writes the reports again)") from None
     return paths
