@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 
 import pytest
 
@@ -55,3 +56,28 @@ def test_the_one_call_api_refuses_a_bad_request_before_a_judge_starts(monkeypatc
     monkeypatch.setattr(Judge, "from_config", no_judge)
     with pytest.raises(ConfigError, match=words):
         drkernel.evaluate(*args, options)
+
+
+@pytest.mark.parametrize(("given", "words"), [
+    ({"num_correct_trials": "5"}, "num_correct_trials: '5' is not an integer"),
+    ({"num_warmup": None}, "num_warmup: None is not an integer"),
+    ({"timeout_s": "10"}, "timeout_s: '10' is not a number"),
+    ({"atol": "x"}, "atol: 'x' is not a number or null"),
+    ({"seed": 1.5}, "seed: 1.5 is not an integer or null"),
+    ({"profile": "no"}, "profile: 'no' is not true or false"),
+    ({"memory_limit_mb": True}, "memory_limit_mb: True is not an integer"),
+])
+def test_an_option_of_another_type_is_refused_by_name(given, words) -> None:
+    """EvalOptions took any value: "5" trials or a None warm-up failed in the judge's checks as a TypeError
+    (a 500 from the server, a traceback from drkernel.evaluate), profile "no" read as true and seed 1.5
+    reached the sandbox's generators. Each is a ConfigError naming the field."""
+    with pytest.raises(ConfigError, match=f"^{re.escape(words)}$"):
+        EvalOptions.from_dict(given)
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        EvalOptions(**given)
+
+
+def test_every_option_of_its_type_is_taken() -> None:
+    options = EvalOptions(num_perf_trials=3, timeout_s=10, atol=1, seed=7, launch_preroll_us=0)
+    assert EvalOptions.from_dict(options.to_dict()) == options
+    assert EvalOptions.from_dict(EvalOptions.paper().to_dict()) == EvalOptions.paper()
