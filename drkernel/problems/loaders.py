@@ -261,6 +261,9 @@ def load_suite(spec: str, levels: tuple[int, ...] | None = None) -> list[Problem
     """Problems of a suite spec: "builtin[:cpu|:gpu]", a KernelBench checkout, a folder, one .py,
     a .jsonl or a .parquet file. `levels` keeps only the problems of those levels (a problem with no
     level is of none)."""
+    if not spec.strip():  # Path("") is the current folder: `drkernel audit "$SUITE"` with SUITE unset ran it
+        raise ProblemError(f"suite {spec!r}: empty; name one (builtin, a folder, a KernelBench checkout, "
+                           "a .py, .jsonl or .parquet file; . for the current folder)")
     builtin = spec == "builtin" or spec.startswith("builtin:")  # a folder "builtin_copy" is a folder
     if levels is not None and 4 in levels and not builtin:
         raise ProblemError(LEVEL4_MESSAGE)

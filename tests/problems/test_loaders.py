@@ -211,3 +211,14 @@ def test_levels_leave_out_the_problems_with_no_level(tmp_path: Path,
     (tmp_path / "folder" / "1_Op.py").write_text(REF)
     with pytest.raises(ProblemError, match=r"levels 1,2 asked for, but none of its 1 problems has a level"):
         load_suite(str(tmp_path / "folder"), levels=(1, 2))
+
+
+@pytest.mark.parametrize("spec", ["", " "])
+def test_an_empty_suite_is_named_not_the_current_folder(tmp_path: Path, monkeypatch, spec: str) -> None:
+    """Path("") is the current folder: `drkernel audit "$SUITE"` (or baselines, bench) with SUITE unset ran
+    every reference of the folder it was started in. An empty spec is a ProblemError saying so."""
+    (tmp_path / "here.py").write_text(REF)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ProblemError, match="empty; name one"):
+        load_suite(spec)
+    assert [p.name for p in load_suite(".")] == ["here"]
