@@ -253,8 +253,9 @@ def entry() -> NoReturn:
     interrupted command, once what they printed is flushed: an interrupted bench's threads may still wait
     on a model's answer, which nobody reads any more)."""
     argv = sys.argv[1:]
-    code = _flush_stdout(main(argv), _command(argv) or "")
-    if _command(argv) in QUICK_EXIT or code == INTERRUPTED:
+    returned = main(argv)
+    code = _flush_stdout(returned, _command(argv) or "")
+    if _command(argv) in QUICK_EXIT or returned == INTERRUPTED:
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to write
             sys.stderr.flush()
         logging.shutdown()

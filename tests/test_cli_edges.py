@@ -218,3 +218,33 @@ def test_a_result_the_full_disk_did_not_take_is_not_exit_0(monkeypatch, capsys) 
     assert exits == [cli.OUTPUT_LOST]
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["drkernel eval: its output could not be written: No space left on device"]
+
+
+def test_an_interrupted_command_whose_reader_went_away_still_leaves_at_once(monkeypatch) -> None:  # noqa: ANN001
+    """An interrupted bench leaves by os._exit (its threads may still wait on a model); a stdout that
+    could not be flushed as well must not send it through sys.exit, which would wait on them."""
+    import drkernel.cli as cli
+
+    class GonePipe:
+        def write(self, text: str) -> int:
+            return len(text)
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self) -> int:
+            raise OSError("no file")
+
+    exits: list[int] = []
+
+    def leave(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(cli, "main", lambda argv: cli.INTERRUPTED)
+    monkeypatch.setattr(cli.sys, "argv", ["drkernel", "bench", "builtin:cpu"])
+    monkeypatch.setattr(cli.os, "_exit", leave)
+    monkeypatch.setattr(cli.sys, "stdout", GonePipe())
+    with pytest.raises(SystemExit):
+        cli.entry()
+    assert exits == [cli.BROKEN_PIPE]
