@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import logging
 import os
+import select
 import shlex
+import stat
 import sys
 import traceback
 from pathlib import Path
@@ -19,7 +22,8 @@ from typing import Any, NoReturn
 
 from drkernel.errors import ConfigError, DrKernelError
 
-__all__ = ["COMMANDS", "QUICK_EXIT", "SUMMARIES", "entry", "main", "make_folder", "rerun_command"]
+__all__ = ["BROKEN_PIPE", "COMMANDS", "OUTPUT_LOST", "QUICK_EXIT", "SUMMARIES", "entry", "main",
+           "make_folder", "rerun_command"]
 
 # name -> (module, extra that provides its dependencies)
 COMMANDS: dict[str, tuple[str, str | None]] = {
@@ -49,12 +53,18 @@ SUMMARIES = {
 # at once, skipping the interpreter's teardown of torch and Triton (bench/eval_latency.py measures it).
 QUICK_EXIT = frozenset({"eval"})
 INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C (128 + SIGINT), as a shell's
+# the exit code of a command whose output's reader went away (`drkernel audit builtin | head`): 128 + SIGPIPE,
+# what a shell reports for a process that signal ended
+BROKEN_PIPE = 141
 # the exit code of a bench, or the report of one, whose reports are written but whose run is not whole:
 # episodes missing (interrupted, never run) or failed (a model server or judge that failed them)
 INCOMPLETE = 1
 # the exit code of a command that failed by drkernel's own bug (an exception no layer expected): its
 # traceback, then one line; apart from INCOMPLETE, so that a script tells a crash from a partial run
 INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE
+# the exit code of a command whose output stdout could not take (the disk under `> result.json` full):
+# one line; a script must not read the cut or empty file as the command's answer
+OUTPUT_LOST = 74  # sysexits' EX_IOERR
 
 
 def _version() -> str:
@@ -166,10 +176,76 @@ def main(argv: list[str] | None = None) -> int:
         print(f"drkernel {args.command}: interrupted", file=sys.stderr)
         return INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the process's edge: a bug of ours, said as one
+        code = _output_failure(exc, args.command)
+        if code:  # the output's reader went away, or its disk is full: no bug of ours
+            return code
         traceback.print_exc(file=sys.stderr)
         print(f"drkernel {args.command}: internal error ({type(exc).__name__}), a bug of drkernel: the "
               f"traceback above says where; please report it with the command", file=sys.stderr)
         return INTERNAL_ERROR
+
+
+def _output_failure(exc: Exception, command: str) -> int:
+    """The exit code where `exc` is stdout's failure, else 0: BROKEN_PIPE, quietly, where its reader went
+    away (`drkernel audit builtin | head`); one line and OUTPUT_LOST where the disk under it is full."""
+    if isinstance(exc, BrokenPipeError) and _stdout_gone():
+        _discard_stdout()
+        return BROKEN_PIPE
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT) and _stdout_disk_full():
+        _say_unwritten(exc, command)
+        return OUTPUT_LOST
+    return 0
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader has gone (poll says so for no other file)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):  # no file behind sys.stdout
+        return False
+
+
+def _stdout_disk_full() -> bool:
+    """Whether stdout is a file on a filesystem with no block left."""
+    try:
+        fd = sys.stdout.fileno()
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.fstatvfs(fd).f_bavail == 0
+    except (OSError, ValueError):
+        return False
+
+
+def _say_unwritten(exc: OSError, command: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        print(f"drkernel {command}: its output could not be written: {exc.strerror or exc}", file=sys.stderr)
+    _discard_stdout()
+
+
+def _discard_stdout() -> None:
+    """Send what is left of stdout, and what the interpreter flushes as it leaves, to /dev/null: a reader
+    that went away or a full disk is said once, not again as 'Exception ignored' at the exit."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _flush_stdout(code: int, command: str) -> int:
+    """The exit code once what the command printed is flushed: BROKEN_PIPE where the reader went away;
+    a stdout that cannot take it (a full disk under `> result.json`) is one line and OUTPUT_LOST, never the
+    command's 0 over output that was lost."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+        return BROKEN_PIPE
+    except OSError as exc:
+        _say_unwritten(exc, command)
+        return OUTPUT_LOST
+    except ValueError:  # stdout closed by the command: nothing left to flush
+        pass
+    return code
 
 
 def entry() -> NoReturn:
@@ -177,11 +253,11 @@ def entry() -> NoReturn:
     interrupted command, once what they printed is flushed: an interrupted bench's threads may still wait
     on a model's answer, which nobody reads any more)."""
     argv = sys.argv[1:]
-    code = main(argv)
-    if _command(argv) in QUICK_EXIT or code == INTERRUPTED:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to write
-                stream.flush()
+    returned = main(argv)
+    code = _flush_stdout(returned, _command(argv) or "")
+    if _command(argv) in QUICK_EXIT or returned == INTERRUPTED:
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to write
+            sys.stderr.flush()
         logging.shutdown()
         os._exit(code)
     sys.exit(code)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import numbers
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -100,6 +101,14 @@ def _real(x: object) -> bool:
 
 LEGACY_OPTION_KEYS = ("device",)  # accepted in EvalOptions.from_dict and ignored
 
+# an EvalOptions field's annotation -> (its words, the test of a value); "X | None" also takes None
+_OPTION_TYPES: dict[str, tuple[str, Any]] = {
+    "int": ("an integer", lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool)),
+    "float": ("a number", lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "str": ("text", lambda v: isinstance(v, str)),
+}
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvalOptions:
@@ -137,6 +146,14 @@ class EvalOptions:
     entry_point: str = "Model"
 
     def __post_init__(self) -> None:
+        # each field of its type: "5" trials, profile "no" or seed 1.5 were taken here and failed in
+        # the judge's checks as a TypeError (or read as truthy, or reached the sandbox's generators)
+        for f in dataclasses.fields(self):
+            kind, _, optional = str(f.type).partition(" | ")
+            value = getattr(self, f.name)
+            words, test = _OPTION_TYPES[kind]
+            if not (test(value) or (optional == "None" and value is None)):
+                raise ConfigError(f"{f.name}: {value!r} is not {words}" + (" or null" if optional else ""))
         # the reward fields are refused here, before any judge sees them (drkernel.reward turns them
         # into a RewardConfig and relies on this check)
         if not isinstance(self.reward_preset, str) or self.reward_preset not in REWARD_PRESET_NAMES:

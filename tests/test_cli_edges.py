@@ -155,3 +155,96 @@ def test_a_crash_is_its_own_exit_code_with_its_traceback(monkeypatch, capsys):
     assert code == INTERNAL_ERROR != INCOMPLETE
     assert any("RuntimeError: a bug" in line for line in err), err  # the traceback, for the bug report
     assert err[-1].startswith("drkernel suite: internal error (RuntimeError), a bug of drkernel"), err[-1]
+
+
+@pytest.mark.parametrize("unbuffered", [True, False])
+def test_an_output_whose_reader_went_away_is_no_traceback(unbuffered: bool) -> None:
+    """`drkernel audit builtin | head -2`: the reader leaves, the next line written meets a closed pipe.
+    It was a BrokenPipeError traceback called a bug of drkernel (exit 70), or, with the output still
+    buffered, Python's 'Exception ignored' (exit 120); it is nothing on stderr and exit 141, as a shell
+    reports a process that SIGPIPE ended."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from drkernel.cli import BROKEN_PIPE
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:  # every print reaches the pipe at once: the error rises inside the command
+        env["PYTHONUNBUFFERED"] = "1"
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "drkernel.cli", "suite", "list"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120, env=env,
+                              cwd=Path(__file__).parents[1])
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (BROKEN_PIPE, "")
+
+
+def test_a_result_the_full_disk_did_not_take_is_not_exit_0(monkeypatch, capsys) -> None:  # noqa: ANN001
+    """`drkernel eval REF KER --json > result.json` on a full disk: the JSON waited in stdout's buffer, the
+    quick exit's flush failed in silence and the command exited 0 over an empty result.json. It is one
+    line naming why, exit OUTPUT_LOST."""
+    import errno
+    import os
+
+    import drkernel.cli as cli
+
+    class FullDisk:
+        def write(self, text: str) -> int:
+            return len(text)
+
+        def flush(self) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def fileno(self) -> int:
+            raise OSError("no file")
+
+    exits: list[int] = []
+
+    def leave(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(cli, "main", lambda argv: 0)
+    monkeypatch.setattr(cli.sys, "argv", ["drkernel", "eval", "ref.py", "kernel.py", "--json"])
+    monkeypatch.setattr(cli.os, "_exit", leave)
+    monkeypatch.setattr(cli.sys, "stdout", FullDisk())
+    with pytest.raises(SystemExit):
+        cli.entry()
+    assert exits == [cli.OUTPUT_LOST]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["drkernel eval: its output could not be written: No space left on device"]
+
+
+def test_an_interrupted_command_whose_reader_went_away_still_leaves_at_once(monkeypatch) -> None:  # noqa: ANN001
+    """An interrupted bench leaves by os._exit (its threads may still wait on a model); a stdout that
+    could not be flushed as well must not send it through sys.exit, which would wait on them."""
+    import drkernel.cli as cli
+
+    class GonePipe:
+        def write(self, text: str) -> int:
+            return len(text)
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self) -> int:
+            raise OSError("no file")
+
+    exits: list[int] = []
+
+    def leave(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(cli, "main", lambda argv: cli.INTERRUPTED)
+    monkeypatch.setattr(cli.sys, "argv", ["drkernel", "bench", "builtin:cpu"])
+    monkeypatch.setattr(cli.os, "_exit", leave)
+    monkeypatch.setattr(cli.sys, "stdout", GonePipe())
+    with pytest.raises(SystemExit):
+        cli.entry()
+    assert exits == [cli.BROKEN_PIPE]

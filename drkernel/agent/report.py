@@ -6,11 +6,17 @@ for the last turn and dashed for best-so-far. Nothing here computes metrics.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
+import os
+import secrets
 from pathlib import Path
 from typing import Any
 
+from drkernel.errors import ConfigError
+from drkernel.files import write_text_atomically
 from drkernel.wording import counted
 
 __all__ = ["INTERPRETER_CAVEAT", "level_table", "plot_fast_p", "render_table", "write_csv", "write_json",
@@ -111,34 +117,35 @@ def _held_out(row: dict[str, Any]) -> tuple[int, int]:
 def write_json(summary: dict[str, Any], path: str | Path) -> None:
     if summary.get("interpreter"):
         summary = {**summary, "caveat": INTERPRETER_CAVEAT}
-    Path(path).write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_atomically(path, json.dumps(summary, indent=2) + "\n")
 
 
 def write_csv(summary: dict[str, Any], path: str | Path) -> None:
     """Long format: turn, metric, p, value (one line per number)."""
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["turn", "metric", "p", "value"])
-        for row in summary["per_turn"]:
-            for p, v in row["fast_p"].items():
-                w.writerow([row["turn"], "fast_p", p, f"{v:.6f}"])
-            for p, v in row["fast_p_best"].items():
-                w.writerow([row["turn"], "fast_p_best", p, f"{v:.6f}"])
-            for p, v in (row.get("fast_p_borderline") or {}).items():
-                w.writerow([row["turn"], "fast_p_borderline", p, v])
-            for metric in ("correct", "hacked", "hacked_of_judged", "refused", "compiled", "no_code",
-                           "prompt_overlong", "mean_reward"):
-                if metric in row:  # a summary of an older version may lack refused or prompt_overlong
-                    w.writerow([row["turn"], metric, "", f"{row[metric]:.6f}"])
-            checked, survived = _held_out(row)
-            if checked:
-                w.writerow([row["turn"], "held_out_checked", "", checked])
-                w.writerow([row["turn"], "held_out_survived", "", survived])
-        for level, row in (summary.get("by_level") or {}).items():  # at the last turn (Table 1)
-            for p, v in row["last_turn_fast_p"].items():
-                w.writerow([summary["max_turns"], f"fast_p_level_{level}", p, f"{v:.6f}"])
-            for p, v in row["best_fast_p"].items():
-                w.writerow([summary["max_turns"], f"fast_p_best_level_{level}", p, f"{v:.6f}"])
+    f = io.StringIO(newline="")
+    w = csv.writer(f)
+    w.writerow(["turn", "metric", "p", "value"])
+    for row in summary["per_turn"]:
+        for p, v in row["fast_p"].items():
+            w.writerow([row["turn"], "fast_p", p, f"{v:.6f}"])
+        for p, v in row["fast_p_best"].items():
+            w.writerow([row["turn"], "fast_p_best", p, f"{v:.6f}"])
+        for p, v in (row.get("fast_p_borderline") or {}).items():
+            w.writerow([row["turn"], "fast_p_borderline", p, v])
+        for metric in ("correct", "hacked", "hacked_of_judged", "refused", "compiled", "no_code",
+                       "prompt_overlong", "mean_reward"):
+            if metric in row:  # a summary of an older version may lack refused or prompt_overlong
+                w.writerow([row["turn"], metric, "", f"{row[metric]:.6f}"])
+        checked, survived = _held_out(row)
+        if checked:
+            w.writerow([row["turn"], "held_out_checked", "", checked])
+            w.writerow([row["turn"], "held_out_survived", "", survived])
+    for level, row in (summary.get("by_level") or {}).items():  # at the last turn (Table 1)
+        for p, v in row["last_turn_fast_p"].items():
+            w.writerow([summary["max_turns"], f"fast_p_level_{level}", p, f"{v:.6f}"])
+        for p, v in row["best_fast_p"].items():
+            w.writerow([summary["max_turns"], f"fast_p_best_level_{level}", p, f"{v:.6f}"])
+    write_text_atomically(path, f.getvalue())  # a Ctrl-C mid-write leaves the old file
 
 
 def write_problems_csv(summary: dict[str, Any], path: str | Path) -> None:
@@ -147,14 +154,15 @@ def write_problems_csv(summary: dict[str, Any], path: str | Path) -> None:
     def cell(v: Any) -> str:
         return "" if v is None else (f"{v:.6f}" if isinstance(v, float) else str(v))
 
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["problem", "level", "correct_turns", "best_speedup", "kernel_bandwidth_fraction",
-                    "reference_bandwidth_fraction"])
-        for name, row in (summary.get("per_problem") or {}).items():
-            w.writerow([name, cell(row.get("level")), row.get("correct_turns", 0),
-                        cell(row.get("best_speedup")), cell(row.get("kernel_bandwidth_fraction")),
-                        cell(row.get("reference_bandwidth_fraction"))])
+    f = io.StringIO(newline="")
+    w = csv.writer(f)
+    w.writerow(["problem", "level", "correct_turns", "best_speedup", "kernel_bandwidth_fraction",
+                "reference_bandwidth_fraction"])
+    for name, row in (summary.get("per_problem") or {}).items():
+        w.writerow([name, cell(row.get("level")), row.get("correct_turns", 0),
+                    cell(row.get("best_speedup")), cell(row.get("kernel_bandwidth_fraction")),
+                    cell(row.get("reference_bandwidth_fraction"))])
+    write_text_atomically(path, f.getvalue())
 
 
 def plot_fast_p(summary: dict[str, Any], path: str | Path, title: str = "Fast@p over turns") -> None:
@@ -182,20 +190,35 @@ def plot_fast_p(summary: dict[str, Any], path: str | Path, title: str = "Fast@p 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")  # replaced whole, as the text files
+    try:
+        fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".") or "png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def write_reports(summary: dict[str, Any], out_dir: str | Path, title: str | None = None) -> list[Path]:
-    """summary.json, fast_p.csv, problems.csv and fast_p.png in out_dir; returns their paths."""
+    """summary.json, fast_p.csv, problems.csv and fast_p.png in out_dir; returns their paths. Each file is
+    replaced whole: a Ctrl-C or a full disk mid-write leaves the one written before, never a cut one. A
+    file the folder does not take (no right to write, a folder at its name, a full disk) is ConfigError
+    naming it."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     paths = [out / "summary.json", out / "fast_p.csv", out / "problems.csv", out / "fast_p.png"]
-    write_json(summary, paths[0])
-    write_csv(summary, paths[1])
-    write_problems_csv(summary, paths[2])
+    writers = [lambda: write_json(summary, paths[0]), lambda: write_csv(summary, paths[1]),
+               lambda: write_problems_csv(summary, paths[2])]
     if summary["per_turn"]:
-        plot_fast_p(summary, paths[3], title or "Fast@p over turns")
+        writers.append(lambda: plot_fast_p(summary, paths[3], title or "Fast@p over turns"))
     else:
         paths.pop()
+    for path, write in zip(paths, writers, strict=True):
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            write()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot write the report: {exc.strerror or exc} (the episodes are "
+                              f"kept: `drkernel report {out}` writes the reports again)") from None
     return paths

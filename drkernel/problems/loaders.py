@@ -48,8 +48,9 @@ def _natural_key(path: Path) -> tuple[Any, ...]:
 
 
 def _read_text(path: Path) -> str:
+    """A file's UTF-8 text, less the byte-order mark an editor may put first (Python runs such a file)."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise ProblemError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -260,6 +261,9 @@ def load_suite(spec: str, levels: tuple[int, ...] | None = None) -> list[Problem
     """Problems of a suite spec: "builtin[:cpu|:gpu]", a KernelBench checkout, a folder, one .py,
     a .jsonl or a .parquet file. `levels` keeps only the problems of those levels (a problem with no
     level is of none)."""
+    if not spec.strip():  # Path("") is the current folder: `drkernel audit "$SUITE"` with SUITE unset ran it
+        raise ProblemError(f"suite {spec!r}: empty; name one (builtin, a folder, a KernelBench checkout, "
+                           "a .py, .jsonl or .parquet file; . for the current folder)")
     builtin = spec == "builtin" or spec.startswith("builtin:")  # a folder "builtin_copy" is a folder
     if levels is not None and 4 in levels and not builtin:
         raise ProblemError(LEVEL4_MESSAGE)

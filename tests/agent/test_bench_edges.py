@@ -341,3 +341,17 @@ def test_a_new_bench_into_another_versions_episodes_is_refused(tmp_path,
     (out / "episodes.jsonl").write_text('{"uid": "1_p#1", "pro')  # only a torn line: no episode there
     assert main(_bench("builtin:cpu", "--out", str(out))) == 2  # stopped later, by the dead endpoint
     assert "127.0.0.1:1" in capsys.readouterr().err
+
+
+def test_report_into_a_folder_that_does_not_take_it_is_one_line(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A report file the run's folder does not take (a folder at its name here; no right to write or a
+    full disk alike) was an IsADirectoryError or PermissionError traceback called a bug of drkernel (exit
+    70). It is one line naming the file, exit 2, and the reports written before stay whole."""
+    out, _ = _bench_folder(tmp_path, _episode("1_p", 0, "m"))
+    (out / "fast_p.csv").mkdir()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"drkernel report: {out / 'fast_p.csv'}: cannot write the report: Is a directory (the "
+                   f"episodes are kept: `drkernel report {out}` writes the reports again)"], err
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]

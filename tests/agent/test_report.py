@@ -116,3 +116,27 @@ def test_every_header_and_cell_is_whole_on_an_80_column_console():
     assert {"turn", "p=1", "p=1.2", "p=1.5", "p=2", "correct", "hacked", "refused", "compiled", "no code",
             "overlong", "held-out", "level", "kernel", "samples"} <= headers
     assert "100.0" in text and "3/10" in text
+
+
+def test_reports_written_again_are_whole_or_as_they_were(tmp_path):
+    """`drkernel report` (and bench) wrote fast_p.csv and problems.csv into the old files row by row: a
+    write that failed half-way (here a damaged last row; a Ctrl-C or a full disk alike) left the run's
+    reports cut. Each file is now replaced whole, or left as it was, and no temporary file stays."""
+    import os
+
+    import pytest
+
+    from drkernel.agent.report import write_csv, write_problems_csv
+
+    summary = summarize(trajs(), max_turns=3)
+    out = tmp_path / "out"
+    paths = write_reports(summary, out)
+    before = {p.name: p.read_bytes() for p in paths}
+    damaged = {**summary, "by_level": {"1": {"last_turn_fast_p": {"1": 0.5}, "best_fast_p": {"1": "x"}}},
+               "per_problem": {"p": {"best_speedup": 2.0}, "q": None}}
+    with pytest.raises(ValueError):
+        write_csv(damaged, paths[1])
+    with pytest.raises(AttributeError):
+        write_problems_csv(damaged, paths[2])
+    assert {p.name: p.read_bytes() for p in paths} == before
+    assert sorted(os.listdir(out)) == sorted(before)

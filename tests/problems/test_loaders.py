@@ -147,6 +147,18 @@ def test_a_file_that_is_not_utf8_is_named_and_skipped_in_a_folder(tmp_path: Path
         load_jsonl(tmp_path / "p.jsonl")
 
 
+
+def test_a_file_that_starts_with_a_byte_order_mark_is_its_text(tmp_path: Path) -> None:
+    """A reference saved 'UTF-8 with BOM' (Windows editors) runs under python3, but audit, bench and suite
+    read it as 'syntax error at line 1: invalid non-printable character U+FEFF' (a folder skipped it, a
+    .jsonl's first row was no JSON). The mark is not part of the text."""
+    (tmp_path / "bom.py").write_bytes(b"\xef\xbb\xbf" + REF.encode())
+    assert load_problem_file(tmp_path / "bom.py").reference_code == REF
+    assert [p.name for p in load_folder(tmp_path)] == ["bom"]
+    row = json.dumps({"name": "row", "reference_code": REF})
+    (tmp_path / "p.jsonl").write_bytes(b"\xef\xbb\xbf" + row.encode())
+    assert [p.reference_code for p in load_jsonl(tmp_path / "p.jsonl")] == [REF]
+
 def test_a_folder_whose_name_starts_with_builtin_is_that_folder(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "builtin_copy").mkdir()
     (tmp_path / "builtin_copy" / "mine.py").write_text(REF)
@@ -199,3 +211,14 @@ def test_levels_leave_out_the_problems_with_no_level(tmp_path: Path,
     (tmp_path / "folder" / "1_Op.py").write_text(REF)
     with pytest.raises(ProblemError, match=r"levels 1,2 asked for, but none of its 1 problems has a level"):
         load_suite(str(tmp_path / "folder"), levels=(1, 2))
+
+
+@pytest.mark.parametrize("spec", ["", " "])
+def test_an_empty_suite_is_named_not_the_current_folder(tmp_path: Path, monkeypatch, spec: str) -> None:
+    """Path("") is the current folder: `drkernel audit "$SUITE"` (or baselines, bench) with SUITE unset ran
+    every reference of the folder it was started in. An empty spec is a ProblemError saying so."""
+    (tmp_path / "here.py").write_text(REF)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ProblemError, match="empty; name one"):
+        load_suite(spec)
+    assert [p.name for p in load_suite(".")] == ["here"]

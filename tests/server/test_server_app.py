@@ -373,3 +373,15 @@ def test_a_full_disk_is_a_503_that_says_so_not_a_bare_500(serve, monkeypatch) ->
     assert body["error_code"] == "RESOURCE_ERROR"
     anchor = srv.http.post("/evaluate", json=drkernel_payload("full-1", "# fake: speedup=2"))
     assert anchor.status_code == 503 and "database or disk is full" in anchor.json()["message"]
+
+
+def test_a_null_for_an_option_that_takes_none_is_a_400_not_a_500(serve) -> None:
+    """null passed the edge's type check for every option, and an option that takes no null (num_warmup,
+    timeout_s, profile) reached the judge's checks as None: a TypeError, a 500. EvalOptions refuses it."""
+    srv = serve()
+    for name in ("num_warmup", "timeout_s", "num_correct_trials"):
+        body = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"),
+                            "options": {name: None}}}
+        r = srv.http.post("/v1/tasks", json=body)
+        assert r.status_code == 400 and r.json()["error_code"] == "VALIDATION_ERROR", r.text
+        assert f"{name}: None is not" in r.json()["message"], r.text
