@@ -87,6 +87,13 @@ class Settings:
             raise ConfigError(f"serve.executor: {self.executor!r} not in local|ray")
         if self.judge not in ("sandbox", "fake"):
             raise ConfigError(f"serve.judge: {self.judge!r} not in sandbox|fake")
+        # `--db "$DB"` with DB unset: SQLite took "" for a private temporary file (nothing kept across a
+        # restart) and the sandboxes were hidden the working folder; `--host ""` warned of serving beyond
+        # loopback, then failed to resolve
+        for name in ("db_path", "host"):
+            if not getattr(self, name).strip():
+                raise ConfigError(f"serve.{name}: empty" + (" (name a file; ':memory:' keeps nothing)"
+                                                            if name == "db_path" else ""))
         if not 0 <= self.port < 65536:
             raise ConfigError(f"serve.port: {self.port} out of range")
         for name in ("max_queue", "max_batch", "max_body_bytes", "max_code_bytes", "max_attempts"):

@@ -192,3 +192,16 @@ def test_a_timing_cache_that_cannot_be_made_is_one_line_before_any_judge(
     assert code == 2 and err[-1].startswith(f"drkernel serve: reference timing cache {blocker / 't.sqlite'}: "
                                             "cannot open it"), err
     assert err[-1].endswith("(give another file with --timing-cache, or none)"), err[-1]
+
+
+@pytest.mark.parametrize("flag", ["--db", "--host"])
+def test_an_empty_db_or_host_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    """`serve --db "$DB"` with DB unset served from a temporary file SQLite deletes (every task lost at
+    a restart) and hid the working folder from the sandboxes; `--host ""` warned that it served beyond
+    loopback without a token, then failed as a name that does not resolve."""
+    name = "db_path" if flag == "--db" else "host"
+    with pytest.raises(ConfigError, match=f"serve.{name}: empty"):
+        Settings(**{name: " "})  # type: ignore[arg-type]
+    assert main(["serve", "--judge", "fake", flag, ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"drkernel serve: serve.{name}: empty"), err
