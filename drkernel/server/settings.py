@@ -42,6 +42,7 @@ _ENV: dict[str, tuple[str, type]] = {
 # 104.1 in AQ), against 38.4 through `drkernel serve` with one judge and 89.2 in process with six,
 # where the device lock's holds contended (AO): docs/benchmark_log.md
 DEFAULT_JUDGES_PER_GPU = 4
+MIN_HEARTBEAT_TIMEOUT_S = 0.5  # a judge process then beats every 0.1 s
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -106,6 +107,11 @@ class Settings:
             if value is not None and not (value >= 0 if zero else value > 0):
                 raise ConfigError(f"serve.{name}: {value!r} is not a number of seconds "
                                   f"{'>= 0' if zero else '> 0'}")
+        # a judge beats every heartbeat_timeout_s / 5 (a Ray actor answers a ping): below this, a beat late
+        # by a moment read as frozen, and each judge was replaced as soon as it started, for ever
+        if self.heartbeat_timeout_s < MIN_HEARTBEAT_TIMEOUT_S:
+            raise ConfigError(f"serve.heartbeat_timeout_s: {self.heartbeat_timeout_s!r} is below "
+                              f"{MIN_HEARTBEAT_TIMEOUT_S} s, less than a judge's heartbeats take")
         if self.devices is not None and (not self.devices or not all(
                 d == "cpu" or (d.startswith("cuda:") and d[5:].isdigit()) for d in self.devices)):
             raise ConfigError(f"serve.devices: {','.join(self.devices)!r}: expected a comma "

@@ -205,3 +205,12 @@ def test_an_empty_db_or_host_is_a_one_line_usage_error(capsys: pytest.CaptureFix
     assert main(["serve", "--judge", "fake", flag, ""]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"drkernel serve: serve.{name}: empty"), err
+
+
+@pytest.mark.parametrize("value", [1e-9, 0.1])
+def test_a_heartbeat_timeout_shorter_than_the_heartbeats_is_refused(value: float) -> None:
+    """`serve --heartbeat-timeout 1e-9` started, and then replaced every judge as soon as it was up
+    ('no heartbeat for 1e-09 s'), for ever: no task was ever judged."""
+    with pytest.raises(ConfigError, match="serve.heartbeat_timeout_s: .* below 0.5 s"):
+        Settings(heartbeat_timeout_s=value)
+    assert Settings(heartbeat_timeout_s=0.5).heartbeat_timeout_s == 0.5
