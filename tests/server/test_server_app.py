@@ -155,6 +155,23 @@ def test_a_full_queue_answers_429_with_retry_after(serve) -> None:
     assert bad.status_code == 400 and "num_correct_trials" in bad.json()["message"]
 
 
+def test_a_batch_larger_than_the_queue_bound_is_413_not_a_429_retried_for_ever(serve) -> None:
+    """A batch of more tasks than --max-queue was a 429 'queue full (0/3 tasks)' with Retry-After on an
+    empty queue: every client retried it until it gave up, and it could never pass."""
+    srv = serve(workers=1, max_queue=3)
+    native = srv.http.post("/v1/tasks/batch", json={"requests": [
+        {"reference_code": REF, "kernel_code": kernel(f"# fake: speedup={i + 1}")} for i in range(4)]})
+    anchor = srv.http.post("/evaluate/batch", json={"batch_id": "b", "tasks": [
+        drkernel_payload(f"big-{i}", "# fake: speedup=2") for i in range(4)]})
+    for r in (native, anchor):
+        assert r.status_code == 413 and "retry-after" not in r.headers, r.text
+        assert "queue bound (3, --max-queue)" in r.json()["message"]
+    assert srv.http.get("/queue/status").json()["pending"] == 0  # nothing of either was kept
+    fits = srv.http.post("/v1/tasks/batch", json={"requests": [
+        {"reference_code": REF, "kernel_code": kernel(f"# fake: speedup={i + 1}")} for i in range(3)]})
+    assert fits.status_code == 202
+
+
 def test_invalid_options_are_refused_at_submit_not_after_queueing(serve) -> None:
     srv = serve()
     body = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"),
