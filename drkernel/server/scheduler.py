@@ -135,7 +135,11 @@ class Scheduler:
     def submit(self, tasks: list[NewTask]) -> list[tuple[TaskRecord, bool]]:
         """Persist, then queue. Raises Overloaded when the queue cannot take them all."""
         with self._cv:
-            if len(self.queue) + len(tasks) > self.settings.max_queue:
+            # a task id already stored is answered by its task and queues nothing (a client re-sending a
+            # batch whose answer it lost): only the others count against the bound
+            stored = self.store.get_many([str(t.request.task_id) for t in tasks if not t.force])
+            fresh = sum(1 for t in tasks if t.force or t.request.task_id not in stored)
+            if fresh and len(self.queue) + fresh > self.settings.max_queue:
                 self.counters["rejected"] += len(tasks)
                 raise Overloaded(f"queue full ({len(self.queue)}/{self.settings.max_queue} tasks)")
             out = self.store.submit(tasks)

@@ -58,6 +58,19 @@ def test_the_queue_is_bounded(tmp_path: Path) -> None:
     assert s.store.get("c") is None and s.counters["rejected"] == 1
 
 
+def test_a_full_queue_still_answers_a_batch_sent_again(tmp_path: Path) -> None:
+    """A client that lost the answer to its batch sends it again (the ids are its own, so it is safe);
+    with the queue full, its own queued tasks counted again and it got 429 until it gave up, while they
+    ran with nobody waiting for them."""
+    s = scheduler(tmp_path, max_queue=2)  # not started: nothing is dispatched
+    s.submit([task("a"), task("b")])
+    again = s.submit([task("a"), task("b")])
+    assert [(r.task_id, created) for r, created in again] == [("a", False), ("b", False)]
+    with pytest.raises(Overloaded):  # one new task among them still needs room
+        s.submit([task("a"), task("c")])
+    assert s.store.get("c") is None and len(s.queue) == 2
+
+
 def test_a_restart_runs_what_was_queued_or_running(tmp_path: Path) -> None:
     store = TaskStore(str(tmp_path / "s.db"))
     store.submit([task("was-running"), task("was-queued")])
