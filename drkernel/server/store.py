@@ -175,6 +175,12 @@ class TaskStore:
             if name not in have:
                 self._db.execute(f"ALTER TABLE tasks ADD COLUMN {name} {decl}")
         self._db.executescript(_ADDED_INDEXES)
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(tasks)")}
+        missing = [c for c in (*_COLUMNS.split(", "), "fingerprint") if c not in have]
+        if missing:  # every write would fail (a 503 the clients retry for ever), every read a 500
+            self._db.close()
+            raise sqlite3.DatabaseError(f"its tasks table has no column {', '.join(missing)}: it was "
+                                        "written by another program or version")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

@@ -142,3 +142,27 @@ def test_a_servers_first_submission_imports_no_torch_in_its_event_loop() -> None
     status, before, after, _seconds = out.stdout.split()[-4:]
     assert status == "202" and before == "False", out.stdout
     assert after == "False", f"the first submission imported torch: {out.stdout}"
+
+
+def test_a_store_whose_tasks_table_lacks_a_column_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A --db whose `tasks` table was written by another program or version (here without `meta`) passed
+    the start's check: the server then answered every submission 503 'no such column: meta', which
+    the clients retry, and never judged anything."""
+    import sqlite3
+
+    from drkernel.server.store import TaskStore
+
+    db = tmp_path / "other.db"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE tasks (seq INTEGER PRIMARY KEY, task_id TEXT, state TEXT, priority TEXT, "
+                    "request TEXT, fingerprint TEXT, result TEXT, attempts INTEGER, worker TEXT, "
+                    "submitted_at REAL, started_at REAL, finished_at REAL)")
+    con.close()
+    with pytest.raises(sqlite3.DatabaseError, match="no column meta: it was written by another"):
+        TaskStore(str(db))
+    started = _no_judges(monkeypatch)
+    assert main(["serve", "--judge", "fake", "--port", str(_free_port()), "--db", str(db)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert not started and lines[-1].startswith(f"drkernel serve: --db {db}: cannot open it"), lines
+    assert "no column meta" in lines[-1]
