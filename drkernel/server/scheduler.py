@@ -23,7 +23,7 @@ from drkernel.executors.pool import infra_result
 from drkernel.server.anchor import error_code
 from drkernel.server.settings import Settings
 from drkernel.server.store import NewTask, StoreUnavailable, TaskRecord, TaskStore
-from drkernel.types import EvalResult
+from drkernel.types import EvalOutcome, EvalResult
 
 __all__ = ["PRIORITIES", "Scheduler", "TaskQueue"]
 
@@ -254,7 +254,10 @@ class Scheduler:
         if record is None or record.finished:
             return
         message = f"the server could not dispatch this task: {type(exc).__name__}: {exc}"
-        self._finish(task_id, infra_result(record.request, "dispatch_error", message), 0.0)
+        # not from record.request: a request this version cannot read (an option of a newer one) is
+        # what failed, and reading it again here left the task running for ever
+        self._finish(task_id, EvalResult.failure(EvalOutcome.INFRA_ERROR, "dispatch_error", message,
+                                                 task_id=task_id), 0.0)
 
     def _finish(self, task_id: str, result: EvalResult, seconds: float, seq: int | None = None) -> None:
         result.task_id = task_id

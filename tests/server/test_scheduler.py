@@ -245,3 +245,25 @@ def test_retention_goes_on_after_a_purge_that_found_the_disk_full(tmp_path: Path
     finally:
         s.stop()
     assert store.failures["purge"] == 0 and s.counters["purged"] == 1
+
+
+def test_a_stored_request_this_version_cannot_read_ends_instead_of_running_for_ever(tmp_path: Path) -> None:
+    """A queued task written by a newer version (an option this one does not know) failed its dispatch,
+    and ending it read the request again and failed too: it stayed `running`, its waiters waited to
+    their deadline, and every restart did the same."""
+    import json
+
+    s = scheduler(tmp_path)
+    s.store.submit([task("from-newer")])
+    request = json.loads(s.store.get("from-newer").request_json)  # type: ignore[union-attr]
+    request["options"]["future_knob"] = 3
+    with s.store._lock:
+        s.store._db.execute("UPDATE tasks SET request=? WHERE task_id='from-newer'", (json.dumps(request),))
+    s.start()
+    try:
+        record = asyncio.run(s.wait(["from-newer"], 10))["from-newer"]
+    finally:
+        s.stop()
+    assert record.state == "done" and record.result is not None, record.state
+    assert record.result.outcome is EvalOutcome.INFRA_ERROR and record.result.error is not None
+    assert record.result.error.kind == "dispatch_error" and "future_knob" in record.result.error.message
