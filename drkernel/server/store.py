@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drkernel.errors import DrKernelError
-from drkernel.types import EvalRequest, EvalResult
+from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 
 __all__ = ["ANCHOR_TASK_ID_MAX_CHARS", "TASK_ID_MAX_CHARS", "NewTask", "StoreUnavailable", "TaskConflict",
            "TaskRecord", "TaskStore", "fingerprint", "task_id_error"]
@@ -150,11 +150,22 @@ class TaskRecord:
         return value if isinstance(value, dict) else {"worker_id": self.worker}
 
 
+def _stored_result(task_id: str, text: str) -> EvalResult:
+    """A stored result; one this version cannot read (an outcome of a newer version) is an infra_error
+    that says so, as /health and /metrics count it (a failure), where every read of it was a 500."""
+    data = json.loads(text)
+    try:
+        return EvalResult.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        why = f"this server's version cannot read the stored result ({type(exc).__name__}: {exc})"
+        return EvalResult.failure(EvalOutcome.INFRA_ERROR, "unreadable_result", why, task_id=task_id)
+
+
 def _record(row: tuple[Any, ...]) -> TaskRecord:
     task_id, state, priority, request, result, attempts, worker, sub, start, fin, meta, seq = row
     return TaskRecord(
         task_id=task_id, state=state, priority=priority, request_json=request,
-        result=EvalResult.from_dict(json.loads(result)) if result else None,
+        result=_stored_result(task_id, result) if result else None,
         attempts=attempts, worker=worker, submitted_at=sub, started_at=start, finished_at=fin,
         meta=json.loads(meta), seq=seq,
     )
