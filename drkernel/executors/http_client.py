@@ -26,6 +26,9 @@ __all__ = ["AsyncClient", "Client", "ClientConfig", "http_errors"]
 
 _RETRY_STATUS = (429, 502, 503, 504)
 _CHUNK = 500  # tasks per submission request
+# the longest long poll a get asks for: a server holds one at most this long (drkernel serve: 60 s), and
+# an infinite one was an OverflowError from the socket's timeout before anything was sent
+_LONGEST_POLL_S = 3600.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -206,6 +209,7 @@ class Client(_Base):
 
     def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
         _check_timeout("get wait_s", wait_s)
+        wait_s = min(wait_s, _LONGEST_POLL_S)
         return self._call("GET", _task_path(task_id), extra_timeout=wait_s,  # type: ignore[no-any-return]
                           params={"wait": wait_s})
 
@@ -283,6 +287,7 @@ class AsyncClient(_Base):
 
     async def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
         _check_timeout("get wait_s", wait_s)
+        wait_s = min(wait_s, _LONGEST_POLL_S)
         return await self._call("GET", _task_path(task_id),  # type: ignore[no-any-return]
                                 extra_timeout=wait_s, params={"wait": wait_s})
 

@@ -402,3 +402,25 @@ def test_a_null_for_an_option_that_takes_none_is_a_400_not_a_500(serve) -> None:
         r = srv.http.post("/v1/tasks", json=body)
         assert r.status_code == 400 and r.json()["error_code"] == "VALIDATION_ERROR", r.text
         assert f"{name}: None is not" in r.json()["message"], r.text
+
+
+def test_the_clients_get_waiting_for_ever_asks_the_server_not_the_socket(serve) -> None:
+    """Client.get(task_id, wait_s=float("inf")), which the docs say waits for ever, raised OverflowError
+    ('timestamp out of range for platform time_t') from the socket's timeout, outside the client's
+    exception tree, before anything was sent; the server holds a long poll at most 60 s anyway."""
+    import asyncio
+
+    from drkernel.executors.http_client import AsyncClient, Client
+    from drkernel.types import EvalRequest
+
+    srv = serve()
+    with Client(base_url=srv.url) as client:
+        (task_id,) = client.submit([EvalRequest(reference_code=REF, kernel_code=kernel("# fake: speedup=2"))])
+        view = client.get(task_id, wait_s=float("inf"))
+        assert view["state"] == "done" and view["result"]["speedup"] == 2
+
+    async def run() -> dict:
+        async with AsyncClient(base_url=srv.url) as aclient:
+            return await aclient.get(task_id, wait_s=1e300)
+
+    assert asyncio.run(run())["state"] == "done"
