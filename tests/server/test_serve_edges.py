@@ -166,3 +166,26 @@ def test_a_store_whose_tasks_table_lacks_a_column_is_one_line(
     lines = capsys.readouterr().err.strip().splitlines()
     assert not started and lines[-1].startswith(f"drkernel serve: --db {db}: cannot open it"), lines
     assert "no column meta" in lines[-1]
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--address", "127.0.0.1:6379"], "--address 127.0.0.1:6379 names a Ray cluster: add --executor ray"),
+    (["--executor", "ray", "--devices", "cuda:1"], "--devices: the local executor's"),
+    (["--executor", "ray", "--isolation", "thread"], "--isolation: the local executor's")])
+def test_a_flag_the_executor_would_ignore_is_a_usage_error(
+        flags: list[str], named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`serve --address HOST:6379` without --executor ray started a local pool on this machine; --devices
+    and --isolation thread with Ray were dropped; each without a word."""
+    from drkernel.server import app
+
+    def must_not_start(settings: object) -> None:
+        raise AssertionError("judges started")
+
+    monkeypatch.setattr(app, "default_executor", must_not_start)
+    monkeypatch.setattr("drkernel.executors.ray.check_ray_address", lambda *a, **k: None)
+    monkeypatch.setattr("drkernel.executors.ray.check_ray_auth", lambda *a, **k: None)
+    argv = ["serve", "--judge", "fake", "--port", str(_free_port()), "--db", str(tmp_path / "s.db"), *flags]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("drkernel serve: ") and named in lines[0], lines
