@@ -65,7 +65,7 @@ def default_executor(settings: Settings) -> Executor:
 
 def serve_executor_config(settings: Settings) -> ExecutorConfig:
     """The settings' executor config: local or ray, the names serve takes (settings.py checks)."""
-    from drkernel.executors.build import executor_config
+    from drkernel.executors.build import check_cpu_judges, executor_config
     from drkernel.server.settings import SECRET_VARS
 
     if settings.executor == "ray":
@@ -78,6 +78,8 @@ def serve_executor_config(settings: Settings) -> ExecutorConfig:
     devices = settings.devices or detect_devices(settings.num_workers)
     if settings.num_workers:  # that many CPU judges, or the first GPUs of the list
         cpu = set(devices) == {"cpu"}
+        if cpu:  # serve --workers 1000 on the CPU started 1000 judge processes importing torch
+            check_cpu_judges(settings.num_workers)
         devices = ("cpu",) * settings.num_workers if cpu else devices[: settings.num_workers]
     return executor_config("local", devices=devices, isolation=settings.isolation,
                            heartbeat_timeout_s=settings.heartbeat_timeout_s,

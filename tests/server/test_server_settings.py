@@ -214,3 +214,17 @@ def test_a_heartbeat_timeout_shorter_than_the_heartbeats_is_refused(value: float
     with pytest.raises(ConfigError, match="serve.heartbeat_timeout_s: .* below 0.5 s"):
         Settings(heartbeat_timeout_s=value)
     assert Settings(heartbeat_timeout_s=0.5).heartbeat_timeout_s == 0.5
+
+
+def test_serve_refuses_more_cpu_judges_than_the_client_commands_do() -> None:
+    """`serve --devices cpu --workers 1000` started 1000 judge processes, each importing torch, where
+    the client commands refuse more than 4 judges per core by name."""
+    import os
+
+    from drkernel.server.app import serve_executor_config
+
+    cores = os.cpu_count() or 1
+    with pytest.raises(ConfigError, match=f"--workers {4 * cores + 1}: more than 4 judges per CPU core"):
+        serve_executor_config(Settings(devices=("cpu",), num_workers=4 * cores + 1, db_path=":memory:"))
+    fits = serve_executor_config(Settings(devices=("cpu",), num_workers=4 * cores, db_path=":memory:"))
+    assert isinstance(fits, LocalExecutor.Config) and len(fits.devices or ()) == 4 * cores
