@@ -130,6 +130,13 @@ class Scheduler:
         deadline = time.monotonic() + timeout_s
         for t in self._threads:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
+        with self._cv:
+            running = list(self._running)
+        for task_id in running:  # still evaluating: back to the queue as stopped, before the store closes
+            try:
+                self.store.requeue(task_id)
+            except StoreUnavailable:  # left running: the next start re-queues it
+                logger.warning("could not re-queue %s as the server stopped", task_id)
 
     # -- submission and cancellation ------------------------------------------------------------
     def submit(self, tasks: list[NewTask]) -> list[tuple[TaskRecord, bool]]:
@@ -230,8 +237,11 @@ class Scheduler:
         if record is None:  # cancelled while queued
             return
         request = record.request
-        if record.attempts > self.settings.max_attempts:
-            result = infra_result(request, "gave_up", f"task interrupted {record.attempts - 1} "
+        # a try the server stopped politely (SIGTERM, a restart) is none of the task's doing: only the
+        # others count (three restarts while a long task ran gave it up as a poison task)
+        tries = record.attempts - int(record.meta.get("stopped", 0))
+        if tries > self.settings.max_attempts:
+            result = infra_result(request, "gave_up", f"task interrupted {tries - 1} "
                                   "times (worker or server crashes); not retried again")
             self._finish(task_id, result, 0.0, record.seq)
             return

@@ -295,9 +295,13 @@ class TaskStore:
             return cur.rowcount > 0
 
     def requeue(self, task_id: str) -> bool:
+        """running -> queued when the server stops politely; meta["stopped"] counts these, so that a try
+        the server itself interrupted is not taken for a crash the task caused."""
         with self._tx() as db:
-            cur = db.execute("UPDATE tasks SET state='queued' "
-                             "WHERE task_id=? AND state='running'", (task_id,))
+            cur = db.execute(
+                "UPDATE tasks SET state='queued', meta=json_set(meta, '$.stopped', "
+                "COALESCE(json_extract(meta, '$.stopped'), 0) + 1) WHERE task_id=? AND state='running'",
+                (task_id,))
             return cur.rowcount > 0
 
     def cancel(self, task_id: str) -> str | None:

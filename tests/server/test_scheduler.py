@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from drkernel.errors import Overloaded
+from drkernel.errors import ExecutorError, Overloaded
 from drkernel.executors.fake import FakeExecutor, scripted_result
 from drkernel.server.scheduler import Scheduler, TaskQueue
 from drkernel.server.settings import Settings
@@ -84,6 +84,51 @@ def test_a_restart_runs_what_was_queued_or_running(tmp_path: Path) -> None:
         s.stop()
     assert {r.state for r in records.values()} == {"done"}
     assert records["was-running"].attempts == 2 and s.counters["recovered"] == 2
+
+
+class StoppableExecutor(FakeExecutor):
+    """Evaluates until it is closed, as a pool does when the server stops: then raises ExecutorError."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+        self.closed = threading.Event()
+
+    def evaluate(self, requests: list[EvalRequest]) -> list[EvalResult]:
+        self.started.set()
+        self.closed.wait(30)
+        raise ExecutorError("the pool is closed")
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def test_polite_stops_while_a_task_runs_never_give_it_up(tmp_path: Path) -> None:
+    """Three polite restarts (SIGTERM) while a long task ran ended it infra_error / gave_up, 'interrupted 3
+    times (worker or server crashes)': each stop counted as a crash the task had caused. The task also stayed
+    `running` when the stop outlasted its join, and the next start took that for a crash too."""
+    db = str(tmp_path / "s.db")
+    settings = Settings(db_path=db, max_attempts=3)
+    for _ in range(4):
+        executor = StoppableExecutor()
+        s = Scheduler(TaskStore(db), executor, settings)
+        if not s.store.get("long"):
+            s.store.submit([task("long")])
+        s.start()
+        assert executor.started.wait(10)
+        s.stop(timeout_s=0.2)  # as the app's shutdown: the scheduler first, then the executor
+        executor.close()
+        record = s.store.get("long")
+        s.store.close()
+        assert record is not None and record.state == "queued", record
+    s = scheduler(tmp_path, max_attempts=3)
+    s.start()
+    try:
+        record = asyncio.run(s.wait(["long"], 10))["long"]
+    finally:
+        s.stop()
+    assert record.result is not None and record.result.outcome is EvalOutcome.OK, record.result
+    assert record.attempts == 5 and record.meta["stopped"] == 4
 
 
 def test_a_task_that_keeps_killing_the_server_is_given_up(tmp_path: Path) -> None:
