@@ -84,6 +84,18 @@ def _raise_for(response: httpx.Response, what: str) -> None:
     raise ExecutorError(text)
 
 
+def _json(response: httpx.Response, what: str) -> Any:
+    """The answer's JSON; an answer that is not JSON (a proxy's or a login page's HTML with 200) is an
+    ExecutorError, where it was json's JSONDecodeError, outside the client's exception tree."""
+    try:
+        return response.json()
+    except ValueError:
+        kind = response.headers.get("content-type", "no content type")
+        root = response.request.url.copy_with(path="/", query=None)
+        raise ExecutorError(f"{what}: HTTP {response.status_code} answered {kind}, not JSON: is {root} "
+                            "a drkernel serve?") from None
+
+
 def _has_message(response: httpx.Response) -> bool:
     """drkernel's own errors carry a `message` (an unknown task's 404 among them); a route that
     does not exist answers the web framework's bare 404."""
@@ -173,7 +185,7 @@ class Client(_Base):
                     raise
             if response is not None and not self._retryable(attempt, response):
                 _raise_for(response, f"{method} {path}")
-                return response.json()
+                return _json(response, f"{method} {path}")
             time.sleep(_delay(self.config, attempt, response))
         raise AssertionError("unreachable")
 
@@ -251,7 +263,7 @@ class AsyncClient(_Base):
                     raise
             if response is not None and not self._retryable(attempt, response):
                 _raise_for(response, f"{method} {path}")
-                return response.json()
+                return _json(response, f"{method} {path}")
             await asyncio.sleep(_delay(self.config, attempt, response))
         raise AssertionError("unreachable")
 

@@ -224,3 +224,23 @@ def test_a_task_the_server_does_not_know_still_raises() -> None:
         lambda r: httpx.Response(200, json={"tasks": [{"task_id": "x", "state": "unknown"}]})))
     with pytest.raises(ExecutorError, match="x is unknown"):
         client.wait(["x"], timeout_s=2)
+
+
+def test_an_answer_that_is_not_json_is_an_executor_error() -> None:
+    """A base_url where something else answers 200 with HTML (a proxy's or a login page) raised json's
+    JSONDecodeError from every call, outside the client's exception tree."""
+    def portal(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="<html>sign in</html>", headers={"content-type": "text/html"})
+
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(portal)) as client:
+        with pytest.raises(ExecutorError, match="POST /v1/tasks/batch: HTTP 200 answered text/html, "
+                           "not JSON: is http://judge.test/ a drkernel serve"):
+            client.submit([req("a")])
+
+    async def run() -> None:
+        transport = httpx.MockTransport(portal)
+        async with AsyncClient(base_url="http://judge.test", transport=transport) as aclient:
+            await aclient.health()
+
+    with pytest.raises(ExecutorError, match="GET /health: HTTP 200 answered text/html, not JSON"):
+        asyncio.run(run())
