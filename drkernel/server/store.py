@@ -186,12 +186,18 @@ class TaskStore:
             if name not in have:
                 self._db.execute(f"ALTER TABLE tasks ADD COLUMN {name} {decl}")
         self._db.executescript(_ADDED_INDEXES)
-        have = {row[1] for row in self._db.execute("PRAGMA table_info(tasks)")}
-        missing = [c for c in (*_COLUMNS.split(", "), "fingerprint") if c not in have]
-        if missing:  # every write would fail (a 503 the clients retry for ever), every read a 500
+        # (cid, name, type, notnull, default, pk) of each column
+        columns = self._db.execute("PRAGMA table_info(tasks)").fetchall()
+        ours = (*_COLUMNS.split(", "), "fingerprint", *(name for name, _ in _ADDED_COLUMNS))
+        missing = [c for c in ours if c not in {col[1] for col in columns}]
+        # a column we do not fill that must be filled: every submission failed its INSERT (a 500)
+        required = [col[1] for col in columns
+                    if col[1] not in ours and col[3] and col[4] is None and not col[5]]
+        if missing or required:  # every write would fail (a 503 the clients retry for ever, or a 500)
             self._db.close()
-            raise sqlite3.DatabaseError(f"its tasks table has no column {', '.join(missing)}: it was "
-                                        "written by another program or version")
+            why = f"has no column {', '.join(missing)}" if missing else \
+                f"needs column {', '.join(required)}, which this version does not fill"
+            raise sqlite3.DatabaseError(f"its tasks table {why}: written by another program or version")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

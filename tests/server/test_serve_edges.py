@@ -159,7 +159,7 @@ def test_a_store_whose_tasks_table_lacks_a_column_is_one_line(
                     "request TEXT, fingerprint TEXT, result TEXT, attempts INTEGER, worker TEXT, "
                     "submitted_at REAL, started_at REAL, finished_at REAL)")
     con.close()
-    with pytest.raises(sqlite3.DatabaseError, match="no column meta: it was written by another"):
+    with pytest.raises(sqlite3.DatabaseError, match="no column meta: written by another"):
         TaskStore(str(db))
     started = _no_judges(monkeypatch)
     assert main(["serve", "--judge", "fake", "--port", str(_free_port()), "--db", str(db)]) == 2
@@ -189,3 +189,22 @@ def test_a_flag_the_executor_would_ignore_is_a_usage_error(
     assert main(argv) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("drkernel serve: ") and named in lines[0], lines
+
+
+def test_a_store_of_a_newer_version_with_a_required_column_is_refused_at_open(tmp_path: Path) -> None:
+    """A newer version's tasks table with a NOT NULL column this one does not fill opened, and then every
+    submission failed its INSERT with an IntegrityError: a 500 'internal error: IntegrityError'."""
+    import sqlite3
+
+    from drkernel.server.store import _SCHEMA, TaskStore
+
+    for extra, refused in (("tenant TEXT NOT NULL DEFAULT 'x'", False), ("shard INTEGER NOT NULL", True)):
+        db = str(tmp_path / f"{extra.split()[0]}.db")
+        with sqlite3.connect(db) as con:
+            con.executescript(_SCHEMA.replace("DEFAULT '{}'\n", f"DEFAULT '{{}}',\n    {extra}\n"))
+        con.close()
+        if refused:
+            with pytest.raises(sqlite3.DatabaseError, match="needs column shard, which this"):
+                TaskStore(db)
+        else:  # a column with a default: this version's rows get it
+            TaskStore(db).close()
