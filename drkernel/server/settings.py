@@ -116,6 +116,10 @@ class Settings:
                 d == "cpu" or (d.startswith("cuda:") and d[5:].isdigit()) for d in self.devices)):
             raise ConfigError(f"serve.devices: {','.join(self.devices)!r}: expected a comma "
                               "list of cuda:N (or cpu)")
+        gpus = [int(d[5:]) for d in self.devices or () if d != "cpu"]
+        if len(set(gpus)) < len(gpus):  # each entry became --judges-per-gpu judges, the GPU's slots as many
+            raise ConfigError(f"serve.devices: {','.join(self.devices or ())!r} names a GPU twice (more "
+                              "judges on one GPU: --judges-per-gpu)")
         if self.num_workers is not None and self.num_workers < 1:
             raise ConfigError("serve.num_workers: must be >= 1")
         if self.judges_per_gpu is not None and not 1 <= self.judges_per_gpu <= 16:

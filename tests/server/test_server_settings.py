@@ -228,3 +228,13 @@ def test_serve_refuses_more_cpu_judges_than_the_client_commands_do() -> None:
         serve_executor_config(Settings(devices=("cpu",), num_workers=4 * cores + 1, db_path=":memory:"))
     fits = serve_executor_config(Settings(devices=("cpu",), num_workers=4 * cores, db_path=":memory:"))
     assert isinstance(fits, LocalExecutor.Config) and len(fits.devices or ()) == 4 * cores
+
+
+def test_a_gpu_named_twice_in_devices_is_refused() -> None:
+    """`serve --devices cuda:0,cuda:0` built a worker per entry, each --judges-per-gpu judges, for the
+    GPU's --judges-per-gpu lock slots: half the judges waited for the GPU until their start failed."""
+    for devices in (("cuda:0", "cuda:0"), ("cuda:1", "cuda:01")):
+        with pytest.raises(ConfigError, match="names a GPU twice"):
+            Settings(devices=devices)
+    assert Settings(devices=("cpu", "cpu")).devices == ("cpu", "cpu")  # two CPU judges
+    assert Settings(devices=("cuda:0", "cuda:1")).devices == ("cuda:0", "cuda:1")
