@@ -278,7 +278,7 @@ def create_app(settings: Settings | None = None,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = TaskStore(settings.db_path, durable=settings.durable)
+        store = TaskStore(settings.db_path, durable=settings.durable, exclusive=True)  # one server per store
         executor = await run_in_threadpool(factory, settings)
         scheduler = Scheduler(store, executor, settings)
         scheduler.start()

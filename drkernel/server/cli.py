@@ -211,7 +211,7 @@ def _check_store(db_path: str) -> None:
     if db_path == ":memory:":
         return
     try:
-        store = TaskStore(db_path)
+        store = TaskStore(db_path, exclusive=True)  # another server on it: one line now
     except (sqlite3.Error, OSError) as exc:
         raise ConfigError(f"--db {db_path}: cannot open it as the task store: {exc}") from None
     try:

@@ -8,8 +8,10 @@ column holds where the task runs or last ran (JSON: worker, host, Ray node, devi
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -174,10 +176,26 @@ def _record(row: tuple[Any, ...]) -> TaskRecord:
 class TaskStore:
     """Thread-safe access to one SQLite file (one connection, one lock; WAL for durability)."""
 
-    def __init__(self, path: str, durable: bool = False) -> None:
+    def __init__(self, path: str, durable: bool = False, exclusive: bool = False) -> None:
+        """`exclusive`: this process serves from the file, and no other may while it is open (a server's
+        store; a second server on it re-queued the first one's running tasks and judged them again)."""
         self.path = path
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._owner = _hold(path) if exclusive and path != ":memory:" else None
         self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        except BaseException:
+            self._release()
+            raise
+        try:
+            self._prepare(durable)
+        except BaseException:
+            self.close()
+            raise
+
+    def _prepare(self, durable: bool) -> None:
+        """WAL, the schema and the columns added since the first release; refuses a tasks table of
+        another layout."""
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         self._db.executescript(_SCHEMA)
@@ -194,7 +212,6 @@ class TaskStore:
         required = [col[1] for col in columns
                     if col[1] not in ours and col[3] and col[4] is None and not col[5]]
         if missing or required:  # every write would fail (a 503 the clients retry for ever, or a 500)
-            self._db.close()
             why = f"has no column {', '.join(missing)}" if missing else \
                 f"needs column {', '.join(required)}, which this version does not fill"
             raise sqlite3.DatabaseError(f"its tasks table {why}: written by another program or version")
@@ -383,3 +400,26 @@ class TaskStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._owner is not None:
+            os.close(self._owner)  # the flock goes with it
+            self._owner = None
+
+
+def _hold(path: str) -> int:
+    """An exclusive flock on the store file for as long as its descriptor is open (SQLite's own locks
+    are fcntl locks, which flock does not touch; kill -9 releases it). Raises sqlite3.OperationalError
+    when another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise sqlite3.OperationalError("another process (a drkernel serve?) serves from it: one server "
+                                       "per task store") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

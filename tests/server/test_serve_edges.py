@@ -208,3 +208,29 @@ def test_a_store_of_a_newer_version_with_a_required_column_is_refused_at_open(tm
                 TaskStore(db)
         else:  # a column with a default: this version's rows get it
             TaskStore(db).close()
+
+
+def test_a_second_server_on_the_same_store_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A second `drkernel serve` on the --db of a running one started: it re-queued the first server's
+    running tasks and judged them again beside it (attempts 2, two judges on one task), and the two queues
+    raced for every task after. A server holds its store for its life (kill -9 lets go of it)."""
+    import sqlite3
+
+    from drkernel.server.store import TaskStore
+
+    db = str(tmp_path / "s.db")
+    first = TaskStore(db, exclusive=True)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="serves from it: one server per task store"):
+            TaskStore(db, exclusive=True)
+        TaskStore(db).close()  # a reader that serves nothing (a test, a report) still opens it
+        started = _no_judges(monkeypatch)
+        assert main(["serve", "--judge", "fake", "--port", str(_free_port()), "--db", db]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert not started and lines[-1] == (f"drkernel serve: --db {db}: cannot open it as the task store: "
+                                             "another process (a drkernel serve?) serves from it: one server "
+                                             "per task store"), lines
+    finally:
+        first.close()
+    TaskStore(db, exclusive=True).close()  # free again once the first one closed
