@@ -202,12 +202,14 @@ class Client(_Base):
         deadline = time.monotonic() + timeout_s
         done: dict[str, EvalResult] = {}
         task_ids = list(dict.fromkeys(task_ids))  # an id given twice is one task, answered once
+        asked = False  # the server is asked at least once: timeout_s=0 reads what is done now
         while len(done) < len(task_ids):
             left = deadline - time.monotonic()
-            if left <= 0:
+            if asked and left <= 0:
                 raise EvalTimeout(f"{len(task_ids) - len(done)} tasks unfinished after {timeout_s} s")
+            asked = True
             pending = [t for t in task_ids if t not in done]
-            poll = min(self.config.poll_s, left)
+            poll = max(0.0, min(self.config.poll_s, left))
             body = self._call("POST", "/v1/tasks/wait", extra_timeout=poll,
                               json={"task_ids": pending, "timeout_s": poll})
             _collect(body["tasks"], done)
@@ -280,12 +282,14 @@ class AsyncClient(_Base):
         deadline = loop.time() + timeout_s
         done: dict[str, EvalResult] = {}
         task_ids = list(dict.fromkeys(task_ids))  # an id given twice is one task, answered once
+        asked = False  # the server is asked at least once: timeout_s=0 reads what is done now
         while len(done) < len(task_ids):
             left = deadline - loop.time()
-            if left <= 0:
+            if asked and left <= 0:
                 raise EvalTimeout(f"{len(task_ids) - len(done)} tasks unfinished after {timeout_s} s")
+            asked = True
             pending = [t for t in task_ids if t not in done]
-            poll = min(self.config.poll_s, left)
+            poll = max(0.0, min(self.config.poll_s, left))
             body = await self._call("POST", "/v1/tasks/wait", extra_timeout=poll,
                                     json={"task_ids": pending, "timeout_s": poll})
             _collect(body["tasks"], done)

@@ -244,3 +244,24 @@ def test_an_answer_that_is_not_json_is_an_executor_error() -> None:
 
     with pytest.raises(ExecutorError, match="GET /health: HTTP 200 answered text/html, not JSON"):
         asyncio.run(run())
+
+
+def test_a_wait_of_zero_seconds_reads_what_is_done() -> None:
+    """Client.wait(ids, 0) raised EvalTimeout before asking the server anything, even with every task
+    done: a poll could not be written as a wait of 0 s."""
+    server = FakeServer()
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(server)) as client:
+        ids = client.submit([req("a"), req("b")])
+        assert set(client.wait(ids, 0)) == {"a", "b"}
+    pending = httpx.MockTransport(FakeServer(finish=False))
+    with Client(base_url="http://judge.test", transport=pending) as client:
+        ids = client.submit([req("c")])
+        with pytest.raises(EvalTimeout, match="1 tasks unfinished after 0 s"):
+            client.wait(ids, 0)
+
+    async def run() -> set[str]:
+        transport = httpx.MockTransport(server)
+        async with AsyncClient(base_url="http://judge.test", transport=transport) as aclient:
+            return set(await aclient.wait(["a"], 0.0))
+
+    assert asyncio.run(run()) == {"a"}
