@@ -81,7 +81,19 @@ def _raise_for(response: httpx.Response, what: str) -> None:
         raise ConfigError(f"{text} (check the token)")
     if response.status_code in (429, 503):
         raise Overloaded(text)
+    if response.status_code == 413:
+        raise _TooLarge(text)
     raise ExecutorError(text)
+
+
+class _TooLarge(ExecutorError):
+    """HTTP 413: one request held more than the server takes at once (its body limit, its queue bound);
+    `submit` sends such a batch again in halves."""
+
+
+def _halves(chunk: list[EvalRequest]) -> list[list[EvalRequest]]:
+    half = len(chunk) // 2
+    return [chunk[:half], chunk[half:]]
 
 
 def _json(response: httpx.Response, what: str) -> Any:
@@ -192,9 +204,19 @@ class Client(_Base):
     def submit(self, requests: list[EvalRequest], priority: str = "normal") -> list[str]:
         prepared = _prepare(requests)
         for start in range(0, len(prepared), _CHUNK):
-            self._call("POST", "/v1/tasks/batch",
-                       json=_batch_body(prepared[start:start + _CHUNK], priority))
+            self._submit(prepared[start:start + _CHUNK], priority)
         return [r.task_id for r in prepared]  # type: ignore[misc]
+
+    def _submit(self, chunk: list[EvalRequest], priority: str) -> None:
+        """One batch; a 413 sends it again in halves (a server with --max-queue below the chunk, or a batch
+        of large sources past its body limit, failed every submission)."""
+        try:
+            self._call("POST", "/v1/tasks/batch", json=_batch_body(chunk, priority))
+        except _TooLarge:
+            if len(chunk) == 1:
+                raise
+            for half in _halves(chunk):
+                self._submit(half, priority)
 
     def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
         """Results of every task, or EvalTimeout when they are not all done by the deadline."""
@@ -272,9 +294,17 @@ class AsyncClient(_Base):
     async def submit(self, requests: list[EvalRequest], priority: str = "normal") -> list[str]:
         prepared = _prepare(requests)
         for start in range(0, len(prepared), _CHUNK):
-            await self._call("POST", "/v1/tasks/batch",
-                             json=_batch_body(prepared[start:start + _CHUNK], priority))
+            await self._submit(prepared[start:start + _CHUNK], priority)
         return [r.task_id for r in prepared]  # type: ignore[misc]
+
+    async def _submit(self, chunk: list[EvalRequest], priority: str) -> None:
+        try:
+            await self._call("POST", "/v1/tasks/batch", json=_batch_body(chunk, priority))
+        except _TooLarge:
+            if len(chunk) == 1:
+                raise
+            for half in _halves(chunk):
+                await self._submit(half, priority)
 
     async def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
         _check_timeout("wait timeout_s", timeout_s)

@@ -265,3 +265,34 @@ def test_a_wait_of_zero_seconds_reads_what_is_done() -> None:
             return set(await aclient.wait(["a"], 0.0))
 
     assert asyncio.run(run()) == {"a"}
+
+
+class SmallBatchServer(FakeServer):
+    """A server that takes at most 2 tasks a request (its --max-queue, or its body limit): 413 beyond."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        import json
+
+        if request.url.path == "/v1/tasks/batch":
+            items = json.loads(request.content)["requests"]
+            if len(items) > 2 or "too big" in items[0]["request"]["kernel_code"]:
+                return httpx.Response(413, json={"message": f"{len(items)} tasks exceed the queue bound (2)"})
+        return super().__call__(request)
+
+
+def test_a_batch_the_server_finds_too_large_is_sent_again_in_halves() -> None:
+    """The client sends 500 tasks a request: a server with --max-queue below that (or a batch of large
+    sources past its body limit) answered 413, and every evaluate failed with it."""
+    server = SmallBatchServer()
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(server)) as client:
+        results = client.evaluate([req(f"t{i}") for i in range(5)], timeout_s=5)
+        assert len(results) == 5 and set(server.tasks) == {f"t{i}" for i in range(5)}
+        lone = EvalRequest(reference_code="ref", kernel_code="too big", task_id="big")
+        with pytest.raises(ExecutorError, match="HTTP 413"):  # one request too large: said, not split
+            client.submit([lone])
+
+    async def run() -> list[str]:
+        async with AsyncClient(base_url="http://judge.test", transport=httpx.MockTransport(server)) as ac:
+            return await ac.submit([req(f"a{i}") for i in range(3)])
+
+    assert asyncio.run(run()) == ["a0", "a1", "a2"] and {"a0", "a1", "a2"} <= set(server.tasks)
