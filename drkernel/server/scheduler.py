@@ -111,7 +111,8 @@ class Scheduler:
         queued = self.store.queued()
         with self._cv:
             for task_id, priority, submitted_at in queued:
-                self.queue.push(task_id, priority, submitted_at)
+                # a priority of another version ("critical") failed the start with a ValueError traceback
+                self.queue.push(task_id, priority if priority in PRIORITIES else "normal", submitted_at)
         if queued:
             logger.info("recovered %d queued tasks (%d were interrupted)", len(queued), requeued)
         self.counters["recovered"] += len(queued)

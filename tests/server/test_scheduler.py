@@ -131,6 +131,23 @@ def test_polite_stops_while_a_task_runs_never_give_it_up(tmp_path: Path) -> None
     assert record.attempts == 5 and record.meta["stopped"] == 4
 
 
+def test_a_queued_task_of_an_unknown_priority_is_run_not_a_failed_start(tmp_path: Path) -> None:
+    """A queued row whose priority this version does not know (written by another one) made the start
+    raise ValueError ('critical' is not in list): the server did not start, on any restart."""
+    store = TaskStore(str(tmp_path / "s.db"))
+    store.submit([task("odd")])
+    with store._lock:
+        store._db.execute("UPDATE tasks SET priority='critical' WHERE task_id='odd'")
+    store.close()
+    s = scheduler(tmp_path)
+    s.start()
+    try:
+        record = asyncio.run(s.wait(["odd"], 10))["odd"]
+    finally:
+        s.stop()
+    assert record.state == "done" and record.result is not None and record.result.outcome is EvalOutcome.OK
+
+
 def test_a_task_that_keeps_killing_the_server_is_given_up(tmp_path: Path) -> None:
     store = TaskStore(str(tmp_path / "s.db"))
     store.submit([task("poison")])
