@@ -50,6 +50,12 @@ class ClientConfig:
         if not (self.max_retries >= 0 and self.backoff_s >= 0):
             raise ConfigError(f"client.max_retries ({self.max_retries}) and client.backoff_s "
                               f"({self.backoff_s}) must be >= 0")
+        # a token read from a file keeps its newline: each call was then 30 s of retries of a request httpx
+        # refused to send ('Illegal header value'), and an ExecutorError
+        token = self.token or ""
+        if not (token.isascii() and token.isprintable() and token == token.strip()):
+            raise ConfigError("client.token: starts or ends with a space, or holds a newline or another "
+                              "character no header takes (a newline kept from a file?)")
         for name in ("request_timeout_s", "poll_s", "backoff_cap_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"client.{name}: {getattr(self, name)} must be > 0")

@@ -296,3 +296,14 @@ def test_a_batch_the_server_finds_too_large_is_sent_again_in_halves() -> None:
             return await ac.submit([req(f"a{i}") for i in range(3)])
 
     assert asyncio.run(run()) == ["a0", "a1", "a2"] and {"a0", "a1", "a2"} <= set(server.tasks)
+
+
+@pytest.mark.parametrize("token", ["abc\n", " abc", "a\tb", "abc\u00e9"])
+def test_a_token_no_header_can_carry_is_a_config_error(token: str) -> None:
+    """A token read from a file with its newline made every call 30 s of retries of a request httpx
+    refused to send ('Illegal header value'), then an ExecutorError."""
+    with pytest.raises(ConfigError, match="client.token: starts or ends with a space, or holds a newline"):
+        Client(base_url="http://judge.test", token=token)
+    with pytest.raises(ConfigError, match="client.token"):
+        HttpExecutor(HttpExecutor.Config(base_url="http://judge.test", token=token))
+    Client(base_url="http://judge.test", token="s3cr3t-._~+/= with inner spaces").close()
