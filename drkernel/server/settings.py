@@ -95,6 +95,11 @@ class Settings:
             if not getattr(self, name).strip():
                 raise ConfigError(f"serve.{name}: empty" + (" (name a file; ':memory:' keeps nothing)"
                                                             if name == "db_path" else ""))
+        token = self.auth_token or ""
+        if not (token.isascii() and token.isprintable() and token == token.strip()):
+            # no Authorization header carries it (a newline kept from a file): every request was a 401
+            raise ConfigError("DRKERNEL_AUTH_TOKEN: starts or ends with a space, or holds a newline or "
+                              "another character no header takes (a newline kept from a file?)")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"serve.port: {self.port} out of range")
         for name in ("max_queue", "max_batch", "max_body_bytes", "max_code_bytes", "max_attempts"):

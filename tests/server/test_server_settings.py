@@ -238,3 +238,12 @@ def test_a_gpu_named_twice_in_devices_is_refused() -> None:
             Settings(devices=devices)
     assert Settings(devices=("cpu", "cpu")).devices == ("cpu", "cpu")  # two CPU judges
     assert Settings(devices=("cuda:0", "cuda:1")).devices == ("cuda:0", "cuda:1")
+
+
+@pytest.mark.parametrize("token", ["s3cret\n", " s3cret", "s3\u00e9cret"])
+def test_a_token_no_header_can_carry_is_refused_at_start(token: str) -> None:
+    """DRKERNEL_AUTH_TOKEN read from a file with its newline started a server on which every request but
+    /health was a 401: no Authorization header can carry it."""
+    with pytest.raises(ConfigError, match="DRKERNEL_AUTH_TOKEN: starts or ends with a space"):
+        Settings.from_env({"DRKERNEL_AUTH_TOKEN": token})
+    assert Settings.from_env({"DRKERNEL_AUTH_TOKEN": "s3cret token"}).auth_token == "s3cret token"
