@@ -81,6 +81,9 @@ def serve_executor_config(settings: Settings) -> ExecutorConfig:
         if cpu:  # serve --workers 1000 on the CPU started 1000 judge processes importing torch
             check_cpu_judges(settings.num_workers)
         devices = ("cpu",) * settings.num_workers if cpu else devices[: settings.num_workers]
+    if settings.judges_per_gpu is not None and settings.judges_per_gpu > 1 and set(devices) == {"cpu"}:
+        logger.warning("--judges-per-gpu %d sets nothing here: no GPU among the devices (CPU judges: %d; "
+                       "--workers N sets how many)", settings.judges_per_gpu, len(devices))
     return executor_config("local", devices=devices, isolation=settings.isolation,
                            heartbeat_timeout_s=settings.heartbeat_timeout_s,
                            deadline_grace_s=settings.deadline_grace_s,

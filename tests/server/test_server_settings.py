@@ -247,3 +247,18 @@ def test_a_token_no_header_can_carry_is_refused_at_start(token: str) -> None:
     with pytest.raises(ConfigError, match="DRKERNEL_AUTH_TOKEN: starts or ends with a space"):
         Settings.from_env({"DRKERNEL_AUTH_TOKEN": token})
     assert Settings.from_env({"DRKERNEL_AUTH_TOKEN": "s3cret token"}).auth_token == "s3cret token"
+
+
+def test_judges_per_gpu_without_a_gpu_says_it_sets_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """`serve --devices cpu --judges-per-gpu 4` (or on a host without a GPU) started one CPU judge, the
+    flag dropped without a word."""
+    import logging
+
+    from drkernel.server.app import serve_executor_config
+
+    with caplog.at_level(logging.WARNING, logger="drkernel.server.app"):
+        config = serve_executor_config(Settings(devices=("cpu",), judges_per_gpu=4, db_path=":memory:"))
+    assert isinstance(config, LocalExecutor.Config) and config.devices == ("cpu",)
+    assert [r.getMessage() for r in caplog.records] == [
+        "--judges-per-gpu 4 sets nothing here: no GPU among the devices (CPU judges: 1; --workers N sets "
+        "how many)"]
