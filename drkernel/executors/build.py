@@ -21,7 +21,7 @@ from drkernel.executors.local import LocalExecutor
 from drkernel.executors.ray import RayExecutor
 
 __all__ = ["CLIENT_EXECUTORS", "EXECUTORS", "ClientExecutorConfig", "ExecutorConfig", "build_executor",
-           "client_executor_config", "executor_config", "executor_name"]
+           "check_cpu_judges", "client_executor_config", "executor_config", "executor_name"]
 
 ExecutorConfig: TypeAlias = (
     LocalExecutor.Config | RayExecutor.Config | HttpExecutor.Config | FakeExecutor.Config
@@ -90,12 +90,19 @@ def client_executor_config(kind: str = "local", *, server: str | None = None, de
         if workers is not None and workers > 16:
             raise ConfigError(f"--workers {workers}: at most 16 judges share one GPU")
         return LocalExecutor.Config(devices=(device,), judges_per_gpu=workers or 1)
-    cores = os.cpu_count() or 1
-    if workers is not None and workers > 4 * cores:  # each judge is processes that import torch
-        raise ConfigError(f"--workers {workers}: more than 4 judges per CPU core of this machine ({cores} "
-                          "cores) only queue for them")
+    if workers is not None:
+        check_cpu_judges(workers)
     devices = (device,) * (workers or 1) if device is not None else None
     return LocalExecutor.Config(devices=devices, num_cpu_workers=workers)
+
+
+def check_cpu_judges(workers: int) -> None:
+    """--workers CPU judges: at most 4 per core of this machine (each judge is processes that import
+    torch; 1000 would start 1000 of them)."""
+    cores = os.cpu_count() or 1
+    if workers > 4 * cores:
+        raise ConfigError(f"--workers {workers}: more than 4 judges per CPU core of this machine ({cores} "
+                          "cores) only queue for them")
 
 
 def build_executor(config: ExecutorConfig, judge_factory: JudgeFactory | None = None) -> Executor:

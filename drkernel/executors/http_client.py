@@ -26,6 +26,9 @@ __all__ = ["AsyncClient", "Client", "ClientConfig", "http_errors"]
 
 _RETRY_STATUS = (429, 502, 503, 504)
 _CHUNK = 500  # tasks per submission request
+# the longest long poll a get asks for: a server holds one at most this long (drkernel serve: 60 s), and
+# an infinite one was an OverflowError from the socket's timeout before anything was sent
+_LONGEST_POLL_S = 3600.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,6 +50,12 @@ class ClientConfig:
         if not (self.max_retries >= 0 and self.backoff_s >= 0):
             raise ConfigError(f"client.max_retries ({self.max_retries}) and client.backoff_s "
                               f"({self.backoff_s}) must be >= 0")
+        # a token read from a file keeps its newline: each call was then 30 s of retries of a request httpx
+        # refused to send ('Illegal header value'), and an ExecutorError
+        token = self.token or ""
+        if not (token.isascii() and token.isprintable() and token == token.strip()):
+            raise ConfigError("client.token: starts or ends with a space, or holds a newline or another "
+                              "character no header takes (a newline kept from a file?)")
         for name in ("request_timeout_s", "poll_s", "backoff_cap_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"client.{name}: {getattr(self, name)} must be > 0")
@@ -78,7 +87,31 @@ def _raise_for(response: httpx.Response, what: str) -> None:
         raise ConfigError(f"{text} (check the token)")
     if response.status_code in (429, 503):
         raise Overloaded(text)
+    if response.status_code == 413:
+        raise _TooLarge(text)
     raise ExecutorError(text)
+
+
+class _TooLarge(ExecutorError):
+    """HTTP 413: one request held more than the server takes at once (its body limit, its queue bound);
+    `submit` sends such a batch again in halves."""
+
+
+def _halves(chunk: list[EvalRequest]) -> list[list[EvalRequest]]:
+    half = len(chunk) // 2
+    return [chunk[:half], chunk[half:]]
+
+
+def _json(response: httpx.Response, what: str) -> Any:
+    """The answer's JSON; an answer that is not JSON (a proxy's or a login page's HTML with 200) is an
+    ExecutorError, where it was json's JSONDecodeError, outside the client's exception tree."""
+    try:
+        return response.json()
+    except ValueError:
+        kind = response.headers.get("content-type", "no content type")
+        root = response.request.url.copy_with(path="/", query=None)
+        raise ExecutorError(f"{what}: HTTP {response.status_code} answered {kind}, not JSON: is {root} "
+                            "a drkernel serve?") from None
 
 
 def _has_message(response: httpx.Response) -> bool:
@@ -170,16 +203,26 @@ class Client(_Base):
                     raise
             if response is not None and not self._retryable(attempt, response):
                 _raise_for(response, f"{method} {path}")
-                return response.json()
+                return _json(response, f"{method} {path}")
             time.sleep(_delay(self.config, attempt, response))
         raise AssertionError("unreachable")
 
     def submit(self, requests: list[EvalRequest], priority: str = "normal") -> list[str]:
         prepared = _prepare(requests)
         for start in range(0, len(prepared), _CHUNK):
-            self._call("POST", "/v1/tasks/batch",
-                       json=_batch_body(prepared[start:start + _CHUNK], priority))
+            self._submit(prepared[start:start + _CHUNK], priority)
         return [r.task_id for r in prepared]  # type: ignore[misc]
+
+    def _submit(self, chunk: list[EvalRequest], priority: str) -> None:
+        """One batch; a 413 sends it again in halves (a server with --max-queue below the chunk, or a batch
+        of large sources past its body limit, failed every submission)."""
+        try:
+            self._call("POST", "/v1/tasks/batch", json=_batch_body(chunk, priority))
+        except _TooLarge:
+            if len(chunk) == 1:
+                raise
+            for half in _halves(chunk):
+                self._submit(half, priority)
 
     def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
         """Results of every task, or EvalTimeout when they are not all done by the deadline."""
@@ -187,12 +230,14 @@ class Client(_Base):
         deadline = time.monotonic() + timeout_s
         done: dict[str, EvalResult] = {}
         task_ids = list(dict.fromkeys(task_ids))  # an id given twice is one task, answered once
+        asked = False  # the server is asked at least once: timeout_s=0 reads what is done now
         while len(done) < len(task_ids):
             left = deadline - time.monotonic()
-            if left <= 0:
+            if asked and left <= 0:
                 raise EvalTimeout(f"{len(task_ids) - len(done)} tasks unfinished after {timeout_s} s")
+            asked = True
             pending = [t for t in task_ids if t not in done]
-            poll = min(self.config.poll_s, left)
+            poll = max(0.0, min(self.config.poll_s, left))
             body = self._call("POST", "/v1/tasks/wait", extra_timeout=poll,
                               json={"task_ids": pending, "timeout_s": poll})
             _collect(body["tasks"], done)
@@ -206,6 +251,7 @@ class Client(_Base):
 
     def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
         _check_timeout("get wait_s", wait_s)
+        wait_s = min(wait_s, _LONGEST_POLL_S)
         return self._call("GET", _task_path(task_id), extra_timeout=wait_s,  # type: ignore[no-any-return]
                           params={"wait": wait_s})
 
@@ -247,16 +293,24 @@ class AsyncClient(_Base):
                     raise
             if response is not None and not self._retryable(attempt, response):
                 _raise_for(response, f"{method} {path}")
-                return response.json()
+                return _json(response, f"{method} {path}")
             await asyncio.sleep(_delay(self.config, attempt, response))
         raise AssertionError("unreachable")
 
     async def submit(self, requests: list[EvalRequest], priority: str = "normal") -> list[str]:
         prepared = _prepare(requests)
         for start in range(0, len(prepared), _CHUNK):
-            await self._call("POST", "/v1/tasks/batch",
-                             json=_batch_body(prepared[start:start + _CHUNK], priority))
+            await self._submit(prepared[start:start + _CHUNK], priority)
         return [r.task_id for r in prepared]  # type: ignore[misc]
+
+    async def _submit(self, chunk: list[EvalRequest], priority: str) -> None:
+        try:
+            await self._call("POST", "/v1/tasks/batch", json=_batch_body(chunk, priority))
+        except _TooLarge:
+            if len(chunk) == 1:
+                raise
+            for half in _halves(chunk):
+                await self._submit(half, priority)
 
     async def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
         _check_timeout("wait timeout_s", timeout_s)
@@ -264,12 +318,14 @@ class AsyncClient(_Base):
         deadline = loop.time() + timeout_s
         done: dict[str, EvalResult] = {}
         task_ids = list(dict.fromkeys(task_ids))  # an id given twice is one task, answered once
+        asked = False  # the server is asked at least once: timeout_s=0 reads what is done now
         while len(done) < len(task_ids):
             left = deadline - loop.time()
-            if left <= 0:
+            if asked and left <= 0:
                 raise EvalTimeout(f"{len(task_ids) - len(done)} tasks unfinished after {timeout_s} s")
+            asked = True
             pending = [t for t in task_ids if t not in done]
-            poll = min(self.config.poll_s, left)
+            poll = max(0.0, min(self.config.poll_s, left))
             body = await self._call("POST", "/v1/tasks/wait", extra_timeout=poll,
                                     json={"task_ids": pending, "timeout_s": poll})
             _collect(body["tasks"], done)
@@ -283,6 +339,7 @@ class AsyncClient(_Base):
 
     async def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
         _check_timeout("get wait_s", wait_s)
+        wait_s = min(wait_s, _LONGEST_POLL_S)
         return await self._call("GET", _task_path(task_id),  # type: ignore[no-any-return]
                                 extra_timeout=wait_s, params={"wait": wait_s})
 

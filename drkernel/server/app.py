@@ -65,7 +65,7 @@ def default_executor(settings: Settings) -> Executor:
 
 def serve_executor_config(settings: Settings) -> ExecutorConfig:
     """The settings' executor config: local or ray, the names serve takes (settings.py checks)."""
-    from drkernel.executors.build import executor_config
+    from drkernel.executors.build import check_cpu_judges, executor_config
     from drkernel.server.settings import SECRET_VARS
 
     if settings.executor == "ray":
@@ -78,7 +78,12 @@ def serve_executor_config(settings: Settings) -> ExecutorConfig:
     devices = settings.devices or detect_devices(settings.num_workers)
     if settings.num_workers:  # that many CPU judges, or the first GPUs of the list
         cpu = set(devices) == {"cpu"}
+        if cpu:  # serve --workers 1000 on the CPU started 1000 judge processes importing torch
+            check_cpu_judges(settings.num_workers)
         devices = ("cpu",) * settings.num_workers if cpu else devices[: settings.num_workers]
+    if settings.judges_per_gpu is not None and settings.judges_per_gpu > 1 and set(devices) == {"cpu"}:
+        logger.warning("--judges-per-gpu %d sets nothing here: no GPU among the devices (CPU judges: %d; "
+                       "--workers N sets how many)", settings.judges_per_gpu, len(devices))
     return executor_config("local", devices=devices, isolation=settings.isolation,
                            heartbeat_timeout_s=settings.heartbeat_timeout_s,
                            deadline_grace_s=settings.deadline_grace_s,
@@ -276,7 +281,7 @@ def create_app(settings: Settings | None = None,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = TaskStore(settings.db_path, durable=settings.durable)
+        store = TaskStore(settings.db_path, durable=settings.durable, exclusive=True)  # one server per store
         executor = await run_in_threadpool(factory, settings)
         scheduler = Scheduler(store, executor, settings)
         scheduler.start()

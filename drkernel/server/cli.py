@@ -99,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, TypeError) as exc:
         print(f"drkernel serve: {exc}", file=sys.stderr)
         return 2
+    conflict = _flag_conflict(args, settings)
+    if conflict:
+        print(f"drkernel serve: {conflict}", file=sys.stderr)
+        return 2
     if settings.executor == "ray" and settings.ray_address:
         from drkernel.errors import ExecutorError
         from drkernel.executors.ray import check_ray_address, check_ray_auth
@@ -151,6 +155,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _flag_conflict(args: argparse.Namespace, settings: Any) -> str | None:
+    """A flag the chosen executor would ignore: `--address HOST:6379` without `--executor ray` served a
+    local pool, and `--devices` or `--isolation thread` with Ray were dropped, all without a word."""
+    if getattr(args, "ray_address", None) and settings.executor != "ray":
+        return f"--address {args.ray_address} names a Ray cluster: add --executor ray (the local executor " \
+               "would ignore it)"
+    if settings.executor == "ray":
+        given = [flag for flag, dest in (("--devices", "devices"), ("--isolation", "isolation"))
+                 if getattr(args, dest, None) is not None]
+        if given:
+            return f"{' and '.join(given)}: the local executor's; with --executor ray each GPU of the " \
+                   "cluster gets one judge actor"
+    return None
+
+
 def _check_listen(host: str, port: int) -> None:
     """Bind --host:--port once and let go: a port in use or a host that does not resolve is one line
     now, where uvicorn said it in several after every judge had started, and exited 3."""
@@ -192,7 +211,7 @@ def _check_store(db_path: str) -> None:
     if db_path == ":memory:":
         return
     try:
-        store = TaskStore(db_path)
+        store = TaskStore(db_path, exclusive=True)  # another server on it: one line now
     except (sqlite3.Error, OSError) as exc:
         raise ConfigError(f"--db {db_path}: cannot open it as the task store: {exc}") from None
     try:

@@ -169,6 +169,11 @@ def submit_or_raise(state: ServerState, tasks: list[NewTask]) -> list[tuple[Task
             validate_request(task.request)
         except ConfigError as exc:
             raise ApiError(400, "VALIDATION", f"request: {exc}", task_id=task.request.task_id) from None
+    bound = state.settings.max_queue
+    if len(tasks) > bound:  # a 429 would be retried for ever: the queue never holds them all at once
+        raise ApiError(413, "PAYLOAD_TOO_LARGE", f"{len(tasks)} tasks in one request exceed the server's "
+                       f"queue bound ({bound}, --max-queue): they can never be queued together; send at "
+                       f"most {bound} a request")
     try:
         return state.scheduler.submit(tasks)
     except TaskConflict as exc:

@@ -23,7 +23,7 @@ from drkernel.executors.pool import infra_result
 from drkernel.server.anchor import error_code
 from drkernel.server.settings import Settings
 from drkernel.server.store import NewTask, StoreUnavailable, TaskRecord, TaskStore
-from drkernel.types import EvalResult
+from drkernel.types import EvalOutcome, EvalResult
 
 __all__ = ["PRIORITIES", "Scheduler", "TaskQueue"]
 
@@ -111,7 +111,8 @@ class Scheduler:
         queued = self.store.queued()
         with self._cv:
             for task_id, priority, submitted_at in queued:
-                self.queue.push(task_id, priority, submitted_at)
+                # a priority of another version ("critical") failed the start with a ValueError traceback
+                self.queue.push(task_id, priority if priority in PRIORITIES else "normal", submitted_at)
         if queued:
             logger.info("recovered %d queued tasks (%d were interrupted)", len(queued), requeued)
         self.counters["recovered"] += len(queued)
@@ -130,12 +131,23 @@ class Scheduler:
         deadline = time.monotonic() + timeout_s
         for t in self._threads:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
+        with self._cv:
+            running = list(self._running)
+        for task_id in running:  # still evaluating: back to the queue as stopped, before the store closes
+            try:
+                self.store.requeue(task_id)
+            except StoreUnavailable:  # left running: the next start re-queues it
+                logger.warning("could not re-queue %s as the server stopped", task_id)
 
     # -- submission and cancellation ------------------------------------------------------------
     def submit(self, tasks: list[NewTask]) -> list[tuple[TaskRecord, bool]]:
         """Persist, then queue. Raises Overloaded when the queue cannot take them all."""
         with self._cv:
-            if len(self.queue) + len(tasks) > self.settings.max_queue:
+            # a task id already stored is answered by its task and queues nothing (a client re-sending a
+            # batch whose answer it lost): only the others count against the bound
+            stored = self.store.get_many([str(t.request.task_id) for t in tasks if not t.force])
+            fresh = sum(1 for t in tasks if t.force or t.request.task_id not in stored)
+            if fresh and len(self.queue) + fresh > self.settings.max_queue:
                 self.counters["rejected"] += len(tasks)
                 raise Overloaded(f"queue full ({len(self.queue)}/{self.settings.max_queue} tasks)")
             out = self.store.submit(tasks)
@@ -226,8 +238,11 @@ class Scheduler:
         if record is None:  # cancelled while queued
             return
         request = record.request
-        if record.attempts > self.settings.max_attempts:
-            result = infra_result(request, "gave_up", f"task interrupted {record.attempts - 1} "
+        # a try the server stopped politely (SIGTERM, a restart) is none of the task's doing: only the
+        # others count (three restarts while a long task ran gave it up as a poison task)
+        tries = record.attempts - int(record.meta.get("stopped", 0))
+        if tries > self.settings.max_attempts:
+            result = infra_result(request, "gave_up", f"task interrupted {tries - 1} "
                                   "times (worker or server crashes); not retried again")
             self._finish(task_id, result, 0.0, record.seq)
             return
@@ -250,7 +265,10 @@ class Scheduler:
         if record is None or record.finished:
             return
         message = f"the server could not dispatch this task: {type(exc).__name__}: {exc}"
-        self._finish(task_id, infra_result(record.request, "dispatch_error", message), 0.0)
+        # not from record.request: a request this version cannot read (an option of a newer one) is
+        # what failed, and reading it again here left the task running for ever
+        self._finish(task_id, EvalResult.failure(EvalOutcome.INFRA_ERROR, "dispatch_error", message,
+                                                 task_id=task_id), 0.0)
 
     def _finish(self, task_id: str, result: EvalResult, seconds: float, seq: int | None = None) -> None:
         result.task_id = task_id

@@ -42,6 +42,7 @@ _ENV: dict[str, tuple[str, type]] = {
 # 104.1 in AQ), against 38.4 through `drkernel serve` with one judge and 89.2 in process with six,
 # where the device lock's holds contended (AO): docs/benchmark_log.md
 DEFAULT_JUDGES_PER_GPU = 4
+MIN_HEARTBEAT_TIMEOUT_S = 0.5  # a judge process then beats every 0.1 s
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,6 +88,18 @@ class Settings:
             raise ConfigError(f"serve.executor: {self.executor!r} not in local|ray")
         if self.judge not in ("sandbox", "fake"):
             raise ConfigError(f"serve.judge: {self.judge!r} not in sandbox|fake")
+        # `--db "$DB"` with DB unset: SQLite took "" for a private temporary file (nothing kept across a
+        # restart) and the sandboxes were hidden the working folder; `--host ""` warned of serving beyond
+        # loopback, then failed to resolve
+        for name in ("db_path", "host"):
+            if not getattr(self, name).strip():
+                raise ConfigError(f"serve.{name}: empty" + (" (name a file; ':memory:' keeps nothing)"
+                                                            if name == "db_path" else ""))
+        token = self.auth_token or ""
+        if not (token.isascii() and token.isprintable() and token == token.strip()):
+            # no Authorization header carries it (a newline kept from a file): every request was a 401
+            raise ConfigError("DRKERNEL_AUTH_TOKEN: starts or ends with a space, or holds a newline or "
+                              "another character no header takes (a newline kept from a file?)")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"serve.port: {self.port} out of range")
         for name in ("max_queue", "max_batch", "max_body_bytes", "max_code_bytes", "max_attempts"):
@@ -99,10 +112,19 @@ class Settings:
             if value is not None and not (value >= 0 if zero else value > 0):
                 raise ConfigError(f"serve.{name}: {value!r} is not a number of seconds "
                                   f"{'>= 0' if zero else '> 0'}")
+        # a judge beats every heartbeat_timeout_s / 5 (a Ray actor answers a ping): below this, a beat late
+        # by a moment read as frozen, and each judge was replaced as soon as it started, for ever
+        if self.heartbeat_timeout_s < MIN_HEARTBEAT_TIMEOUT_S:
+            raise ConfigError(f"serve.heartbeat_timeout_s: {self.heartbeat_timeout_s!r} is below "
+                              f"{MIN_HEARTBEAT_TIMEOUT_S} s, less than a judge's heartbeats take")
         if self.devices is not None and (not self.devices or not all(
                 d == "cpu" or (d.startswith("cuda:") and d[5:].isdigit()) for d in self.devices)):
             raise ConfigError(f"serve.devices: {','.join(self.devices)!r}: expected a comma "
                               "list of cuda:N (or cpu)")
+        gpus = [int(d[5:]) for d in self.devices or () if d != "cpu"]
+        if len(set(gpus)) < len(gpus):  # each entry became --judges-per-gpu judges, the GPU's slots as many
+            raise ConfigError(f"serve.devices: {','.join(self.devices or ())!r} names a GPU twice (more "
+                              "judges on one GPU: --judges-per-gpu)")
         if self.num_workers is not None and self.num_workers < 1:
             raise ConfigError("serve.num_workers: must be >= 1")
         if self.judges_per_gpu is not None and not 1 <= self.judges_per_gpu <= 16:

@@ -8,8 +8,10 @@ column holds where the task runs or last ran (JSON: worker, host, Ray node, devi
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drkernel.errors import DrKernelError
-from drkernel.types import EvalRequest, EvalResult
+from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 
 __all__ = ["ANCHOR_TASK_ID_MAX_CHARS", "TASK_ID_MAX_CHARS", "NewTask", "StoreUnavailable", "TaskConflict",
            "TaskRecord", "TaskStore", "fingerprint", "task_id_error"]
@@ -150,11 +152,22 @@ class TaskRecord:
         return value if isinstance(value, dict) else {"worker_id": self.worker}
 
 
+def _stored_result(task_id: str, text: str) -> EvalResult:
+    """A stored result; one this version cannot read (an outcome of a newer version) is an infra_error
+    that says so, as /health and /metrics count it (a failure), where every read of it was a 500."""
+    data = json.loads(text)
+    try:
+        return EvalResult.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        why = f"this server's version cannot read the stored result ({type(exc).__name__}: {exc})"
+        return EvalResult.failure(EvalOutcome.INFRA_ERROR, "unreadable_result", why, task_id=task_id)
+
+
 def _record(row: tuple[Any, ...]) -> TaskRecord:
     task_id, state, priority, request, result, attempts, worker, sub, start, fin, meta, seq = row
     return TaskRecord(
         task_id=task_id, state=state, priority=priority, request_json=request,
-        result=EvalResult.from_dict(json.loads(result)) if result else None,
+        result=_stored_result(task_id, result) if result else None,
         attempts=attempts, worker=worker, submitted_at=sub, started_at=start, finished_at=fin,
         meta=json.loads(meta), seq=seq,
     )
@@ -163,10 +176,26 @@ def _record(row: tuple[Any, ...]) -> TaskRecord:
 class TaskStore:
     """Thread-safe access to one SQLite file (one connection, one lock; WAL for durability)."""
 
-    def __init__(self, path: str, durable: bool = False) -> None:
+    def __init__(self, path: str, durable: bool = False, exclusive: bool = False) -> None:
+        """`exclusive`: this process serves from the file, and no other may while it is open (a server's
+        store; a second server on it re-queued the first one's running tasks and judged them again)."""
         self.path = path
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._owner = _hold(path) if exclusive and path != ":memory:" else None
         self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        except BaseException:
+            self._release()
+            raise
+        try:
+            self._prepare(durable)
+        except BaseException:
+            self.close()
+            raise
+
+    def _prepare(self, durable: bool) -> None:
+        """WAL, the schema and the columns added since the first release; refuses a tasks table of
+        another layout."""
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         self._db.executescript(_SCHEMA)
@@ -175,6 +204,17 @@ class TaskStore:
             if name not in have:
                 self._db.execute(f"ALTER TABLE tasks ADD COLUMN {name} {decl}")
         self._db.executescript(_ADDED_INDEXES)
+        # (cid, name, type, notnull, default, pk) of each column
+        columns = self._db.execute("PRAGMA table_info(tasks)").fetchall()
+        ours = (*_COLUMNS.split(", "), "fingerprint", *(name for name, _ in _ADDED_COLUMNS))
+        missing = [c for c in ours if c not in {col[1] for col in columns}]
+        # a column we do not fill that must be filled: every submission failed its INSERT (a 500)
+        required = [col[1] for col in columns
+                    if col[1] not in ours and col[3] and col[4] is None and not col[5]]
+        if missing or required:  # every write would fail (a 503 the clients retry for ever, or a 500)
+            why = f"has no column {', '.join(missing)}" if missing else \
+                f"needs column {', '.join(required)}, which this version does not fill"
+            raise sqlite3.DatabaseError(f"its tasks table {why}: written by another program or version")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -278,9 +318,13 @@ class TaskStore:
             return cur.rowcount > 0
 
     def requeue(self, task_id: str) -> bool:
+        """running -> queued when the server stops politely; meta["stopped"] counts these, so that a try
+        the server itself interrupted is not taken for a crash the task caused."""
         with self._tx() as db:
-            cur = db.execute("UPDATE tasks SET state='queued' "
-                             "WHERE task_id=? AND state='running'", (task_id,))
+            cur = db.execute(
+                "UPDATE tasks SET state='queued', meta=json_set(meta, '$.stopped', "
+                "COALESCE(json_extract(meta, '$.stopped'), 0) + 1) WHERE task_id=? AND state='running'",
+                (task_id,))
             return cur.rowcount > 0
 
     def cancel(self, task_id: str) -> str | None:
@@ -356,3 +400,26 @@ class TaskStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._owner is not None:
+            os.close(self._owner)  # the flock goes with it
+            self._owner = None
+
+
+def _hold(path: str) -> int:
+    """An exclusive flock on the store file for as long as its descriptor is open (SQLite's own locks
+    are fcntl locks, which flock does not touch; kill -9 releases it). Raises sqlite3.OperationalError
+    when another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise sqlite3.OperationalError("another process (a drkernel serve?) serves from it: one server "
+                                       "per task store") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

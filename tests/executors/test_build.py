@@ -25,7 +25,8 @@ from drkernel.types import EvalOptions, EvalOutcome, EvalRequest
 
 def test_exported_names_and_the_one_table() -> None:
     assert build.__all__ == ["CLIENT_EXECUTORS", "EXECUTORS", "ClientExecutorConfig", "ExecutorConfig",
-                             "build_executor", "client_executor_config", "executor_config", "executor_name"]
+                             "build_executor", "check_cpu_judges", "client_executor_config",
+                             "executor_config", "executor_name"]
     assert EXECUTORS == {"local": LocalExecutor.Config, "ray": RayExecutor.Config,
                          "http": HttpExecutor.Config, "fake": FakeExecutor.Config}
     assert set(build.CLIENT_EXECUTORS) <= set(EXECUTORS) and "ray" not in build.CLIENT_EXECUTORS

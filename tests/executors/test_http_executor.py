@@ -224,3 +224,86 @@ def test_a_task_the_server_does_not_know_still_raises() -> None:
         lambda r: httpx.Response(200, json={"tasks": [{"task_id": "x", "state": "unknown"}]})))
     with pytest.raises(ExecutorError, match="x is unknown"):
         client.wait(["x"], timeout_s=2)
+
+
+def test_an_answer_that_is_not_json_is_an_executor_error() -> None:
+    """A base_url where something else answers 200 with HTML (a proxy's or a login page) raised json's
+    JSONDecodeError from every call, outside the client's exception tree."""
+    def portal(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="<html>sign in</html>", headers={"content-type": "text/html"})
+
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(portal)) as client:
+        with pytest.raises(ExecutorError, match="POST /v1/tasks/batch: HTTP 200 answered text/html, "
+                           "not JSON: is http://judge.test/ a drkernel serve"):
+            client.submit([req("a")])
+
+    async def run() -> None:
+        transport = httpx.MockTransport(portal)
+        async with AsyncClient(base_url="http://judge.test", transport=transport) as aclient:
+            await aclient.health()
+
+    with pytest.raises(ExecutorError, match="GET /health: HTTP 200 answered text/html, not JSON"):
+        asyncio.run(run())
+
+
+def test_a_wait_of_zero_seconds_reads_what_is_done() -> None:
+    """Client.wait(ids, 0) raised EvalTimeout before asking the server anything, even with every task
+    done: a poll could not be written as a wait of 0 s."""
+    server = FakeServer()
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(server)) as client:
+        ids = client.submit([req("a"), req("b")])
+        assert set(client.wait(ids, 0)) == {"a", "b"}
+    pending = httpx.MockTransport(FakeServer(finish=False))
+    with Client(base_url="http://judge.test", transport=pending) as client:
+        ids = client.submit([req("c")])
+        with pytest.raises(EvalTimeout, match="1 tasks unfinished after 0 s"):
+            client.wait(ids, 0)
+
+    async def run() -> set[str]:
+        transport = httpx.MockTransport(server)
+        async with AsyncClient(base_url="http://judge.test", transport=transport) as aclient:
+            return set(await aclient.wait(["a"], 0.0))
+
+    assert asyncio.run(run()) == {"a"}
+
+
+class SmallBatchServer(FakeServer):
+    """A server that takes at most 2 tasks a request (its --max-queue, or its body limit): 413 beyond."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        import json
+
+        if request.url.path == "/v1/tasks/batch":
+            items = json.loads(request.content)["requests"]
+            if len(items) > 2 or "too big" in items[0]["request"]["kernel_code"]:
+                return httpx.Response(413, json={"message": f"{len(items)} tasks exceed the queue bound (2)"})
+        return super().__call__(request)
+
+
+def test_a_batch_the_server_finds_too_large_is_sent_again_in_halves() -> None:
+    """The client sends 500 tasks a request: a server with --max-queue below that (or a batch of large
+    sources past its body limit) answered 413, and every evaluate failed with it."""
+    server = SmallBatchServer()
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(server)) as client:
+        results = client.evaluate([req(f"t{i}") for i in range(5)], timeout_s=5)
+        assert len(results) == 5 and set(server.tasks) == {f"t{i}" for i in range(5)}
+        lone = EvalRequest(reference_code="ref", kernel_code="too big", task_id="big")
+        with pytest.raises(ExecutorError, match="HTTP 413"):  # one request too large: said, not split
+            client.submit([lone])
+
+    async def run() -> list[str]:
+        async with AsyncClient(base_url="http://judge.test", transport=httpx.MockTransport(server)) as ac:
+            return await ac.submit([req(f"a{i}") for i in range(3)])
+
+    assert asyncio.run(run()) == ["a0", "a1", "a2"] and {"a0", "a1", "a2"} <= set(server.tasks)
+
+
+@pytest.mark.parametrize("token", ["abc\n", " abc", "a\tb", "abc\u00e9"])
+def test_a_token_no_header_can_carry_is_a_config_error(token: str) -> None:
+    """A token read from a file with its newline made every call 30 s of retries of a request httpx
+    refused to send ('Illegal header value'), then an ExecutorError."""
+    with pytest.raises(ConfigError, match="client.token: starts or ends with a space, or holds a newline"):
+        Client(base_url="http://judge.test", token=token)
+    with pytest.raises(ConfigError, match="client.token"):
+        HttpExecutor(HttpExecutor.Config(base_url="http://judge.test", token=token))
+    Client(base_url="http://judge.test", token="s3cr3t-._~+/= with inner spaces").close()

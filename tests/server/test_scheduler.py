@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from drkernel.errors import Overloaded
+from drkernel.errors import ExecutorError, Overloaded
 from drkernel.executors.fake import FakeExecutor, scripted_result
 from drkernel.server.scheduler import Scheduler, TaskQueue
 from drkernel.server.settings import Settings
@@ -58,6 +58,19 @@ def test_the_queue_is_bounded(tmp_path: Path) -> None:
     assert s.store.get("c") is None and s.counters["rejected"] == 1
 
 
+def test_a_full_queue_still_answers_a_batch_sent_again(tmp_path: Path) -> None:
+    """A client that lost the answer to its batch sends it again (the ids are its own, so it is safe);
+    with the queue full, its own queued tasks counted again and it got 429 until it gave up, while they
+    ran with nobody waiting for them."""
+    s = scheduler(tmp_path, max_queue=2)  # not started: nothing is dispatched
+    s.submit([task("a"), task("b")])
+    again = s.submit([task("a"), task("b")])
+    assert [(r.task_id, created) for r, created in again] == [("a", False), ("b", False)]
+    with pytest.raises(Overloaded):  # one new task among them still needs room
+        s.submit([task("a"), task("c")])
+    assert s.store.get("c") is None and len(s.queue) == 2
+
+
 def test_a_restart_runs_what_was_queued_or_running(tmp_path: Path) -> None:
     store = TaskStore(str(tmp_path / "s.db"))
     store.submit([task("was-running"), task("was-queued")])
@@ -71,6 +84,68 @@ def test_a_restart_runs_what_was_queued_or_running(tmp_path: Path) -> None:
         s.stop()
     assert {r.state for r in records.values()} == {"done"}
     assert records["was-running"].attempts == 2 and s.counters["recovered"] == 2
+
+
+class StoppableExecutor(FakeExecutor):
+    """Evaluates until it is closed, as a pool does when the server stops: then raises ExecutorError."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+        self.closed = threading.Event()
+
+    def evaluate(self, requests: list[EvalRequest]) -> list[EvalResult]:
+        self.started.set()
+        self.closed.wait(30)
+        raise ExecutorError("the pool is closed")
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def test_polite_stops_while_a_task_runs_never_give_it_up(tmp_path: Path) -> None:
+    """Three polite restarts (SIGTERM) while a long task ran ended it infra_error / gave_up, 'interrupted 3
+    times (worker or server crashes)': each stop counted as a crash the task had caused. The task also stayed
+    `running` when the stop outlasted its join, and the next start took that for a crash too."""
+    db = str(tmp_path / "s.db")
+    settings = Settings(db_path=db, max_attempts=3)
+    for _ in range(4):
+        executor = StoppableExecutor()
+        s = Scheduler(TaskStore(db), executor, settings)
+        if not s.store.get("long"):
+            s.store.submit([task("long")])
+        s.start()
+        assert executor.started.wait(10)
+        s.stop(timeout_s=0.2)  # as the app's shutdown: the scheduler first, then the executor
+        executor.close()
+        record = s.store.get("long")
+        s.store.close()
+        assert record is not None and record.state == "queued", record
+    s = scheduler(tmp_path, max_attempts=3)
+    s.start()
+    try:
+        record = asyncio.run(s.wait(["long"], 10))["long"]
+    finally:
+        s.stop()
+    assert record.result is not None and record.result.outcome is EvalOutcome.OK, record.result
+    assert record.attempts == 5 and record.meta["stopped"] == 4
+
+
+def test_a_queued_task_of_an_unknown_priority_is_run_not_a_failed_start(tmp_path: Path) -> None:
+    """A queued row whose priority this version does not know (written by another one) made the start
+    raise ValueError ('critical' is not in list): the server did not start, on any restart."""
+    store = TaskStore(str(tmp_path / "s.db"))
+    store.submit([task("odd")])
+    with store._lock:
+        store._db.execute("UPDATE tasks SET priority='critical' WHERE task_id='odd'")
+    store.close()
+    s = scheduler(tmp_path)
+    s.start()
+    try:
+        record = asyncio.run(s.wait(["odd"], 10))["odd"]
+    finally:
+        s.stop()
+    assert record.state == "done" and record.result is not None and record.result.outcome is EvalOutcome.OK
 
 
 def test_a_task_that_keeps_killing_the_server_is_given_up(tmp_path: Path) -> None:
@@ -232,3 +307,25 @@ def test_retention_goes_on_after_a_purge_that_found_the_disk_full(tmp_path: Path
     finally:
         s.stop()
     assert store.failures["purge"] == 0 and s.counters["purged"] == 1
+
+
+def test_a_stored_request_this_version_cannot_read_ends_instead_of_running_for_ever(tmp_path: Path) -> None:
+    """A queued task written by a newer version (an option this one does not know) failed its dispatch,
+    and ending it read the request again and failed too: it stayed `running`, its waiters waited to
+    their deadline, and every restart did the same."""
+    import json
+
+    s = scheduler(tmp_path)
+    s.store.submit([task("from-newer")])
+    request = json.loads(s.store.get("from-newer").request_json)  # type: ignore[union-attr]
+    request["options"]["future_knob"] = 3
+    with s.store._lock:
+        s.store._db.execute("UPDATE tasks SET request=? WHERE task_id='from-newer'", (json.dumps(request),))
+    s.start()
+    try:
+        record = asyncio.run(s.wait(["from-newer"], 10))["from-newer"]
+    finally:
+        s.stop()
+    assert record.state == "done" and record.result is not None, record.state
+    assert record.result.outcome is EvalOutcome.INFRA_ERROR and record.result.error is not None
+    assert record.result.error.kind == "dispatch_error" and "future_knob" in record.result.error.message

@@ -142,3 +142,95 @@ def test_a_servers_first_submission_imports_no_torch_in_its_event_loop() -> None
     status, before, after, _seconds = out.stdout.split()[-4:]
     assert status == "202" and before == "False", out.stdout
     assert after == "False", f"the first submission imported torch: {out.stdout}"
+
+
+def test_a_store_whose_tasks_table_lacks_a_column_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A --db whose `tasks` table was written by another program or version (here without `meta`) passed
+    the start's check: the server then answered every submission 503 'no such column: meta', which
+    the clients retry, and never judged anything."""
+    import sqlite3
+
+    from drkernel.server.store import TaskStore
+
+    db = tmp_path / "other.db"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE tasks (seq INTEGER PRIMARY KEY, task_id TEXT, state TEXT, priority TEXT, "
+                    "request TEXT, fingerprint TEXT, result TEXT, attempts INTEGER, worker TEXT, "
+                    "submitted_at REAL, started_at REAL, finished_at REAL)")
+    con.close()
+    with pytest.raises(sqlite3.DatabaseError, match="no column meta: written by another"):
+        TaskStore(str(db))
+    started = _no_judges(monkeypatch)
+    assert main(["serve", "--judge", "fake", "--port", str(_free_port()), "--db", str(db)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert not started and lines[-1].startswith(f"drkernel serve: --db {db}: cannot open it"), lines
+    assert "no column meta" in lines[-1]
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--address", "127.0.0.1:6379"], "--address 127.0.0.1:6379 names a Ray cluster: add --executor ray"),
+    (["--executor", "ray", "--devices", "cuda:1"], "--devices: the local executor's"),
+    (["--executor", "ray", "--isolation", "thread"], "--isolation: the local executor's")])
+def test_a_flag_the_executor_would_ignore_is_a_usage_error(
+        flags: list[str], named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`serve --address HOST:6379` without --executor ray started a local pool on this machine; --devices
+    and --isolation thread with Ray were dropped; each without a word."""
+    from drkernel.server import app
+
+    def must_not_start(settings: object) -> None:
+        raise AssertionError("judges started")
+
+    monkeypatch.setattr(app, "default_executor", must_not_start)
+    monkeypatch.setattr("drkernel.executors.ray.check_ray_address", lambda *a, **k: None)
+    monkeypatch.setattr("drkernel.executors.ray.check_ray_auth", lambda *a, **k: None)
+    argv = ["serve", "--judge", "fake", "--port", str(_free_port()), "--db", str(tmp_path / "s.db"), *flags]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("drkernel serve: ") and named in lines[0], lines
+
+
+def test_a_store_of_a_newer_version_with_a_required_column_is_refused_at_open(tmp_path: Path) -> None:
+    """A newer version's tasks table with a NOT NULL column this one does not fill opened, and then every
+    submission failed its INSERT with an IntegrityError: a 500 'internal error: IntegrityError'."""
+    import sqlite3
+
+    from drkernel.server.store import _SCHEMA, TaskStore
+
+    for extra, refused in (("tenant TEXT NOT NULL DEFAULT 'x'", False), ("shard INTEGER NOT NULL", True)):
+        db = str(tmp_path / f"{extra.split()[0]}.db")
+        with sqlite3.connect(db) as con:
+            con.executescript(_SCHEMA.replace("DEFAULT '{}'\n", f"DEFAULT '{{}}',\n    {extra}\n"))
+        con.close()
+        if refused:
+            with pytest.raises(sqlite3.DatabaseError, match="needs column shard, which this"):
+                TaskStore(db)
+        else:  # a column with a default: this version's rows get it
+            TaskStore(db).close()
+
+
+def test_a_second_server_on_the_same_store_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A second `drkernel serve` on the --db of a running one started: it re-queued the first server's
+    running tasks and judged them again beside it (attempts 2, two judges on one task), and the two queues
+    raced for every task after. A server holds its store for its life (kill -9 lets go of it)."""
+    import sqlite3
+
+    from drkernel.server.store import TaskStore
+
+    db = str(tmp_path / "s.db")
+    first = TaskStore(db, exclusive=True)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="serves from it: one server per task store"):
+            TaskStore(db, exclusive=True)
+        TaskStore(db).close()  # a reader that serves nothing (a test, a report) still opens it
+        started = _no_judges(monkeypatch)
+        assert main(["serve", "--judge", "fake", "--port", str(_free_port()), "--db", db]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert not started and lines[-1] == (f"drkernel serve: --db {db}: cannot open it as the task store: "
+                                             "another process (a drkernel serve?) serves from it: one server "
+                                             "per task store"), lines
+    finally:
+        first.close()
+    TaskStore(db, exclusive=True).close()  # free again once the first one closed

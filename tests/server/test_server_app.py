@@ -155,6 +155,23 @@ def test_a_full_queue_answers_429_with_retry_after(serve) -> None:
     assert bad.status_code == 400 and "num_correct_trials" in bad.json()["message"]
 
 
+def test_a_batch_larger_than_the_queue_bound_is_413_not_a_429_retried_for_ever(serve) -> None:
+    """A batch of more tasks than --max-queue was a 429 'queue full (0/3 tasks)' with Retry-After on an
+    empty queue: every client retried it until it gave up, and it could never pass."""
+    srv = serve(workers=1, max_queue=3)
+    native = srv.http.post("/v1/tasks/batch", json={"requests": [
+        {"reference_code": REF, "kernel_code": kernel(f"# fake: speedup={i + 1}")} for i in range(4)]})
+    anchor = srv.http.post("/evaluate/batch", json={"batch_id": "b", "tasks": [
+        drkernel_payload(f"big-{i}", "# fake: speedup=2") for i in range(4)]})
+    for r in (native, anchor):
+        assert r.status_code == 413 and "retry-after" not in r.headers, r.text
+        assert "queue bound (3, --max-queue)" in r.json()["message"]
+    assert srv.http.get("/queue/status").json()["pending"] == 0  # nothing of either was kept
+    fits = srv.http.post("/v1/tasks/batch", json={"requests": [
+        {"reference_code": REF, "kernel_code": kernel(f"# fake: speedup={i + 1}")} for i in range(3)]})
+    assert fits.status_code == 202
+
+
 def test_invalid_options_are_refused_at_submit_not_after_queueing(serve) -> None:
     srv = serve()
     body = {"request": {"reference_code": REF, "kernel_code": kernel("# fake: speedup=2"),
@@ -385,3 +402,25 @@ def test_a_null_for_an_option_that_takes_none_is_a_400_not_a_500(serve) -> None:
         r = srv.http.post("/v1/tasks", json=body)
         assert r.status_code == 400 and r.json()["error_code"] == "VALIDATION_ERROR", r.text
         assert f"{name}: None is not" in r.json()["message"], r.text
+
+
+def test_the_clients_get_waiting_for_ever_asks_the_server_not_the_socket(serve) -> None:
+    """Client.get(task_id, wait_s=float("inf")), which the docs say waits for ever, raised OverflowError
+    ('timestamp out of range for platform time_t') from the socket's timeout, outside the client's
+    exception tree, before anything was sent; the server holds a long poll at most 60 s anyway."""
+    import asyncio
+
+    from drkernel.executors.http_client import AsyncClient, Client
+    from drkernel.types import EvalRequest
+
+    srv = serve()
+    with Client(base_url=srv.url) as client:
+        (task_id,) = client.submit([EvalRequest(reference_code=REF, kernel_code=kernel("# fake: speedup=2"))])
+        view = client.get(task_id, wait_s=float("inf"))
+        assert view["state"] == "done" and view["result"]["speedup"] == 2
+
+    async def run() -> dict:
+        async with AsyncClient(base_url=srv.url) as aclient:
+            return await aclient.get(task_id, wait_s=1e300)
+
+    assert asyncio.run(run())["state"] == "done"

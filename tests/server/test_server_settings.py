@@ -192,3 +192,73 @@ def test_a_timing_cache_that_cannot_be_made_is_one_line_before_any_judge(
     assert code == 2 and err[-1].startswith(f"drkernel serve: reference timing cache {blocker / 't.sqlite'}: "
                                             "cannot open it"), err
     assert err[-1].endswith("(give another file with --timing-cache, or none)"), err[-1]
+
+
+@pytest.mark.parametrize("flag", ["--db", "--host"])
+def test_an_empty_db_or_host_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    """`serve --db "$DB"` with DB unset served from a temporary file SQLite deletes (every task lost at
+    a restart) and hid the working folder from the sandboxes; `--host ""` warned that it served beyond
+    loopback without a token, then failed as a name that does not resolve."""
+    name = "db_path" if flag == "--db" else "host"
+    with pytest.raises(ConfigError, match=f"serve.{name}: empty"):
+        Settings(**{name: " "})  # type: ignore[arg-type]
+    assert main(["serve", "--judge", "fake", flag, ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"drkernel serve: serve.{name}: empty"), err
+
+
+@pytest.mark.parametrize("value", [1e-9, 0.1])
+def test_a_heartbeat_timeout_shorter_than_the_heartbeats_is_refused(value: float) -> None:
+    """`serve --heartbeat-timeout 1e-9` started, and then replaced every judge as soon as it was up
+    ('no heartbeat for 1e-09 s'), for ever: no task was ever judged."""
+    with pytest.raises(ConfigError, match="serve.heartbeat_timeout_s: .* below 0.5 s"):
+        Settings(heartbeat_timeout_s=value)
+    assert Settings(heartbeat_timeout_s=0.5).heartbeat_timeout_s == 0.5
+
+
+def test_serve_refuses_more_cpu_judges_than_the_client_commands_do() -> None:
+    """`serve --devices cpu --workers 1000` started 1000 judge processes, each importing torch, where
+    the client commands refuse more than 4 judges per core by name."""
+    import os
+
+    from drkernel.server.app import serve_executor_config
+
+    cores = os.cpu_count() or 1
+    with pytest.raises(ConfigError, match=f"--workers {4 * cores + 1}: more than 4 judges per CPU core"):
+        serve_executor_config(Settings(devices=("cpu",), num_workers=4 * cores + 1, db_path=":memory:"))
+    fits = serve_executor_config(Settings(devices=("cpu",), num_workers=4 * cores, db_path=":memory:"))
+    assert isinstance(fits, LocalExecutor.Config) and len(fits.devices or ()) == 4 * cores
+
+
+def test_a_gpu_named_twice_in_devices_is_refused() -> None:
+    """`serve --devices cuda:0,cuda:0` built a worker per entry, each --judges-per-gpu judges, for the
+    GPU's --judges-per-gpu lock slots: half the judges waited for the GPU until their start failed."""
+    for devices in (("cuda:0", "cuda:0"), ("cuda:1", "cuda:01")):
+        with pytest.raises(ConfigError, match="names a GPU twice"):
+            Settings(devices=devices)
+    assert Settings(devices=("cpu", "cpu")).devices == ("cpu", "cpu")  # two CPU judges
+    assert Settings(devices=("cuda:0", "cuda:1")).devices == ("cuda:0", "cuda:1")
+
+
+@pytest.mark.parametrize("token", ["s3cret\n", " s3cret", "s3\u00e9cret"])
+def test_a_token_no_header_can_carry_is_refused_at_start(token: str) -> None:
+    """DRKERNEL_AUTH_TOKEN read from a file with its newline started a server on which every request but
+    /health was a 401: no Authorization header can carry it."""
+    with pytest.raises(ConfigError, match="DRKERNEL_AUTH_TOKEN: starts or ends with a space"):
+        Settings.from_env({"DRKERNEL_AUTH_TOKEN": token})
+    assert Settings.from_env({"DRKERNEL_AUTH_TOKEN": "s3cret token"}).auth_token == "s3cret token"
+
+
+def test_judges_per_gpu_without_a_gpu_says_it_sets_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """`serve --devices cpu --judges-per-gpu 4` (or on a host without a GPU) started one CPU judge, the
+    flag dropped without a word."""
+    import logging
+
+    from drkernel.server.app import serve_executor_config
+
+    with caplog.at_level(logging.WARNING, logger="drkernel.server.app"):
+        config = serve_executor_config(Settings(devices=("cpu",), judges_per_gpu=4, db_path=":memory:"))
+    assert isinstance(config, LocalExecutor.Config) and config.devices == ("cpu",)
+    assert [r.getMessage() for r in caplog.records] == [
+        "--judges-per-gpu 4 sets nothing here: no GPU among the devices (CPU judges: 1; --workers N sets "
+        "how many)"]

@@ -81,3 +81,20 @@ def test_the_task_id_rule_doctest_passes() -> None:
 
     result = doctest.testmod(store)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_result_this_version_cannot_read_is_an_infra_error_not_a_crash(tmp_path: Path) -> None:
+    """A result written by a newer version (an outcome this one lacks) raised ValueError on every read:
+    GET /v1/tasks/{id}, /results/{id} and any /v1/tasks/wait naming it were 500s, the whole wait lost."""
+    store = TaskStore(str(tmp_path / "t.db"))
+    store.submit([task("newer"), task("plain")])
+    assert store.finish("newer", EvalResult(outcome=EvalOutcome.OK))
+    with store._lock:
+        store._db.execute("UPDATE tasks SET result=? WHERE task_id='newer'",
+                          ('{"outcome": "quantum_error", "future": 1}',))
+    record = store.get("newer")
+    assert record is not None and record.result is not None
+    assert record.result.outcome is EvalOutcome.INFRA_ERROR and record.result.task_id == "newer"
+    assert record.result.error is not None and record.result.error.kind == "unreadable_result"
+    assert "quantum_error" in record.result.error.message
+    assert set(store.get_many(["newer", "plain"])) == {"newer", "plain"}
