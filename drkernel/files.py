@@ -3,8 +3,9 @@ and the lock file that lets one writer at a time replace a shared one.
 
 Input: a path and its text; output: the file replaced by one rename, its data on disk first. The
 writer of the package's files that must be whole or old (run configs, a resumed run's metrics, the
-`latest` pointer, the survey, the baseline store); a failure at any point leaves the old file, or none,
-and no temporary file beside it. `held_lock` is the one lock of those writers (the survey, the store).
+`latest` pointer, the survey, the baseline store, the reports and their plot); a failure at any point
+leaves the old file, or none, and no temporary file beside it. `held_lock` / `hold_lock` is the one file
+lock of the package outside the GPU's (the survey, the baseline store, serve's task store).
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import contextlib
 import fcntl
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from drkernel.errors import ConfigError
 
-__all__ = ["held_lock", "write_text_atomically"]
+__all__ = ["held_lock", "hold_lock", "write_file_atomically", "write_text_atomically"]
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:
@@ -32,20 +33,47 @@ def write_text_atomically(path: str | Path, text: str) -> None:
     ...     sorted(os.listdir(d)), Path(d, "a.json").read_text()
     (['a.json'], '{}\\n')
     """
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    write_file_atomically(path, write)
+
+
+def write_file_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
+    """As write_text_atomically, for a writer that takes a path (matplotlib's `savefig`): `write(tmp)`
+    fills a temporary file of its own beside `path`, which is then synced and renamed over `path`; a
+    failure at any point leaves the old file and no temporary one."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     # O_EXCL: a name of its own; 0o666 less the umask, the mode write_text gives a new file
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     try:
-        with open(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
+        write(tmp)
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def hold_lock(path: str | Path, *, wait: bool, busy: str | None = None, follow: bool = False) -> int:
+    """The exclusive flock of the file at `path`, held until the returned descriptor is closed (a crash or
+    kill -9 closes it): made when missing, never removed, never followed through a symlink unless
+    `follow` (a user's own file, such as serve's task store). `wait` and `busy` as in held_lock."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(busy or f"{path}: another process holds it") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 @contextlib.contextmanager
@@ -66,12 +94,8 @@ def held_lock(path: str | Path, *, wait: bool, busy: str | None = None) -> Itera
     Traceback (most recent call last):
     drkernel.errors.ConfigError: a.json: another writer has it
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    fd = hold_lock(path, wait=wait, busy=busy)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(busy or f"{path}: another process holds it") from None
         yield
     finally:
         os.close(fd)  # lets go of the lock

@@ -183,3 +183,21 @@ def test_the_package_takes_file_locks_only_here_and_in_the_gpu_lock() -> None:
     found = sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
                    if re.search(r"\bfcntl\.flock\(", path.read_text()))
     assert [rel for rel in found if not rel.startswith("sandbox/")] == ["executors/judge_host.py", "files.py"]
+
+
+def test_a_file_written_by_path_is_replaced_whole_or_left_as_it_was(tmp_path: Path) -> None:
+    """write_file_atomically, for writers that take a path (the Fast@p plot's savefig)."""
+    from drkernel.files import write_file_atomically
+
+    target = tmp_path / "plot.png"
+    target.write_bytes(b"old")
+    write_file_atomically(target, lambda tmp: tmp.write_bytes(b"new"))
+    assert target.read_bytes() == b"new" and os.listdir(tmp_path) == ["plot.png"]
+
+    def half(tmp: Path) -> None:
+        tmp.write_bytes(b"ha")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        write_file_atomically(target, half)
+    assert target.read_bytes() == b"new" and os.listdir(tmp_path) == ["plot.png"]

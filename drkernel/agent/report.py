@@ -6,17 +6,14 @@ for the last turn and dashed for best-so-far. Nothing here computes metrics.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
-import os
-import secrets
 from pathlib import Path
 from typing import Any
 
 from drkernel.errors import ConfigError
-from drkernel.files import write_text_atomically
+from drkernel.files import write_file_atomically, write_text_atomically
 from drkernel.wording import counted
 
 __all__ = ["INTERPRETER_CAVEAT", "level_table", "plot_fast_p", "render_table", "write_csv", "write_json",
@@ -190,15 +187,11 @@ def plot_fast_p(summary: dict[str, Any], path: str | Path, title: str = "Fast@p 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")  # replaced whole, as the text files
-    try:
-        fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".") or "png")
-        os.replace(tmp, path)
+    fmt = Path(path).suffix.lstrip(".") or "png"
+    try:  # replaced whole, as the text files
+        write_file_atomically(path, lambda tmp: fig.savefig(tmp, dpi=120, format=fmt))
     finally:
         plt.close(fig)
-        with contextlib.suppress(OSError):
-            tmp.unlink()
 
 
 def write_reports(summary: dict[str, Any], out_dir: str | Path, title: str | None = None) -> list[Path]:

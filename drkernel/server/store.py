@@ -8,7 +8,6 @@ column holds where the task runs or last ran (JSON: worker, host, Ray node, devi
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -20,7 +19,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from drkernel.errors import DrKernelError
+from drkernel.errors import ConfigError, DrKernelError
+from drkernel.files import hold_lock
 from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 
 __all__ = ["ANCHOR_TASK_ID_MAX_CHARS", "TASK_ID_MAX_CHARS", "NewTask", "StoreUnavailable", "TaskConflict",
@@ -412,14 +412,8 @@ def _hold(path: str) -> int:
     """An exclusive flock on the store file for as long as its descriptor is open (SQLite's own locks
     are fcntl locks, which flock does not touch; kill -9 releases it). Raises sqlite3.OperationalError
     when another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise sqlite3.OperationalError("another process (a drkernel serve?) serves from it: one server "
-                                       "per task store") from None
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return hold_lock(path, wait=False, follow=True,
+                         busy="another process (a drkernel serve?) serves from it: one server per task store")
+    except ConfigError as exc:
+        raise sqlite3.OperationalError(str(exc)) from None
