@@ -27,7 +27,7 @@ from drkernel.agent.metrics import summarize
 from drkernel.agent.paper_protocol import paper_differences
 from drkernel.agent.policy import Policy
 from drkernel.agent.report import render_table, write_reports
-from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories
+from drkernel.agent.trajectories import Trajectory, append_jsonl, iter_jsonl, save_trajectories, scan_jsonl
 from drkernel.cli import INCOMPLETE, INTERRUPTED, make_folder, rerun_command
 from drkernel.errors import ConfigError
 from drkernel.executors.base import Executor
@@ -393,20 +393,11 @@ def _count_records(log_path: Path) -> tuple[int, int]:
     """(readable, unreadable) whole records of an episode log, read without a warning per record; a torn
     line (a write cut by a kill) is neither."""
     readable = unreadable = 0
-    with open(log_path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            try:
-                Trajectory.from_dict(record)
-            except (ValueError, KeyError, TypeError):  # what iter_jsonl skips
-                unreadable += 1
-            else:
-                readable += 1
+    for _, traj, exc in scan_jsonl(log_path):
+        if traj is not None:
+            readable += 1
+        elif not isinstance(exc, json.JSONDecodeError):
+            unreadable += 1
     return readable, unreadable
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "prompt_edits",
     "rl_rows",
     "save_trajectories",
+    "scan_jsonl",
     "turn_prompt",
 ]
 
@@ -234,19 +235,30 @@ def append_jsonl(path: str | Path, traj: Trajectory) -> None:
         f.flush()
 
 
-def iter_jsonl(path: str | Path) -> Iterator[Trajectory]:
-    """Read episodes back; a torn last line (an interrupted write), or a record this version cannot
-    read (another version's), is skipped with a warning."""
+def scan_jsonl(path: str | Path) -> Iterator[tuple[int, Trajectory | None, Exception | None]]:
+    """(line number, episode, None) for each record of an episode log, or (line number, None, why) for a
+    line that is torn JSON (a `json.JSONDecodeError`: an interrupted write) or a record this version cannot
+    read (another version's); blank lines are passed over."""
     # errors="replace": a write cut inside a multi-byte character leaves bytes that are not UTF-8; the
-    # line is then torn JSON, skipped below, instead of a UnicodeDecodeError for the whole log
+    # line is then torn JSON, said below, instead of a UnicodeDecodeError for the whole log
     with open(path, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                yield Trajectory.from_dict(json.loads(line))
+                yield n, Trajectory.from_dict(json.loads(line)), None
             except (ValueError, KeyError, TypeError) as exc:  # ValueError: JSON, or a verdict unknown here
-                log.warning("%s:%d: skipping unreadable record (%s)", path, n, exc)
+                yield n, None, exc
+
+
+def iter_jsonl(path: str | Path) -> Iterator[Trajectory]:
+    """Read episodes back; a torn last line (an interrupted write), or a record this version cannot
+    read (another version's), is skipped with a warning."""
+    for n, traj, exc in scan_jsonl(path):
+        if traj is None:
+            log.warning("%s:%d: skipping unreadable record (%s)", path, n, exc)
+        else:
+            yield traj
 
 
 def save_trajectories(path: str | Path, trajs: Iterable[Trajectory]) -> None:
