@@ -18,11 +18,18 @@ from typing import Any
 from drkernel.errors import ConfigError
 
 __all__ = ["DEBUG_FAULTS", "DEFAULT_SPARES", "JUDGE_ENV", "MAX_MEMORY_LIMIT_MB", "JudgeSettings",
-           "default_timing_cache", "judge_settings_from_env", "read_environment"]
+           "default_timing_cache", "is_header_value", "judge_settings_from_env", "read_environment"]
 
 MAX_MEMORY_LIMIT_MB = 1 << 40  # 1 EiB: the most a sandbox's host memory limit may say
 DEFAULT_SPARES = {"cuda": 6, "cpu": 2}  # warm sandboxes (6 beat 3 by 10-13 % a minute on the H200)
 DEBUG_FAULTS = ("compare", "device_assert")  # what JudgeSettings.debug_fault may break (a test hook)
+
+
+def is_header_value(token: str) -> bool:
+    """Whether a bearer token can ride in an Authorization header as it is: ASCII, printable, no space at
+    either end (a token read from a file keeps its newline). The client's `token` and serve's
+    DRKERNEL_AUTH_TOKEN are held to it."""
+    return token.isascii() and token.isprintable() and token == token.strip()
 
 
 def default_timing_cache() -> str:

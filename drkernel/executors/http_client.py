@@ -20,6 +20,7 @@ from urllib.parse import quote
 import httpx
 
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, Overloaded
+from drkernel.settings import is_header_value
 from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 
 __all__ = ["AsyncClient", "Client", "ClientConfig", "http_errors"]
@@ -52,8 +53,7 @@ class ClientConfig:
                               f"({self.backoff_s}) must be >= 0")
         # a token read from a file keeps its newline: each call was then 30 s of retries of a request httpx
         # refused to send ('Illegal header value'), and an ExecutorError
-        token = self.token or ""
-        if not (token.isascii() and token.isprintable() and token == token.strip()):
+        if not is_header_value(self.token or ""):
             raise ConfigError("client.token: starts or ends with a space, or holds a newline or another "
                               "character no header takes (a newline kept from a file?)")
         for name in ("request_timeout_s", "poll_s", "backoff_cap_s"):

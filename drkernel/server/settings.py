@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from drkernel.errors import ConfigError
-from drkernel.settings import JudgeSettings, default_timing_cache, judge_settings_from_env, read_environment
+from drkernel.settings import (
+    JudgeSettings,
+    default_timing_cache,
+    is_header_value,
+    judge_settings_from_env,
+    read_environment,
+)
 from drkernel.types import MAX_SOURCE_BYTES
 
 __all__ = ["SECRET_VARS", "Settings", "scrub_secrets"]
@@ -95,8 +101,7 @@ class Settings:
             if not getattr(self, name).strip():
                 raise ConfigError(f"serve.{name}: empty" + (" (name a file; ':memory:' keeps nothing)"
                                                             if name == "db_path" else ""))
-        token = self.auth_token or ""
-        if not (token.isascii() and token.isprintable() and token == token.strip()):
+        if not is_header_value(self.auth_token or ""):
             # no Authorization header carries it (a newline kept from a file): every request was a 401
             raise ConfigError("DRKERNEL_AUTH_TOKEN: starts or ends with a space, or holds a newline or "
                               "another character no header takes (a newline kept from a file?)")
