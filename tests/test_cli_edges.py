@@ -184,6 +184,41 @@ def test_an_output_whose_reader_went_away_is_no_traceback(unbuffered: bool) -> N
     assert (proc.returncode, proc.stderr) == (BROKEN_PIPE, "")
 
 
+class _FailingStdout:
+    """A stdout whose flush raises `error` and which has no file behind it."""
+
+    def __init__(self, error: OSError) -> None:
+        self.error = error
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        raise self.error
+
+    def fileno(self) -> int:
+        raise OSError("no file")
+
+
+def _exits_of_entry(monkeypatch, returned: int, argv: list[str], stdout: _FailingStdout) -> list[int]:  # noqa: ANN001
+    """The codes entry() leaves with by os._exit, main() answering `returned` for `argv`."""
+    import drkernel.cli as cli
+
+    exits: list[int] = []
+
+    def leave(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(cli, "main", lambda argv: returned)
+    monkeypatch.setattr(cli.sys, "argv", ["drkernel", *argv])
+    monkeypatch.setattr(cli.os, "_exit", leave)
+    monkeypatch.setattr(cli.sys, "stdout", stdout)
+    with pytest.raises(SystemExit):
+        cli.entry()
+    return exits
+
+
 def test_a_result_the_full_disk_did_not_take_is_not_exit_0(monkeypatch, capsys) -> None:  # noqa: ANN001
     """`drkernel eval REF KER --json > result.json` on a full disk: the JSON waited in stdout's buffer, the
     quick exit's flush failed in silence and the command exited 0 over an empty result.json. It is one
@@ -193,28 +228,8 @@ def test_a_result_the_full_disk_did_not_take_is_not_exit_0(monkeypatch, capsys) 
 
     import drkernel.cli as cli
 
-    class FullDisk:
-        def write(self, text: str) -> int:
-            return len(text)
-
-        def flush(self) -> None:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-        def fileno(self) -> int:
-            raise OSError("no file")
-
-    exits: list[int] = []
-
-    def leave(code: int) -> None:
-        exits.append(code)
-        raise SystemExit(code)
-
-    monkeypatch.setattr(cli, "main", lambda argv: 0)
-    monkeypatch.setattr(cli.sys, "argv", ["drkernel", "eval", "ref.py", "kernel.py", "--json"])
-    monkeypatch.setattr(cli.os, "_exit", leave)
-    monkeypatch.setattr(cli.sys, "stdout", FullDisk())
-    with pytest.raises(SystemExit):
-        cli.entry()
+    full = _FailingStdout(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    exits = _exits_of_entry(monkeypatch, 0, ["eval", "ref.py", "kernel.py", "--json"], full)
     assert exits == [cli.OUTPUT_LOST]
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["drkernel eval: its output could not be written: No space left on device"]
@@ -225,26 +240,6 @@ def test_an_interrupted_command_whose_reader_went_away_still_leaves_at_once(monk
     could not be flushed as well must not send it through sys.exit, which would wait on them."""
     import drkernel.cli as cli
 
-    class GonePipe:
-        def write(self, text: str) -> int:
-            return len(text)
-
-        def flush(self) -> None:
-            raise BrokenPipeError(32, "Broken pipe")
-
-        def fileno(self) -> int:
-            raise OSError("no file")
-
-    exits: list[int] = []
-
-    def leave(code: int) -> None:
-        exits.append(code)
-        raise SystemExit(code)
-
-    monkeypatch.setattr(cli, "main", lambda argv: cli.INTERRUPTED)
-    monkeypatch.setattr(cli.sys, "argv", ["drkernel", "bench", "builtin:cpu"])
-    monkeypatch.setattr(cli.os, "_exit", leave)
-    monkeypatch.setattr(cli.sys, "stdout", GonePipe())
-    with pytest.raises(SystemExit):
-        cli.entry()
+    gone = _FailingStdout(BrokenPipeError(32, "Broken pipe"))
+    exits = _exits_of_entry(monkeypatch, cli.INTERRUPTED, ["bench", "builtin:cpu"], gone)
     assert exits == [cli.BROKEN_PIPE]
