@@ -147,11 +147,13 @@ def _check_shape(snippet: str, reference: str, path: Path) -> None:
 
 
 def _read(path: Path, what: str) -> str:
+    """A source file's UTF-8 text, less the byte-order mark an editor may put first: Python runs such a
+    file, and the problem loaders read references the same way (a kernel's BOM was its compile_error)."""
     try:
         if path.is_file() and path.stat().st_size > MAX_SOURCE_BYTES:
             raise ConfigError(f"{what} file {path} is {path.stat().st_size} bytes: the judge takes sources "
                               f"of at most {MAX_SOURCE_BYTES >> 20} MiB (the server's limit too)")
-        return path.read_text()
+        return path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise ConfigError(f"{what} file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -82,6 +82,17 @@ def test_json_for_a_hack_names_the_hack(tmp_path: Path) -> None:
     assert result["reward"] == 0.0
 
 
+def test_sources_saved_with_a_byte_order_mark_are_read_as_utf8(tmp_path: Path) -> None:
+    """An editor's BOM before a kernel made it `compile_error` (U+FEFF is no Python), before a reference
+    `infra_error`; Python runs such a file, and the problem loaders read it as UTF-8 (utf-8-sig)."""
+    reference, kernel = tmp_path / "ref.py", tmp_path / "k.py"
+    reference.write_bytes(b"\xef\xbb\xbf" + REFERENCE.read_bytes())
+    kernel.write_bytes(b"\xef\xbb\xbf" + (ASSETS / "kernels" / "relu_scale.py").read_bytes())
+    proc = drkernel_eval(reference, kernel, *FAST_FLAGS, cache=tmp_path / "t.sqlite")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("verdict   OK"), proc.stdout
+
+
 def test_missing_kernel_file_is_a_usage_error(tmp_path: Path) -> None:
     assert_usage_error(drkernel_eval(REFERENCE, tmp_path / "absent.py", "--device", "cpu"), "not found")
 
