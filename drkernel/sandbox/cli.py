@@ -179,6 +179,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.reference} is not KernelBench format: it defines no "
                           f"{' and no '.join(missing)} (a reference defines class Model, get_inputs() and "
                           "get_init_inputs())")
+    # a reference that does not parse, here on the host: it started a judge to come back infra_error
+    from drkernel.problems.reference import validate_reference_source
+
+    validate_reference_source(reference, str(args.reference), options.entry_point)
     for snippet in args.shape:
         _check_shape(snippet, reference, args.reference)
     request = EvalRequest(reference_code=reference, kernel_code=kernel, options=options,

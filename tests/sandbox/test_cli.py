@@ -241,6 +241,18 @@ def test_a_reference_without_get_init_inputs_is_a_usage_error(tmp_path: Path,
     assert "defines no get_init_inputs()" in err and "KeyError" not in err
 
 
+def test_a_reference_that_does_not_parse_is_a_usage_error_before_any_judge_starts(tmp_path: Path) -> None:
+    """It started a judge (sandboxes, the device) to come back infra_error, exit 0; now one line naming
+    the file and the line, from the host's own parse (problems/reference.py validate_reference_source)."""
+    ref = tmp_path / "ref.py"
+    source = REFERENCE.read_text()
+    line = source.splitlines().index(next(s for s in source.splitlines() if s.startswith("class Model"))) + 1
+    ref.write_text(source.replace("class Model", "class Model(:\nclass Model", 1))
+    proc = drkernel_eval(ref, ASSETS / "kernels" / "relu_scale.py", *FAST_FLAGS, cache=tmp_path / "t.sqlite")
+    assert_usage_error(proc, f"{ref}: syntax error at line {line}")
+    assert not (tmp_path / "t.sqlite").exists()  # no judge opened its cache
+
+
 def test_forward_error_names_the_kernel_line_and_verbose_shows_more(tmp_path: Path) -> None:
     source = (ASSETS / "kernels" / "relu_scale.py").read_text()
     marker = "    def forward(self, x):\n"
