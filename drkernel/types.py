@@ -25,6 +25,7 @@ __all__ = [
     "EvalResult",
     "EvalStatus",
     "KernelTime",
+    "MAX_SEED",
     "MAX_SOURCE_BYTES",
     "MAX_TIMEOUT_S",
     "PaperTiming",
@@ -39,6 +40,7 @@ __all__ = [
 # The largest reference or kernel source the judge takes, and the server's request-body limit: one limit.
 MAX_SOURCE_BYTES = 32 * 1024 * 1024
 MAX_TIMEOUT_S = 86400.0  # an evaluation's wall-clock limit: at most a day
+MAX_SEED = 2**63 - 1  # the largest trial seed: past it, the sandbox's generators refuse it
 
 
 class EvalStatus(StrEnum):

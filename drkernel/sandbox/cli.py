@@ -10,6 +10,7 @@ import math
 import os
 import re
 import sys
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from drkernel.errors import ConfigError
 from drkernel.helpfmt import DefaultsHelpFormatter
 from drkernel.settings import MAX_MEMORY_LIMIT_MB, judge_settings_from_env
 from drkernel.types import (
+    MAX_SEED,
     MAX_SOURCE_BYTES,
     MAX_TIMEOUT_S,
     REWARD_PRESET_NAMES,
@@ -102,7 +104,21 @@ _RANGES = (
     ("--rtol", 0.0, math.inf),
     ("--memory-limit-mb", 64, MAX_MEMORY_LIMIT_MB),
     ("--launch-preroll-us", 0.0, 1000.0),
+    ("--seed", 0, MAX_SEED),
 )
+
+
+def _show(number: float) -> str:
+    """A flag's value or bound as a user reads it: 2**63 - 1 for 9223372036854775807, else %g (an int
+    past a float's range too: `--seed 1e+400`, which was a traceback)."""
+    if isinstance(number, int) and number >= 1 << 20:
+        for power, text in ((number, ""), (number + 1, " - 1")):
+            if power & (power - 1) == 0:
+                return f"2**{power.bit_length() - 1}{text}"
+    try:
+        return f"{number:g}"
+    except OverflowError:
+        return f"{Decimal(number).normalize():g}"
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -114,9 +130,9 @@ def _check_flags(args: argparse.Namespace) -> None:
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is None:
             continue
-        if not (math.isfinite(value) and low <= value <= high):
-            bound = f">= {low:g}" if high == math.inf else f"between {low:g} and {high:g}"
-            raise ConfigError(f"{flag} {value:g}: must be {bound}")
+        if not ((isinstance(value, int) or math.isfinite(value)) and low <= value <= high):
+            bound = f">= {_show(low)}" if high == math.inf else f"between {_show(low)} and {_show(high)}"
+            raise ConfigError(f"{flag} {_show(value)}: must be {bound}")
 
 
 def _assigned(tree: ast.Module) -> set[str]:

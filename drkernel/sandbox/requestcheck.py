@@ -11,7 +11,7 @@ import math
 
 from drkernel.errors import ConfigError
 from drkernel.settings import MAX_MEMORY_LIMIT_MB
-from drkernel.types import MAX_SOURCE_BYTES, MAX_TIMEOUT_S, EvalRequest
+from drkernel.types import MAX_SEED, MAX_SOURCE_BYTES, MAX_TIMEOUT_S, EvalRequest
 
 __all__ = ["validate_request"]
 
@@ -30,7 +30,7 @@ def validate_request(request: EvalRequest) -> None:
     if not 1 <= o.num_profile_calls <= 10000 or not 0 <= o.num_verified_timed_calls <= 10000:
         raise ConfigError("num_profile_calls: must be between 1 and 10000 "
                           "(num_verified_timed_calls between 0 and 10000)")
-    if o.seed is not None and not 0 <= o.seed < 2**63:  # past it, the sandbox's generators refuse it
+    if o.seed is not None and not 0 <= o.seed <= MAX_SEED:
         raise ConfigError("seed: must be between 0 and 2**63 - 1")
     if not 0.0 < o.gpu_memory_fraction <= 1.0:
         raise ConfigError("gpu_memory_fraction: must be > 0 and at most 1")

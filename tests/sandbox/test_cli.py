@@ -137,6 +137,10 @@ def test_bad_flag_exits_2_without_a_traceback() -> None:
     (["--atol", "-1"], "--atol -1: must be >= 0"),
     (["--rtol", "nan"], "--rtol nan: must be >= 0"),
     (["--perf-trials", "0"], "--perf-trials 0: must be between 1 and 10000"),
+    # the judge refused these after starting, naming its option field ("seed: must be ...")
+    (["--seed", "-1"], "--seed -1: must be between 0 and 2**63 - 1"),
+    (["--seed", str(2**63)], "--seed 2**63: must be between 0 and 2**63 - 1"),
+    (["--seed", "1" + "0" * 400], "--seed 1e+400: must be between 0 and"),  # was an OverflowError
 ])
 def test_bad_flag_values_name_the_flag(flags: list[str], needle: str,
                                        capsys: pytest.CaptureFixture[str]) -> None:
