@@ -110,6 +110,7 @@ def timeline(device: str) -> dict[str, Any]:
     s = time.monotonic() - tl.t0
     from drkernel.sandbox import comparator, judge, pipeline
     from drkernel.sandbox.plumbing import isolation
+    from drkernel.settings import default_timing_cache
     from drkernel.types import EvalRequest
 
     tl.spans.append(("import judge (torch, triton)", s, time.monotonic() - tl.t0))
@@ -143,7 +144,7 @@ def timeline(device: str) -> dict[str, Any]:
     ref = (EXAMPLE / "reference.py").read_text()
     ker = (EXAMPLE / "kernel.py").read_text()
     s = time.monotonic() - tl.t0
-    j = judge.Judge(device=device, spares=1, cache_path=judge.default_cache_path(), zygote=zygote,
+    j = judge.Judge(device=device, spares=1, cache_path=default_timing_cache(), zygote=zygote,
                     comparison=comparison, refill=False)
     tl.spans.append(("Judge()", s, time.monotonic() - tl.t0))
     s = time.monotonic() - tl.t0

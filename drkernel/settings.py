@@ -32,10 +32,16 @@ def is_header_value(token: str) -> bool:
     return token.isascii() and token.isprintable() and token == token.strip()
 
 
-def default_timing_cache() -> str:
+def default_timing_cache(environ: Mapping[str, str] | None = None) -> str:
     """The user's reference-timing cache (a judge's `cache_path`): `drkernel eval` and `drkernel serve`'s
-    judges keep the device's peaks and each problem's reference times there, one file for all of them."""
-    return str(Path.home() / ".cache" / "drkernel" / "reference_timings.sqlite")
+    judges keep the device's peaks and each problem's reference times there, one file for all of them.
+    Under $XDG_CACHE_HOME where it is an absolute path (the XDG spec ignores an empty or relative one),
+    else ~/.cache. `environ`: where that is read (None: os.environ; a judge, which reads no variable,
+    passes {})."""
+    env = os.environ if environ is None else environ
+    xdg = env.get("XDG_CACHE_HOME", "")
+    root = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    return str(root / "drkernel" / "reference_timings.sqlite")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     # The fork server imports torch and triton (seconds); it starts first, so that this process's
     # own imports of them overlap with its.
     zygote, comparison = _prestart(args.device)
-    from drkernel.sandbox.judge import Judge, default_cache_path
+    from drkernel.sandbox.judge import Judge
     from drkernel.sandbox.plumbing.process import SandboxFailure
 
     reference = _read(args.reference, "reference")
@@ -203,8 +203,9 @@ def run(args: argparse.Namespace) -> int:
         _check_shape(snippet, reference, args.reference)
     request = EvalRequest(reference_code=reference, kernel_code=kernel, options=options,
                           problem_name=args.reference.stem, shape_variants=tuple(args.shape))
+    cache = _timing_cache(args.cache)
     try:
-        config = from_env.replace(spares=1, refill=False, cache_path=str(args.cache or default_cache_path()),
+        config = from_env.replace(spares=1, refill=False, cache_path=cache,
                                   memory_limit_mb=options.memory_limit_mb)
         with Judge.from_config(config, args.device, zygote=zygote, comparison=comparison) as judge:
             result = judge.evaluate(request)
@@ -217,6 +218,27 @@ def run(args: argparse.Namespace) -> int:
         verbose = bool(getattr(args, "eval_verbose", False) or getattr(args, "verbose", False))
         sys.stdout.write(render_verdict(result, verbose=verbose) + "\n")
     return 0
+
+
+def _timing_cache(flag: Path | None) -> str | None:
+    """The reference-timing cache's file, opened here before any judge starts: a --cache that cannot be
+    opened is a usage error; the default one, which the user never asked for, a warning and times kept
+    in memory (None) where it cannot be made (an unwritable home stopped the command after its judge
+    had started)."""
+    from drkernel.sandbox.refcache import ReferenceTimingCache
+    from drkernel.settings import default_timing_cache
+
+    if flag is not None:
+        ReferenceTimingCache(flag).close()
+        return str(flag)
+    try:
+        path = default_timing_cache()
+        ReferenceTimingCache(path).close()
+    except (ConfigError, RuntimeError) as exc:  # RuntimeError: Path.home() found no home
+        print(f"drkernel eval: warning: {exc}; reference timings are kept in memory for this run "
+              "(--cache FILE keeps them in another file)", file=sys.stderr)
+        return None
+    return path
 
 
 def _prestart(device: str | None) -> tuple[Zygote | None, ComparisonProcess | None]:

@@ -36,7 +36,7 @@ from drkernel.sandbox.plumbing.process import (
 from drkernel.sandbox.plumbing.tritonseed import TritonSeed
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.requestcheck import validate_request
-from drkernel.settings import DEFAULT_SPARES, JudgeSettings
+from drkernel.settings import DEFAULT_SPARES, JudgeSettings, default_timing_cache
 from drkernel.types import (
     DeviceInfo,
     ErrorInfo,
@@ -45,15 +45,11 @@ from drkernel.types import (
     EvalResult,
 )
 
-__all__ = ["Judge", "default_cache_path"]
+__all__ = ["Judge"]
 
 log = logging.getLogger(__name__)
 
 _FAILURE_OUTCOMES = {"timeout": EvalOutcome.TIMEOUT}
-
-
-def default_cache_path() -> Path:
-    return Path.home() / ".cache" / "drkernel" / "reference_timings.sqlite"
 
 
 class Judge:
@@ -352,13 +348,14 @@ class Judge:
 
 def _seed_folder(scratch: str | None, cache_path: str | Path | None, insecure: bool) -> tuple[Path, bool]:
     """Where the judge's Triton seed lives, and whether it stays for the next judge on this host: beside
-    the reference-timing cache (the default one's folder without a cache), hidden from every sandbox
-    and writable by root alone. An insecure judge's sandboxes share its uid and could rewrite a seed,
-    so it gets one of its own under the scratch root, removed when it closes."""
+    the reference-timing cache (the default one's folder without a cache: ~/.cache's, as a judge reads
+    no $XDG_CACHE_HOME), hidden from every sandbox and writable by root alone. An insecure judge's
+    sandboxes share its uid and could rewrite a seed, so it gets one of its own under the scratch root,
+    removed when it closes."""
     import tempfile
 
     if not insecure:
-        return Path(os.path.abspath(cache_path or default_cache_path())).parent / "triton-seed", True
+        return Path(os.path.abspath(cache_path or default_timing_cache({}))).parent / "triton-seed", True
     return Path(tempfile.mkdtemp(prefix="drkernel-seed-", dir=scratch or tempfile.gettempdir())), False
 
 

@@ -19,11 +19,13 @@ FAST_FLAGS = ["--device", "cpu", "--trials", "2", "--perf-trials", "3", "--warmu
 REFERENCE = ASSETS / "references" / "relu_scale.py"
 
 
-def drkernel_eval(*args: object, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
+def drkernel_eval(*args: object, cache: Path | None = None, env: dict[str, str] | None = None,
+                  stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "drkernel.cli", "eval", *map(str, args)]
     if cache is not None:
         cmd += ["--cache", str(cache)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2],
+                          env=None if env is None else {**os.environ, **env}, input=stdin)
 
 
 def assert_usage_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:
@@ -218,6 +220,30 @@ def test_a_cache_that_cannot_be_opened_is_a_usage_error(tmp_path: Path, where: s
     (tmp_path / "text.sqlite").write_text("hello, this is not SQLite" * 100)
     proc = drkernel_eval(REFERENCE, ASSETS / "kernels" / "relu_scale.py", *FAST_FLAGS, cache=cache)
     assert_usage_error(proc, f"reference timing cache {cache}: cannot open it")
+
+
+def test_the_default_cache_is_under_xdg_cache_home_when_it_is_set(tmp_path: Path) -> None:
+    proc = drkernel_eval(REFERENCE, ASSETS / "kernels" / "relu_scale.py", *FAST_FLAGS,
+                         env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "xdg" / "drkernel" / "reference_timings.sqlite").is_file()
+
+
+def test_a_default_cache_that_cannot_be_made_is_one_warning_and_the_evaluation_runs(tmp_path: Path) -> None:
+    """A home (or $XDG_CACHE_HOME) where no folder can be made stopped the command once its judge had
+    started, on a cache the user never asked for: the evaluation now runs, its reference times kept in
+    memory, after one line that says so. (A file stands in for an unwritable folder: the tests run as
+    root, whom permissions do not stop.)"""
+    blocked = tmp_path / "a_file"
+    blocked.write_text("not a folder")
+    proc = drkernel_eval(REFERENCE, ASSETS / "kernels" / "relu_scale.py", *FAST_FLAGS,
+                         env={"HOME": str(blocked), "XDG_CACHE_HOME": str(blocked)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("verdict   OK")
+    said = [line for line in proc.stderr.splitlines() if "cache" in line]
+    assert len(said) == 1 and f"{blocked}/drkernel/reference_timings.sqlite" in said[0], proc.stderr
+    assert "in memory" in said[0] and "--cache" in said[0]
+    assert "Traceback" not in proc.stderr
 
 
 def test_one_size_limit_for_sources_shared_with_the_server(tmp_path: Path,

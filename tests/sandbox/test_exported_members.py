@@ -16,7 +16,7 @@ DRKERNEL_ALL = {
 }
 
 SANDBOX_ALL = {
-    "judge": {"Judge", "default_cache_path"},
+    "judge": {"Judge"},
     "requestcheck": {"validate_request"},
     "pipeline": {"Evaluation", "ReferenceFailure"},
     "plumbing.process": {"SandboxFailure", "SandboxFolder", "SandboxProcess", "UidLease", "Zygote",

@@ -152,10 +152,7 @@ def test_the_servers_judges_share_one_timing_cache(tmp_path: Any) -> None:
     (and measured the device's peaks) four times, each time stopping every candidate on the host."""
     import os
 
-    from drkernel.sandbox.judge import default_cache_path
-
-    assert default_timing_cache() == str(default_cache_path())  # one file with `drkernel eval`
-    assert Settings().judges().cache_path == default_timing_cache()
+    assert Settings().judges().cache_path == default_timing_cache()  # the file `drkernel eval` keeps too
     own = str(tmp_path / "t.sqlite")
     assert Settings.from_env({"DRKERNEL_TIMING_CACHE": own}).judges().cache_path == own
     assert Settings(timing_cache="none").judges().cache_path is None  # each judge its own, in memory
@@ -165,6 +162,23 @@ def test_the_servers_judges_share_one_timing_cache(tmp_path: Any) -> None:
     for bad in (str(tmp_path), " "):
         with pytest.raises(ConfigError, match="serve.timing_cache: .* is a folder or empty"):
             Settings(timing_cache=bad)
+
+
+def test_one_function_owns_the_default_timing_cache_and_it_honours_xdg_cache_home() -> None:
+    """`drkernel eval` (sandbox/judge.py default_cache_path) and `serve` (settings.py) each spelt the
+    default, ~/.cache alone, whatever $XDG_CACHE_HOME said; settings.default_timing_cache is the one."""
+    import os
+    from pathlib import Path
+
+    import drkernel.sandbox.judge
+
+    assert not hasattr(drkernel.sandbox.judge, "default_cache_path")
+    home = str(Path.home() / ".cache" / "drkernel" / "reference_timings.sqlite")
+    assert default_timing_cache({}) == home
+    assert default_timing_cache({"XDG_CACHE_HOME": "/xdg/c"}) == "/xdg/c/drkernel/reference_timings.sqlite"
+    for ignored in ("", "relative/cache"):  # the XDG spec: empty means unset, a relative path is invalid
+        assert default_timing_cache({"XDG_CACHE_HOME": ignored}) == home
+    assert default_timing_cache() == default_timing_cache(os.environ)
 
 
 def test_serve_takes_timing_cache_from_its_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
