@@ -63,12 +63,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="also time both sides the authors' way (warm-up, then 10 calls each timed alone; "
                         "means to 3 significant digits); never changes the verdict")
     p.add_argument("--no-profile", action="store_true", help="skip the profiling window (coverage null)")
-    p.add_argument("--memory-limit-mb", type=int, default=None, help="host memory limit of the sandbox")
-    p.add_argument("--cache", type=Path, default=None, help="reference timing cache file")
+    p.add_argument("--memory-limit-mb", type=int, default=None,
+                   help="host memory limit of each sandbox, in MiB "
+                        f"(default: {EvalOptions().memory_limit_mb})")
+    p.add_argument("--cache", type=Path, default=None, metavar="FILE",
+                   help="reference timing cache file (default: "
+                        "$XDG_CACHE_HOME/drkernel/reference_timings.sqlite where that is set, "
+                        "else ~/.cache/drkernel/reference_timings.sqlite; where that "
+                        "cannot be made, a warning and times kept in memory)")
     p.add_argument("--insecure", action="store_true", default=None,
                    help="run the candidate without sandbox isolation (your own code only; the result "
                         "then says \"isolation\": \"none\"); without it the judge refuses to start where "
-                        "it cannot isolate sandboxes")
+                        "it cannot isolate sandboxes (default: off; DRKERNEL_INSECURE=1 turns it on)")
     p.add_argument("--launch-preroll-us", type=float, default=None,
                    help="GPU: keep the device busy this long before each timed call so that host launch "
                         "overhead is not timed (default 0: off)")

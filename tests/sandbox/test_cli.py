@@ -154,6 +154,24 @@ def test_bad_flag_values_name_the_flag(flags: list[str], needle: str,
     assert "num_" not in err and "warm" not in err
 
 
+def test_help_shows_the_defaults_that_matter(capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """--memory-limit-mb and --cache said nothing of what they are without the flag (8192 MiB, the user's
+    cache file), nor --insecure of the variable that turns it on."""
+    from drkernel.cli import main
+    from drkernel.types import EvalOptions
+
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as info:
+        main(["eval", "--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"in MiB (default: {EvalOptions().memory_limit_mb})" in text
+    assert "(default: $XDG_CACHE_HOME/drkernel/reference_timings.sqlite where that is set, " \
+           "else ~/.cache/drkernel/reference_timings.sqlite" in text
+    assert "(default: off; DRKERNEL_INSECURE=1 turns it on)" in text
+
+
 def test_the_judge_refuses_a_negative_tolerance_from_the_api_too() -> None:
     from drkernel.errors import ConfigError
     from drkernel.sandbox.requestcheck import validate_request
