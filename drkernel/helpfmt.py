@@ -32,7 +32,8 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "eval": ("drkernel eval drkernel/examples/relu_scale/reference.py \\",
              "    drkernel/examples/relu_scale/kernel.py",
-             "drkernel eval ref.py kernel.py --json --device cuda:1"),
+             "drkernel eval ref.py kernel.py --json --device cuda:1",
+             "drkernel eval ref.py - --json < answer.py     # the kernel from stdin"),
     "serve": ("drkernel serve                          # 127.0.0.1:8000, judges on every GPU",
               "drkernel serve --executor ray --address auto"),
     "bench": ("drkernel bench builtin:cpu --model M --samples 2 --out runs/cpu  # no GPU here",

@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        formatter_class=DefaultsHelpFormatter)
     p.add_argument("reference", type=Path,
                    help="KernelBench-format reference (Model, get_inputs, get_init_inputs)")
-    p.add_argument("kernel", type=Path, help="candidate source defining ModelNew with @triton.jit kernels")
+    p.add_argument("kernel", type=Path, help="candidate source defining ModelNew with @triton.jit kernels; "
+                                             "- reads it from stdin (a model's answer piped in)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object (the result contract)")
     p.add_argument("-v", "--verbose", dest="eval_verbose", action="store_true",
                    help="also print the traceback, every trial, stage timings and what the candidate "
@@ -182,6 +183,19 @@ def _read(path: Path, what: str) -> str:
         raise ConfigError(f"cannot read {what} file {path}: {exc}") from None
 
 
+def _read_stdin() -> str:
+    """The kernel's source from stdin (`drkernel eval ref.py -`: a model's answer piped in), read as a
+    file's is: UTF-8 less a byte-order mark, at most the judge's source limit."""
+    try:
+        data = sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1)
+        if len(data) > MAX_SOURCE_BYTES:
+            raise ConfigError(f"the kernel on stdin is over {MAX_SOURCE_BYTES >> 20} MiB: the judge takes "
+                              "sources of at most that (the server's limit too)")
+        return data.decode("utf-8-sig")
+    except (AttributeError, OSError, ValueError) as exc:  # no stdin, a closed one, or not UTF-8
+        raise ConfigError(f"cannot read the kernel on stdin: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     _check_flags(args)
     from_env = judge_settings_from_env(insecure=args.insecure or None)  # a bad variable: before any start
@@ -192,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     from drkernel.sandbox.plumbing.process import SandboxFailure
 
     reference = _read(args.reference, "reference")
-    kernel = _read(args.kernel, "kernel")
+    kernel = _read_stdin() if str(args.kernel) == "-" else _read(args.kernel, "kernel")
     options = _options(args)
     missing = [what for what, text in (("class Model", "class Model"), ("get_inputs()", "def get_inputs"),
                                        ("get_init_inputs()", "def get_init_inputs"))

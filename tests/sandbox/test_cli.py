@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -93,6 +94,26 @@ def test_sources_saved_with_a_byte_order_mark_are_read_as_utf8(tmp_path: Path) -
     proc = drkernel_eval(reference, kernel, *FAST_FLAGS, cache=tmp_path / "t.sqlite")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("verdict   OK"), proc.stdout
+
+
+def test_a_kernel_piped_in_is_read_from_stdin_where_its_path_is_a_dash(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`... | drkernel eval ref.py -` said "kernel file not found: -": a model's answer could not be piped
+    in."""
+    source = (ASSETS / "kernels" / "relu_scale.py").read_text()
+    proc = drkernel_eval(REFERENCE, "-", "--json", *FAST_FLAGS, cache=tmp_path / "t.sqlite", stdin=source)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outcome"] == "ok"
+    from drkernel.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    assert "- reads it from stdin" in " ".join(capsys.readouterr().out.split())
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe not UTF-8")))
+    assert main(["eval", str(REFERENCE), "-", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot read the kernel on stdin" in err, err
 
 
 def test_missing_kernel_file_is_a_usage_error(tmp_path: Path) -> None:
