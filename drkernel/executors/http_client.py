@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,6 +31,9 @@ _CHUNK = 500  # tasks per submission request
 # the longest long poll a get asks for: a server holds one at most this long (drkernel serve: 60 s), and
 # an infinite one was an OverflowError from the socket's timeout before anything was sent
 _LONGEST_POLL_S = 3600.0
+# a call with a deadline gives each try what is left of it plus this, for an answer already on its way (a
+# long poll ends at the deadline, and wait(ids, 0) still asks once): it ends by the deadline and a second
+_ANSWER_S = 1.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,6 +94,10 @@ def _raise_for(response: httpx.Response, what: str) -> None:
     if response.status_code == 413:
         raise _TooLarge(text)
     raise ExecutorError(text)
+
+
+class _OutOfTime(EvalTimeout):
+    """A call's retries reached its caller's deadline: the next try could not begin before it."""
 
 
 class _TooLarge(ExecutorError):
@@ -154,6 +162,10 @@ def _batch_body(chunk: list[EvalRequest], priority: str) -> dict[str, Any]:
     return {"requests": [{"request": r.to_dict()} for r in chunk], "priority": priority}
 
 
+def _unfinished(count: int, timeout_s: float) -> str:
+    return f"{count} tasks unfinished after {timeout_s} s"
+
+
 def _collect(tasks: list[dict[str, Any]], done: dict[str, EvalResult]) -> None:
     """A task cancelled on the server is its own infra result, as the local pool gives it (the batch's
     other results still come back); one the server does not know is the caller's mistake."""
@@ -180,6 +192,23 @@ class _Base:
             return False
         return response is None or response.status_code in _RETRY_STATUS
 
+    def _timeout(self, extra_timeout: float, deadline: float) -> float:
+        """One try's HTTP timeout: the call's own, cut to what is left of the caller's deadline."""
+        own = self.config.request_timeout_s + extra_timeout
+        return min(own, max(0.0, deadline - time.monotonic()) + _ANSWER_S)
+
+    def _pause(self, what: str, attempt: int, response: httpx.Response | None,
+               failure: ExecutorError | None, deadline: float) -> float:
+        """The sleep before the next try, cut to what is left of the deadline (the backoff slept up to
+        31.5 s past it, each try taking its whole request_timeout_s); _OutOfTime once nothing is left."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            last = f"HTTP {response.status_code}" if response is not None else \
+                str(failure).removeprefix(f"{what}: ")
+            raise _OutOfTime(f"{what}: no answer in time ({attempt + 1} tries, the last: {last})") \
+                from failure
+        return min(_delay(self.config, attempt, response), left)
+
 
 class Client(_Base):
     """Blocking client. `evaluate(requests)` submits, waits (bounded) and returns results."""
@@ -189,22 +218,27 @@ class Client(_Base):
         super().__init__(config, **overrides)
         self._http = httpx.Client(transport=transport, **self._common)  # type: ignore[arg-type]
 
-    def _call(self, method: str, path: str, extra_timeout: float = 0.0, **kw: Any) -> Any:
+    def _call(self, method: str, path: str, extra_timeout: float = 0.0, deadline: float = math.inf,
+              **kw: Any) -> Any:
+        """One exchange with its retries; with a `deadline` (time.monotonic()) every try and every sleep
+        ends by it, and what is left of it raises EvalTimeout."""
+        what = f"{method} {path}"
         if self._http.is_closed:
-            raise ExecutorError(f"{method} {path}: the client is closed")
-        timeout = self.config.request_timeout_s + extra_timeout
+            raise ExecutorError(f"{what}: the client is closed")
         for attempt in range(self.config.max_retries + 1):
-            response = None
+            response, failure = None, None
             try:
-                with http_errors(f"{method} {path}"):
-                    response = self._http.request(method, path, timeout=timeout, **kw)
-            except ExecutorError:
+                with http_errors(what):
+                    response = self._http.request(method, path,
+                                                  timeout=self._timeout(extra_timeout, deadline), **kw)
+            except ExecutorError as exc:
                 if not self._retryable(attempt, None):
                     raise
+                failure = exc
             if response is not None and not self._retryable(attempt, response):
-                _raise_for(response, f"{method} {path}")
-                return _json(response, f"{method} {path}")
-            time.sleep(_delay(self.config, attempt, response))
+                _raise_for(response, what)
+                return _json(response, what)
+            time.sleep(self._pause(what, attempt, response, failure, deadline))
         raise AssertionError("unreachable")
 
     def submit(self, requests: list[EvalRequest], priority: str = "normal") -> list[str]:
@@ -225,7 +259,8 @@ class Client(_Base):
                 self._submit(half, priority)
 
     def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
-        """Results of every task, or EvalTimeout when they are not all done by the deadline."""
+        """Results of every task, or EvalTimeout when they are not all done by the deadline (a second
+        more at most, for an answer on its way; retries and their sleeps included)."""
         _check_timeout("wait timeout_s", timeout_s)
         deadline = time.monotonic() + timeout_s
         done: dict[str, EvalResult] = {}
@@ -234,12 +269,15 @@ class Client(_Base):
         while len(done) < len(task_ids):
             left = deadline - time.monotonic()
             if asked and left <= 0:
-                raise EvalTimeout(f"{len(task_ids) - len(done)} tasks unfinished after {timeout_s} s")
+                raise EvalTimeout(_unfinished(len(task_ids) - len(done), timeout_s))
             asked = True
             pending = [t for t in task_ids if t not in done]
             poll = max(0.0, min(self.config.poll_s, left))
-            body = self._call("POST", "/v1/tasks/wait", extra_timeout=poll,
-                              json={"task_ids": pending, "timeout_s": poll})
+            try:
+                body = self._call("POST", "/v1/tasks/wait", extra_timeout=poll, deadline=deadline,
+                                  json={"task_ids": pending, "timeout_s": poll})
+            except _OutOfTime as exc:
+                raise EvalTimeout(f"{_unfinished(len(task_ids) - len(done), timeout_s)}: {exc}") from exc
             _collect(body["tasks"], done)
         return done
 
@@ -279,22 +317,25 @@ class AsyncClient(_Base):
         super().__init__(config, **overrides)
         self._http = httpx.AsyncClient(transport=transport, **self._common)  # type: ignore[arg-type]
 
-    async def _call(self, method: str, path: str, extra_timeout: float = 0.0, **kw: Any) -> Any:
+    async def _call(self, method: str, path: str, extra_timeout: float = 0.0, deadline: float = math.inf,
+                    **kw: Any) -> Any:
+        what = f"{method} {path}"
         if self._http.is_closed:
-            raise ExecutorError(f"{method} {path}: the client is closed")
-        timeout = self.config.request_timeout_s + extra_timeout
+            raise ExecutorError(f"{what}: the client is closed")
         for attempt in range(self.config.max_retries + 1):
-            response = None
+            response, failure = None, None
             try:
-                with http_errors(f"{method} {path}"):
-                    response = await self._http.request(method, path, timeout=timeout, **kw)
-            except ExecutorError:
+                with http_errors(what):
+                    response = await self._http.request(method, path,
+                                                        timeout=self._timeout(extra_timeout, deadline), **kw)
+            except ExecutorError as exc:
                 if not self._retryable(attempt, None):
                     raise
+                failure = exc
             if response is not None and not self._retryable(attempt, response):
-                _raise_for(response, f"{method} {path}")
-                return _json(response, f"{method} {path}")
-            await asyncio.sleep(_delay(self.config, attempt, response))
+                _raise_for(response, what)
+                return _json(response, what)
+            await asyncio.sleep(self._pause(what, attempt, response, failure, deadline))
         raise AssertionError("unreachable")
 
     async def submit(self, requests: list[EvalRequest], priority: str = "normal") -> list[str]:
@@ -314,20 +355,22 @@ class AsyncClient(_Base):
 
     async def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
         _check_timeout("wait timeout_s", timeout_s)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        deadline = time.monotonic() + timeout_s
         done: dict[str, EvalResult] = {}
         task_ids = list(dict.fromkeys(task_ids))  # an id given twice is one task, answered once
         asked = False  # the server is asked at least once: timeout_s=0 reads what is done now
         while len(done) < len(task_ids):
-            left = deadline - loop.time()
+            left = deadline - time.monotonic()
             if asked and left <= 0:
-                raise EvalTimeout(f"{len(task_ids) - len(done)} tasks unfinished after {timeout_s} s")
+                raise EvalTimeout(_unfinished(len(task_ids) - len(done), timeout_s))
             asked = True
             pending = [t for t in task_ids if t not in done]
             poll = max(0.0, min(self.config.poll_s, left))
-            body = await self._call("POST", "/v1/tasks/wait", extra_timeout=poll,
-                                    json={"task_ids": pending, "timeout_s": poll})
+            try:
+                body = await self._call("POST", "/v1/tasks/wait", extra_timeout=poll, deadline=deadline,
+                                        json={"task_ids": pending, "timeout_s": poll})
+            except _OutOfTime as exc:
+                raise EvalTimeout(f"{_unfinished(len(task_ids) - len(done), timeout_s)}: {exc}") from exc
             _collect(body["tasks"], done)
         return done
 

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -307,3 +313,97 @@ def test_a_token_no_header_can_carry_is_a_config_error(token: str) -> None:
     with pytest.raises(ConfigError, match="client.token"):
         HttpExecutor(HttpExecutor.Config(base_url="http://judge.test", token=token))
     Client(base_url="http://judge.test", token="s3cr3t-._~+/= with inner spaces").close()
+
+
+@contextlib.contextmanager
+def silent_server() -> Iterator[str]:
+    """A hung server: a raw socket that accepts connections and never says a word."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.05)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in [*held, listener]:
+            conn.close()
+
+
+def within(seconds: float, call: Callable[[], Any]) -> tuple[float, BaseException | None]:
+    """Run `call` in a daemon thread: (its seconds, what it raised). Fails the test, without waiting it out,
+    when the call outlasts `seconds` (today's client hung minutes on these)."""
+    out: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            out.append(None)
+        except BaseException as exc:  # handed to the test
+            out.append(exc)
+
+    start = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"still running after {seconds} s"
+    return time.monotonic() - start, out[0]
+
+
+class DroppingServer(FakeServer):
+    """Takes submissions, then drops the connection of every wait: a server restarting, a flaky proxy."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/tasks/wait":
+            self.calls.append("dropped")
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.",
+                                            request=request)
+        return super().__call__(request)
+
+
+def test_a_wait_whose_connections_drop_ends_at_its_deadline() -> None:
+    """Client.wait(ids, 1) against a server dropping every connection slept its retries out (1 + 2 + 4 s
+    with these settings; 31.5 s with the defaults) and raised the dropped connection: past the caller's
+    deadline, and not the EvalTimeout a deadline gives."""
+    server = DroppingServer()
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(server), max_retries=3,
+                backoff_s=1.0) as client:
+        ids = client.submit([req("a")])
+        seconds, raised = within(3.0, lambda: client.wait(ids, 1.0))
+    assert isinstance(raised, EvalTimeout) and "1 tasks unfinished after 1.0 s" in str(raised)
+    assert "RemoteProtocolError" in str(raised) and seconds < 1.5
+    assert server.calls.count("dropped") == 2  # at 0 s and after the 1 s pause; no try after the deadline
+
+    async def run() -> None:
+        transport = httpx.MockTransport(DroppingServer())
+        async with AsyncClient(base_url="http://judge.test", transport=transport, max_retries=3,
+                               backoff_s=1.0) as aclient:
+            await aclient.wait(await aclient.submit([req("b")]), 1.0)
+
+    seconds, raised = within(3.0, lambda: asyncio.run(run()))
+    assert isinstance(raised, EvalTimeout) and seconds < 1.5
+
+
+def test_a_wait_on_a_hung_server_ends_at_its_deadline() -> None:
+    """A server that accepts and never answers held each try of a wait for request_timeout_s past the
+    caller's deadline (here 5 s for a wait of 0.5 s; 60 s with the defaults), once per retry."""
+    with silent_server() as url, Client(base_url=url, request_timeout_s=5.0, max_retries=2) as client:
+        seconds, raised = within(4.0, lambda: client.wait(["a"], 0.5))
+    assert isinstance(raised, EvalTimeout) and seconds < 0.5 + 1.5, (seconds, raised)
+
+    async def run() -> None:
+        with silent_server() as url:
+            async with AsyncClient(base_url=url, request_timeout_s=5.0, max_retries=2) as aclient:
+                await aclient.wait(["a"], 0.5)
+
+    seconds, raised = within(4.0, lambda: asyncio.run(run()))
+    assert isinstance(raised, EvalTimeout) and seconds < 0.5 + 1.5, (seconds, raised)
