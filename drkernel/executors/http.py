@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,8 @@ class HttpExecutor:
             probe.close()
 
     def _deadline(self, requests: list[EvalRequest]) -> float:
+        """The batch's seconds, from evaluate's call to its last result: the submission (a full queue
+        refusing it, retried) and the tasks' time in the server's queue count."""
         if self.config.batch_timeout_s is not None:
             return self.config.batch_timeout_s
         budget = max(r.options.timeout_s for r in requests)
@@ -89,15 +92,20 @@ class HttpExecutor:
             raise ExecutorError("executor is closed")
         if not requests:
             return []
-        deadline = self._deadline(requests)
-        ids = self._client.submit(requests, self.config.priority)
+        start = time.monotonic()
+        seconds = self._deadline(requests)  # the capacity it may ask for counts too
         try:
-            results = self._client.wait(ids, deadline)
-        except EvalTimeout:
-            for task_id in ids:  # do not leave orphans running on the server
-                with contextlib.suppress(ExecutorError):
-                    self._client.cancel(task_id)
-            raise
+            ids = self._client.submit(requests, self.config.priority, _left(start + seconds))
+            try:
+                results = self._client.wait(ids, _left(start + seconds))
+            except EvalTimeout:
+                for task_id in ids:  # do not leave orphans running on the server
+                    with contextlib.suppress(ExecutorError):
+                        self._client.cancel(task_id)
+                raise
+        except EvalTimeout as exc:
+            raise EvalTimeout(f"the batch's deadline of {seconds:g} s (counted from its submission) "
+                              f"passed: {exc}") from exc
         return [results[i] for i in ids]
 
     def cancel(self, task_id: str) -> bool:
@@ -113,6 +121,10 @@ class HttpExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
 
 
 def _workers_total(health: dict[str, Any]) -> int:

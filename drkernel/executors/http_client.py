@@ -139,6 +139,18 @@ def _check_timeout(name: str, value: float) -> None:
         raise ConfigError(f"{name}: {value!r} is not a number of seconds >= 0")
 
 
+def _deadline(name: str, timeout_s: float | None) -> float:
+    """The time.monotonic() by which a call of `timeout_s` ends (None: no deadline but its retries')."""
+    if timeout_s is None:
+        return math.inf
+    _check_timeout(name, timeout_s)
+    return time.monotonic() + timeout_s
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
 def _delay(config: ClientConfig, attempt: int, response: httpx.Response | None) -> float:
     if response is not None:
         retry_after = response.headers.get("retry-after", "")
@@ -162,8 +174,18 @@ def _batch_body(chunk: list[EvalRequest], priority: str) -> dict[str, Any]:
     return {"requests": [{"request": r.to_dict()} for r in chunk], "priority": priority}
 
 
+def _seconds(seconds: float | None) -> str:
+    """Seconds for a message: 1 for 1.0, 0.18 for 0.18268."""
+    return f"{seconds:.2f}".rstrip("0").rstrip(".") if seconds is not None and math.isfinite(seconds) \
+        else str(seconds)
+
+
 def _unfinished(count: int, timeout_s: float) -> str:
-    return f"{count} tasks unfinished after {timeout_s} s"
+    return f"{count} tasks unfinished after {_seconds(timeout_s)} s"
+
+
+def _unqueued(count: int, timeout_s: float | None, why: Exception) -> str:
+    return f"{count} tasks not queued after {_seconds(timeout_s)} s: {why}"
 
 
 def _collect(tasks: list[dict[str, Any]], done: dict[str, EvalResult]) -> None:
@@ -241,22 +263,29 @@ class Client(_Base):
             time.sleep(self._pause(what, attempt, response, failure, deadline))
         raise AssertionError("unreachable")
 
-    def submit(self, requests: list[EvalRequest], priority: str = "normal") -> list[str]:
+    def submit(self, requests: list[EvalRequest], priority: str = "normal",
+               timeout_s: float | None = None) -> list[str]:
+        """Queue the requests; their task ids. With `timeout_s`, EvalTimeout once it has passed with the
+        server still refusing them (a full queue) or not answering."""
+        deadline = _deadline("submit timeout_s", timeout_s)
         prepared = _prepare(requests)
-        for start in range(0, len(prepared), _CHUNK):
-            self._submit(prepared[start:start + _CHUNK], priority)
+        try:
+            for start in range(0, len(prepared), _CHUNK):
+                self._submit(prepared[start:start + _CHUNK], priority, deadline)
+        except _OutOfTime as exc:
+            raise EvalTimeout(_unqueued(len(prepared), timeout_s, exc)) from exc
         return [r.task_id for r in prepared]  # type: ignore[misc]
 
-    def _submit(self, chunk: list[EvalRequest], priority: str) -> None:
+    def _submit(self, chunk: list[EvalRequest], priority: str, deadline: float) -> None:
         """One batch; a 413 sends it again in halves (a server with --max-queue below the chunk, or a batch
         of large sources past its body limit, failed every submission)."""
         try:
-            self._call("POST", "/v1/tasks/batch", json=_batch_body(chunk, priority))
+            self._call("POST", "/v1/tasks/batch", deadline=deadline, json=_batch_body(chunk, priority))
         except _TooLarge:
             if len(chunk) == 1:
                 raise
             for half in _halves(chunk):
-                self._submit(half, priority)
+                self._submit(half, priority, deadline)
 
     def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
         """Results of every task, or EvalTimeout when they are not all done by the deadline (a second
@@ -283,8 +312,10 @@ class Client(_Base):
 
     def evaluate(self, requests: list[EvalRequest], timeout_s: float = 3600.0,
                  priority: str = "normal") -> list[EvalResult]:
-        ids = self.submit(requests, priority)
-        results = self.wait(ids, timeout_s)
+        """Submit and wait: `timeout_s` counts from the call, the time the submission took included."""
+        deadline = _deadline("evaluate timeout_s", timeout_s)
+        ids = self.submit(requests, priority, timeout_s)
+        results = self.wait(ids, _left(deadline))
         return [results[i] for i in ids]
 
     def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
@@ -338,20 +369,25 @@ class AsyncClient(_Base):
             await asyncio.sleep(self._pause(what, attempt, response, failure, deadline))
         raise AssertionError("unreachable")
 
-    async def submit(self, requests: list[EvalRequest], priority: str = "normal") -> list[str]:
+    async def submit(self, requests: list[EvalRequest], priority: str = "normal",
+                     timeout_s: float | None = None) -> list[str]:
+        deadline = _deadline("submit timeout_s", timeout_s)
         prepared = _prepare(requests)
-        for start in range(0, len(prepared), _CHUNK):
-            await self._submit(prepared[start:start + _CHUNK], priority)
+        try:
+            for start in range(0, len(prepared), _CHUNK):
+                await self._submit(prepared[start:start + _CHUNK], priority, deadline)
+        except _OutOfTime as exc:
+            raise EvalTimeout(_unqueued(len(prepared), timeout_s, exc)) from exc
         return [r.task_id for r in prepared]  # type: ignore[misc]
 
-    async def _submit(self, chunk: list[EvalRequest], priority: str) -> None:
+    async def _submit(self, chunk: list[EvalRequest], priority: str, deadline: float) -> None:
         try:
-            await self._call("POST", "/v1/tasks/batch", json=_batch_body(chunk, priority))
+            await self._call("POST", "/v1/tasks/batch", deadline=deadline, json=_batch_body(chunk, priority))
         except _TooLarge:
             if len(chunk) == 1:
                 raise
             for half in _halves(chunk):
-                await self._submit(half, priority)
+                await self._submit(half, priority, deadline)
 
     async def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
         _check_timeout("wait timeout_s", timeout_s)
@@ -376,8 +412,9 @@ class AsyncClient(_Base):
 
     async def evaluate(self, requests: list[EvalRequest], timeout_s: float = 3600.0,
                        priority: str = "normal") -> list[EvalResult]:
-        ids = await self.submit(requests, priority)
-        results = await self.wait(ids, timeout_s)
+        deadline = _deadline("evaluate timeout_s", timeout_s)
+        ids = await self.submit(requests, priority, timeout_s)
+        results = await self.wait(ids, _left(deadline))
         return [results[i] for i in ids]
 
     async def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:

@@ -379,7 +379,7 @@ def test_a_wait_whose_connections_drop_ends_at_its_deadline() -> None:
                 backoff_s=1.0) as client:
         ids = client.submit([req("a")])
         seconds, raised = within(3.0, lambda: client.wait(ids, 1.0))
-    assert isinstance(raised, EvalTimeout) and "1 tasks unfinished after 1.0 s" in str(raised)
+    assert isinstance(raised, EvalTimeout) and "1 tasks unfinished after 1 s" in str(raised)
     assert "RemoteProtocolError" in str(raised) and seconds < 1.5
     assert server.calls.count("dropped") == 2  # at 0 s and after the 1 s pause; no try after the deadline
 
@@ -407,3 +407,54 @@ def test_a_wait_on_a_hung_server_ends_at_its_deadline() -> None:
 
     seconds, raised = within(4.0, lambda: asyncio.run(run()))
     assert isinstance(raised, EvalTimeout) and seconds < 0.5 + 1.5, (seconds, raised)
+
+
+class QueueFullServer(FakeServer):
+    """Refuses the first `refusals` submissions (429, queue full, Retry-After), then takes them; its tasks
+    never finish (a queue ahead of them that does not move)."""
+
+    def __init__(self, refusals: int, retry_after_s: float) -> None:
+        super().__init__(finish=False)
+        self.refusals, self.retry_after_s = refusals, retry_after_s
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/tasks/batch" and self.refusals > 0:
+            self.refusals -= 1
+            self.calls.append("refused")
+            return httpx.Response(429, headers={"Retry-After": str(self.retry_after_s)},
+                                  json={"message": "queue full (10000/10000 tasks)"})
+        return super().__call__(request)
+
+
+def test_the_batch_deadline_counts_from_submission_not_from_the_queue() -> None:
+    """The executor's deadline started once the server had taken the batch: a full queue that refused it
+    for 0.8 s (0.5 s a retry, up to 31.5 s with the defaults) came on top of it, and a batch of deadline 1 s
+    raised after 1.8 s. It now counts from evaluate's call: EvalTimeout by the deadline (and its second),
+    its tasks cancelled."""
+    server = QueueFullServer(refusals=2, retry_after_s=0.4)
+    with executor(server, batch_timeout_s=1.0) as ex:
+        seconds, raised = within(5.0, lambda: ex.evaluate([req("a"), req("b")]))
+    assert 0.9 < seconds < 1.5, (seconds, raised)
+    assert isinstance(raised, EvalTimeout) and "deadline of 1 s" in str(raised), raised
+    assert server.calls.count("refused") == 2 and server.calls.count("DELETE /v1/tasks/a") == 1
+
+    never = QueueFullServer(refusals=100, retry_after_s=0.4)  # still full at the deadline: nothing queued
+    config = HttpExecutor.Config(base_url="http://judge.test", max_retries=6, batch_timeout_s=1.0)
+    with HttpExecutor(config, transport=httpx.MockTransport(never)) as ex:
+        seconds, raised = within(5.0, lambda: ex.evaluate([req("a")]))
+    assert isinstance(raised, EvalTimeout) and "HTTP 429" in str(raised) and seconds < 1.5, (seconds, raised)
+
+
+def test_client_evaluate_counts_its_timeout_from_submission() -> None:
+    server = QueueFullServer(refusals=2, retry_after_s=0.4)
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(server)) as client:
+        seconds, raised = within(5.0, lambda: client.evaluate([req("a")], timeout_s=1.0))
+    assert isinstance(raised, EvalTimeout) and 0.9 < seconds < 1.5, (seconds, raised)
+
+    async def run() -> None:
+        transport = httpx.MockTransport(QueueFullServer(refusals=2, retry_after_s=0.4))
+        async with AsyncClient(base_url="http://judge.test", transport=transport) as aclient:
+            await aclient.evaluate([req("a")], timeout_s=1.0)
+
+    seconds, raised = within(5.0, lambda: asyncio.run(run()))
+    assert isinstance(raised, EvalTimeout) and 0.9 < seconds < 1.5, (seconds, raised)
