@@ -7,7 +7,6 @@ ExecutorError subclasses in `drkernel.executors.http_client.http_errors`, the on
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ class HttpExecutor:
         deadline_grace_s: float = 60.0
         request_timeout_s: float = 60.0
         max_retries: int = 6
+        cancel_timeout_s: float = 5.0  # the cancels of a batch past its deadline, all together
 
         def __post_init__(self) -> None:
             if not self.base_url.startswith(("http://", "https://")):
@@ -53,6 +53,7 @@ class HttpExecutor:
         self._client = Client(ClientConfig(
             base_url=self.config.base_url, token=self.config.token,
             request_timeout_s=self.config.request_timeout_s, max_retries=self.config.max_retries,
+            cancel_timeout_s=self.config.cancel_timeout_s,
         ), transport=transport)
         self._transport = transport
         self._capacity: int | None = None
@@ -99,9 +100,7 @@ class HttpExecutor:
             try:
                 results = self._client.wait(ids, _left(start + seconds))
             except EvalTimeout:
-                for task_id in ids:  # do not leave orphans running on the server
-                    with contextlib.suppress(ExecutorError):
-                        self._client.cancel(task_id)
+                self._client.cancel_all(ids)  # do not leave orphans running on the server
                 raise
         except EvalTimeout as exc:
             raise EvalTimeout(f"the batch's deadline of {seconds:g} s (counted from its submission) "

@@ -31,8 +31,8 @@ _CHUNK = 500  # tasks per submission request
 # the longest long poll a get asks for: a server holds one at most this long (drkernel serve: 60 s), and
 # an infinite one was an OverflowError from the socket's timeout before anything was sent
 _LONGEST_POLL_S = 3600.0
-# a call with a deadline gives each try what is left of it plus this, for an answer already on its way (a
-# long poll ends at the deadline, and wait(ids, 0) still asks once): it ends by the deadline and a second
+# a call with a deadline gives each try what is left of it, and at least this (wait(ids, 0) still asks
+# once); a long poll that ends at the deadline gets this more for its answer to arrive
 _ANSWER_S = 1.0
 
 
@@ -45,6 +45,7 @@ class ClientConfig:
     backoff_s: float = 0.5  # first retry delay, doubled each time, capped
     backoff_cap_s: float = 30.0
     poll_s: float = 20.0  # server-side long-poll per wait request
+    cancel_timeout_s: float = 5.0  # a cancel, retries included: a hung server never holds its caller
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -60,7 +61,7 @@ class ClientConfig:
         if not is_header_value(self.token or ""):
             raise ConfigError("client.token: starts or ends with a space, or holds a newline or another "
                               "character no header takes (a newline kept from a file?)")
-        for name in ("request_timeout_s", "poll_s", "backoff_cap_s"):
+        for name in ("request_timeout_s", "poll_s", "backoff_cap_s", "cancel_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"client.{name}: {getattr(self, name)} must be > 0")
 
@@ -214,10 +215,14 @@ class _Base:
             return False
         return response is None or response.status_code in _RETRY_STATUS
 
+    def _cancel_deadline(self, timeout_s: float | None) -> float:
+        return _deadline("cancel timeout_s", self.config.cancel_timeout_s if timeout_s is None else timeout_s)
+
     def _timeout(self, extra_timeout: float, deadline: float) -> float:
         """One try's HTTP timeout: the call's own, cut to what is left of the caller's deadline."""
         own = self.config.request_timeout_s + extra_timeout
-        return min(own, max(0.0, deadline - time.monotonic()) + _ANSWER_S)
+        left = deadline - time.monotonic()
+        return min(own, (max(0.0, left) + _ANSWER_S) if extra_timeout else max(left, _ANSWER_S))
 
     def _pause(self, what: str, attempt: int, response: httpx.Response | None,
                failure: ExecutorError | None, deadline: float) -> float:
@@ -324,8 +329,23 @@ class Client(_Base):
         return self._call("GET", _task_path(task_id), extra_timeout=wait_s,  # type: ignore[no-any-return]
                           params={"wait": wait_s})
 
-    def cancel(self, task_id: str) -> bool:
-        return bool(self._call("DELETE", _task_path(task_id))["cancelled"])
+    def cancel(self, task_id: str, timeout_s: float | None = None) -> bool:
+        """Stop a queued or running task (False: it had finished). Within `timeout_s` (cancel_timeout_s),
+        retries included, else EvalTimeout: a cancel is cleanup, and a hung server held it 7.5 minutes."""
+        deadline = self._cancel_deadline(timeout_s)
+        return bool(self._call("DELETE", _task_path(task_id), deadline=deadline)["cancelled"])
+
+    def cancel_all(self, task_ids: list[str]) -> int:
+        """Cancel tasks nobody will read (a batch that raised), all within one cancel_timeout_s; how many
+        were stopped. Best effort: a task the time left does not reach stays."""
+        deadline = time.monotonic() + self.config.cancel_timeout_s
+        stopped = 0
+        for task_id in dict.fromkeys(task_ids):
+            if time.monotonic() >= deadline:
+                break
+            with contextlib.suppress(ExecutorError):
+                stopped += self.cancel(task_id, _left(deadline))
+        return stopped
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/health")  # type: ignore[no-any-return]
@@ -423,8 +443,19 @@ class AsyncClient(_Base):
         return await self._call("GET", _task_path(task_id),  # type: ignore[no-any-return]
                                 extra_timeout=wait_s, params={"wait": wait_s})
 
-    async def cancel(self, task_id: str) -> bool:
-        return bool((await self._call("DELETE", _task_path(task_id)))["cancelled"])
+    async def cancel(self, task_id: str, timeout_s: float | None = None) -> bool:
+        deadline = self._cancel_deadline(timeout_s)
+        return bool((await self._call("DELETE", _task_path(task_id), deadline=deadline))["cancelled"])
+
+    async def cancel_all(self, task_ids: list[str]) -> int:
+        deadline = time.monotonic() + self.config.cancel_timeout_s
+        stopped = 0
+        for task_id in dict.fromkeys(task_ids):
+            if time.monotonic() >= deadline:
+                break
+            with contextlib.suppress(ExecutorError):
+                stopped += await self.cancel(task_id, _left(deadline))
+        return stopped
 
     async def health(self) -> dict[str, Any]:
         return await self._call("GET", "/health")  # type: ignore[no-any-return]

@@ -130,7 +130,8 @@ def test_a_task_id_given_twice_in_one_batch_is_answered_twice() -> None:
 
 @pytest.mark.parametrize("bad", [{"base_url": "127.0.0.1:8000"}, {"base_url": ""},
                                  {"max_retries": -1}, {"request_timeout_s": 0},
-                                 {"poll_s": 0}, {"backoff_s": -1}, {"backoff_s": float("nan")}])
+                                 {"poll_s": 0}, {"backoff_s": -1}, {"backoff_s": float("nan")},
+                                 {"cancel_timeout_s": 0}])
 def test_a_client_config_mistake_is_a_config_error_at_once(bad: dict) -> None:
     with pytest.raises(ConfigError, match=next(iter(bad))):
         Client(**bad)
@@ -458,3 +459,43 @@ def test_client_evaluate_counts_its_timeout_from_submission() -> None:
 
     seconds, raised = within(5.0, lambda: asyncio.run(run()))
     assert isinstance(raised, EvalTimeout) and 0.9 < seconds < 1.5, (seconds, raised)
+
+
+def test_a_cancel_against_a_hung_server_gives_up_in_seconds() -> None:
+    """A server that accepts and never answers held a cancel for request_timeout_s (60 s) a try, 7 tries
+    with the backoff between: 7.5 minutes. It now raises EvalTimeout within cancel_timeout_s (5 s)."""
+    with silent_server() as url, Client(base_url=url) as client:
+        seconds, raised = within(8.0, lambda: client.cancel("a"))
+    assert isinstance(raised, EvalTimeout) and "DELETE /v1/tasks/a" in str(raised), raised
+    assert 4.5 < seconds < 6.0, seconds
+
+    async def run() -> None:
+        with silent_server() as url:
+            async with AsyncClient(base_url=url, cancel_timeout_s=0.5) as aclient:
+                await aclient.cancel("a")
+
+    seconds, raised = within(3.0, lambda: asyncio.run(run()))
+    assert isinstance(raised, EvalTimeout) and seconds < 1.5, (seconds, raised)
+
+
+class HungCancelServer(FakeServer):
+    """Takes the batch, never finishes it, and never answers a DELETE: each cancel hangs for the whole of its
+    try's timeout, as on a server whose event loop is stuck."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            self.calls.append(f"DELETE {request.url.path}")
+            time.sleep(request.extensions["timeout"]["read"])
+            raise httpx.ReadTimeout("timed out", request=request)
+        return super().__call__(request)
+
+
+def test_the_orphans_cancels_of_a_late_batch_share_one_short_timeout() -> None:
+    """The batch deadline cancelled its tasks one after another, each cancel up to 7.5 minutes against a
+    server that did not answer it: a batch of 3 held its caller 22 minutes past its deadline."""
+    server = HungCancelServer(finish=False)
+    config = HttpExecutor.Config(base_url="http://judge.test", batch_timeout_s=0.3, cancel_timeout_s=1.0)
+    with HttpExecutor(config, transport=httpx.MockTransport(server)) as ex:
+        seconds, raised = within(6.0, lambda: ex.evaluate([req("a"), req("b"), req("c")]))
+    assert isinstance(raised, EvalTimeout) and seconds < 0.3 + 1.0 + 0.5, (seconds, raised)
+    assert server.calls.count("DELETE /v1/tasks/a") == 1 and "DELETE /v1/tasks/c" not in server.calls
