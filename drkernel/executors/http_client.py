@@ -23,6 +23,7 @@ import httpx
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, Overloaded
 from drkernel.settings import is_header_value
 from drkernel.types import EvalOutcome, EvalRequest, EvalResult
+from drkernel.wording import counted
 
 __all__ = ["AsyncClient", "Client", "ClientConfig", "http_errors"]
 
@@ -185,8 +186,28 @@ def _unfinished(count: int, timeout_s: float) -> str:
     return f"{count} tasks unfinished after {_seconds(timeout_s)} s"
 
 
-def _unqueued(count: int, timeout_s: float | None, why: Exception) -> str:
-    return f"{count} tasks not queued after {_seconds(timeout_s)} s: {why}"
+def _created(body: Any) -> list[str]:
+    """The task ids a batch's answer says it created: the ids it attached to tasks already there (sent
+    before, perhaps by another caller) are not this submission's to cancel."""
+    views = body.get("tasks") if isinstance(body, dict) else None
+    return [v["task_id"] for v in views or [] if isinstance(v, dict) and v.get("created")]
+
+
+def _refused(exc: ExecutorError, count: int, timeout_s: float | None, queued: list[str],
+             cancelled: int) -> ExecutorError | None:
+    """What a submission that failed partway raises instead of `exc` (None: `exc` as it is): its failure,
+    and what became of the tasks it had queued (cancelled; the rest finished already, or the server did
+    not answer in time)."""
+    kind, text = type(exc), str(exc)
+    if isinstance(exc, _OutOfTime):
+        kind, text = EvalTimeout, f"{count} tasks not queued after {_seconds(timeout_s)} s: {exc}"
+    elif not queued:
+        return None
+    if queued:
+        rest = len(queued) - cancelled
+        text += f" (withdrawn: {counted(cancelled, 'task')} it had queued cancelled" + \
+            (f", {rest} finished or out of reach)" if rest else ")")
+    return kind(text)
 
 
 def _collect(tasks: list[dict[str, Any]], done: dict[str, EvalResult]) -> None:
@@ -232,8 +253,8 @@ class _Base:
         if left <= 0:
             last = f"HTTP {response.status_code}" if response is not None else \
                 str(failure).removeprefix(f"{what}: ")
-            raise _OutOfTime(f"{what}: no answer in time ({attempt + 1} tries, the last: {last})") \
-                from failure
+            raise _OutOfTime(f"{what}: no answer in time ({counted(attempt + 1, 'try', 'tries')}, the last: "
+                             f"{last})") from failure
         return min(_delay(self.config, attempt, response), left)
 
 
@@ -270,27 +291,34 @@ class Client(_Base):
 
     def submit(self, requests: list[EvalRequest], priority: str = "normal",
                timeout_s: float | None = None) -> list[str]:
-        """Queue the requests; their task ids. With `timeout_s`, EvalTimeout once it has passed with the
-        server still refusing them (a full queue) or not answering."""
+        """Queue the requests, all or none; their task ids. A batch goes in chunks: when one is refused
+        (Overloaded, a 413, no answer), the tasks this call queued are cancelled before it raises (they
+        ran on with nobody to read them). With `timeout_s`, EvalTimeout once it has passed."""
         deadline = _deadline("submit timeout_s", timeout_s)
         prepared = _prepare(requests)
+        queued: list[str] = []
         try:
             for start in range(0, len(prepared), _CHUNK):
-                self._submit(prepared[start:start + _CHUNK], priority, deadline)
-        except _OutOfTime as exc:
-            raise EvalTimeout(_unqueued(len(prepared), timeout_s, exc)) from exc
+                self._submit(prepared[start:start + _CHUNK], priority, deadline, queued)
+        except ExecutorError as exc:
+            instead = _refused(exc, len(prepared), timeout_s, queued, self.cancel_all(queued))
+            if instead is None:
+                raise
+            raise instead from exc
         return [r.task_id for r in prepared]  # type: ignore[misc]
 
-    def _submit(self, chunk: list[EvalRequest], priority: str, deadline: float) -> None:
+    def _submit(self, chunk: list[EvalRequest], priority: str, deadline: float, queued: list[str]) -> None:
         """One batch; a 413 sends it again in halves (a server with --max-queue below the chunk, or a batch
         of large sources past its body limit, failed every submission)."""
         try:
-            self._call("POST", "/v1/tasks/batch", deadline=deadline, json=_batch_body(chunk, priority))
+            body = self._call("POST", "/v1/tasks/batch", deadline=deadline, json=_batch_body(chunk, priority))
         except _TooLarge:
             if len(chunk) == 1:
                 raise
             for half in _halves(chunk):
-                self._submit(half, priority, deadline)
+                self._submit(half, priority, deadline, queued)
+            return
+        queued.extend(_created(body))
 
     def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
         """Results of every task, or EvalTimeout when they are not all done by the deadline (a second
@@ -393,21 +421,29 @@ class AsyncClient(_Base):
                      timeout_s: float | None = None) -> list[str]:
         deadline = _deadline("submit timeout_s", timeout_s)
         prepared = _prepare(requests)
+        queued: list[str] = []
         try:
             for start in range(0, len(prepared), _CHUNK):
-                await self._submit(prepared[start:start + _CHUNK], priority, deadline)
-        except _OutOfTime as exc:
-            raise EvalTimeout(_unqueued(len(prepared), timeout_s, exc)) from exc
+                await self._submit(prepared[start:start + _CHUNK], priority, deadline, queued)
+        except ExecutorError as exc:
+            instead = _refused(exc, len(prepared), timeout_s, queued, await self.cancel_all(queued))
+            if instead is None:
+                raise
+            raise instead from exc
         return [r.task_id for r in prepared]  # type: ignore[misc]
 
-    async def _submit(self, chunk: list[EvalRequest], priority: str, deadline: float) -> None:
+    async def _submit(self, chunk: list[EvalRequest], priority: str, deadline: float,
+                      queued: list[str]) -> None:
         try:
-            await self._call("POST", "/v1/tasks/batch", deadline=deadline, json=_batch_body(chunk, priority))
+            body = await self._call("POST", "/v1/tasks/batch", deadline=deadline,
+                                    json=_batch_body(chunk, priority))
         except _TooLarge:
             if len(chunk) == 1:
                 raise
             for half in _halves(chunk):
-                await self._submit(half, priority, deadline)
+                await self._submit(half, priority, deadline, queued)
+            return
+        queued.extend(_created(body))
 
     async def wait(self, task_ids: list[str], timeout_s: float) -> dict[str, EvalResult]:
         _check_timeout("wait timeout_s", timeout_s)

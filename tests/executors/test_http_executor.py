@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, Overloaded
+from drkernel.executors import http_client
 from drkernel.executors.fake import scripted_result
 from drkernel.executors.http import HttpExecutor
 from drkernel.executors.http_client import AsyncClient, Client
@@ -45,9 +46,12 @@ class FakeServer:
         if path == "/v1/tasks/batch":
             import json
 
+            views = []
             for item in json.loads(request.content)["requests"]:
-                self.tasks[item["request"]["task_id"]] = item["request"]
-            return httpx.Response(202, json={"tasks": []})
+                task_id = item["request"]["task_id"]
+                views.append({"task_id": task_id, "state": "queued", "created": task_id not in self.tasks})
+                self.tasks[task_id] = item["request"]
+            return httpx.Response(202, json={"tasks": views})
         if path == "/v1/tasks/wait":
             import json
 
@@ -499,3 +503,58 @@ def test_the_orphans_cancels_of_a_late_batch_share_one_short_timeout() -> None:
         seconds, raised = within(6.0, lambda: ex.evaluate([req("a"), req("b"), req("c")]))
     assert isinstance(raised, EvalTimeout) and seconds < 0.3 + 1.0 + 0.5, (seconds, raised)
     assert server.calls.count("DELETE /v1/tasks/a") == 1 and "DELETE /v1/tasks/c" not in server.calls
+
+
+class ChunkRefusingServer(FakeServer):
+    """Takes the first `accept` submissions, then its queue is full (429) for every later one."""
+
+    def __init__(self, accept: int) -> None:
+        super().__init__()
+        self.accept = accept
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/tasks/batch":
+            if self.accept == 0:
+                return httpx.Response(429, headers={"Retry-After": "0"}, json={"message": "queue full"})
+            self.accept -= 1
+        return super().__call__(request)
+
+
+def test_a_batch_refused_after_some_of_its_chunks_were_queued_leaves_nothing_running(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch goes in chunks (500 tasks a request, or halves after a 413): when a later chunk was refused
+    (Overloaded), submit raised and the chunks already queued ran on, their ids lost with the exception.
+    Now a submission is whole or nothing: the tasks it queued are cancelled before it raises, and it says
+    so; a task it found already there (a task id sent before) is not its to cancel."""
+    monkeypatch.setattr(http_client, "_CHUNK", 2)
+    server = ChunkRefusingServer(accept=1)
+    server.tasks["t1"] = req("t1").to_dict()  # sent before, by an earlier call: attached, not created
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(server), max_retries=1) as client:
+        with pytest.raises(Overloaded, match=r"queue full \(withdrawn: 1 task it had queued cancelled\)"):
+            client.submit([req(f"t{i}") for i in range(5)])
+    assert [c for c in server.calls if c.startswith("DELETE")] == ["DELETE /v1/tasks/t0"]
+
+    async def run() -> None:
+        transport = httpx.MockTransport(ChunkRefusingServer(accept=2))
+        async with AsyncClient(base_url="http://judge.test", transport=transport, max_retries=0) as aclient:
+            await aclient.evaluate([req(f"a{i}") for i in range(5)])
+
+    with pytest.raises(Overloaded, match="withdrawn: 4 tasks it had queued cancelled"):
+        asyncio.run(run())
+
+
+def test_a_batch_sent_again_in_halves_whose_second_half_is_refused_leaves_nothing_running() -> None:
+    halves = FillingServer()  # 413 above 2 tasks: sent again in halves; the second refused as the queue fills
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(halves), max_retries=0) as client:
+        with pytest.raises(Overloaded, match="withdrawn: 1 task it had queued cancelled"):
+            client.submit([req("h0"), req("h1"), req("h2")])
+    assert [c for c in halves.calls if c.startswith("DELETE")] == ["DELETE /v1/tasks/h0"]
+
+
+class FillingServer(SmallBatchServer):
+    """At most 2 tasks a request (413), and a queue full (429) once it holds one task."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/tasks/batch" and self.tasks:
+            return httpx.Response(429, json={"message": "queue full"})
+        return super().__call__(request)
