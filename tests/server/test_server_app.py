@@ -424,3 +424,24 @@ def test_the_clients_get_waiting_for_ever_asks_the_server_not_the_socket(serve) 
             return await aclient.get(task_id, wait_s=1e300)
 
     assert asyncio.run(run())["state"] == "done"
+
+
+def test_a_batch_the_full_queue_refuses_partway_is_withdrawn_on_the_server(serve, monkeypatch) -> None:
+    """The Client sends a batch in chunks; the second found the queue full (429) and submit raised, while
+    the first chunk's tasks ran on for nobody. Against the real server: they end cancelled."""
+    import pytest
+
+    from drkernel.errors import Overloaded
+    from drkernel.executors import http_client
+    from drkernel.executors.http_client import Client
+    from drkernel.types import EvalOptions, EvalRequest
+
+    monkeypatch.setattr(http_client, "_CHUNK", 2)
+    srv = serve(workers=1, max_queue=2)
+    opts = EvalOptions(timeout_s=30)
+    reqs = [EvalRequest(reference_code=REF, kernel_code=kernel("# fake: sleep=2"), options=opts,
+                        task_id=f"w{i}") for i in range(5)]
+    with Client(base_url=srv.url, max_retries=0) as client:
+        with pytest.raises(Overloaded, match=r"queue full.*withdrawn: 2 tasks it had queued cancelled"):
+            client.submit(reqs)
+        assert [client.get(f"w{i}")["state"] for i in range(2)] == ["cancelled"] * 2
