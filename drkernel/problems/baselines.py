@@ -2,16 +2,19 @@
 
 Eager and torch.compile timings of each reference, keyed by (problem hash, device name, backend,
 torch version) so a stored timing is reused only where it still means something. CPU timings say so.
+They are taken as the judge takes its reference's (sandbox/devicelock.py): with no candidate process
+alive on the host and the GPU held exclusively, so that judges and surveys sharing it wait meanwhile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ import torch
 from drkernel.errors import ConfigError
 from drkernel.files import held_lock, write_text_atomically
 from drkernel.problems.reference import load_reference
+from drkernel.sandbox.devicelock import gpu_work, no_candidates, timing_lock
 from drkernel.types import Problem
 
 __all__ = ["BACKENDS", "BaselineStore", "BaselineTiming", "default_store_path", "measure_baseline",
@@ -143,11 +147,14 @@ def measure_baseline(problem: Problem, device: str = "cpu", backend: str = "eage
         raise ConfigError("trials must be >= 1 and warmup >= 0")
     cuda = device.startswith("cuda")
     ref = load_reference(problem)
-    model = ref.build(seed, device)
-    inputs = ref.inputs(seed + 1, device)
+    with gpu_work(device, "baseline_build"):  # device work, untimed: never inside another's window
+        model = ref.build(seed, device)
+        inputs = ref.inputs(seed + 1, device)
     fn = torch.compile(model) if backend == "compile" else model
     times = []
-    with torch.no_grad():
+    with torch.no_grad(), _alone(device):
+        # torch.compile compiles, and autotunes on the device, at its first call: inside the hold, as
+        # the judge's reference sandbox does (another's work would skew the configs it picks)
         for _ in range(max(warmup, 1 if backend == "compile" else 0)):
             fn(*inputs)
         for _ in range(trials):
@@ -158,6 +165,15 @@ def measure_baseline(problem: Problem, device: str = "cpu", backend: str = "eage
         std_ms=statistics.pstdev(times), min_ms=min(times), max_ms=max(times), n=len(times),
         clock="cuda_event" if cuda else "cpu_wall", measured_at=time.time(),
     )
+
+
+@contextlib.contextmanager
+def _alone(device: str) -> Iterator[None]:
+    """The judge's conditions for timing a reference (sandbox/stages/timing.reference_first): no
+    candidate process alive on the host (its CPUs skewed reference times 1.6-1.9x, issue 32), then the
+    device's timing lock held exclusively (nothing on the CPU)."""
+    with no_candidates(), timing_lock(device, "baseline"):
+        yield
 
 
 def _time_call(fn: Any, inputs: list[Any], cuda: bool) -> float:

@@ -173,3 +173,45 @@ def test_another_json_file_given_as_the_store_is_refused_and_kept(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a baseline store" in err[0], err
     assert path.read_text() == other
+
+
+_HOLD = ("import sys, time\nfrom drkernel.sandbox.devicelock import candidate_alive, timing_lock\n"
+         "lock = timing_lock('cuda:0') if sys.argv[1] == 'timing' else candidate_alive()\n"
+         "with lock:\n    print('held', flush=True)\n    time.sleep(float(sys.argv[2]))\n")
+
+
+@pytest.mark.parametrize("held", ["timing", "candidate"])
+def test_a_baseline_is_timed_only_once_the_gpu_and_the_host_are_its_own(
+        held: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Surveys and judges sharing a GPU take turns timing it (sandbox/devicelock.py); a baseline timed
+    beside another's window would skew both. It waits, as the judge's reference timing does, for another
+    process's exclusive hold of the device and for the host's live candidates (the CPU stands in for
+    GPU 7 here: the lock is the real one, only its key is made up)."""
+    import subprocess
+    import sys
+    import time
+
+    from drkernel.problems import baselines
+    from drkernel.sandbox import devicelock
+
+    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    monkeypatch.setattr(devicelock, "gpu_key", lambda device: "gpu-7")
+    timed: list[float] = []
+    time_call = baselines._time_call
+
+    def recorded(fn: object, inputs: list[object], cuda: bool) -> float:
+        timed.append(time.monotonic())
+        return time_call(fn, inputs, cuda)
+
+    monkeypatch.setattr(baselines, "_time_call", recorded)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, held, "1.5"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        said = time.monotonic()  # the holder lets go 1.5 s after it said so, not sooner
+        timing = measure_baseline(builtin_problem("101_ReLU", "cpu"), trials=3, warmup=1)
+        assert holder.wait(timeout=10) == 0
+    finally:
+        holder.kill()
+    assert timing.n == 3 and len(timed) == 3
+    assert timed[0] - said > 1.3, "a call was timed while the other process held the lock"
