@@ -24,6 +24,7 @@ from drkernel.files import held_lock, write_text_atomically
 from drkernel.problems.audit import AuditConfig
 from drkernel.problems.nulls import constant_candidate, identity_candidate, shrink_sizes, wrapper_candidate
 from drkernel.problems.survey_probe import ProbeWorker
+from drkernel.sandbox.devicelock import gpu_work
 from drkernel.types import DeviceInfo, EvalOptions, EvalOutcome, EvalRequest, EvalResult, Problem, TimingStats
 
 __all__ = ["FORMAT", "NULLS", "SurveyConfig", "SurveyReport", "load_survey", "parse_shard", "run_survey",
@@ -331,7 +332,10 @@ def _survey_one(problem: Problem, cfg: SurveyConfig, judge: _Judge, worker: Prob
         except Exception as exc:  # noqa: BLE001 - user benchmark code: a reason in the row, as in the audit
             return _failed(row, "error", f"resizing: {type(exc).__name__}: {exc}")
     timeout_s = min(cfg.probe_timeout_s, clock.left())
-    facts = worker.probe(problem, cfg.device, cfg.audit, timeout_s)
+    # the reference at full size on the device, untimed: held shared, so that it never runs inside a
+    # timing window of another judge or survey on this GPU (nothing on the CPU)
+    with gpu_work(cfg.device, "survey_probe"):
+        facts = worker.probe(problem, cfg.device, cfg.audit, timeout_s)
     facts["probe_device"] = cfg.device
     if facts.get("reason") == "oom" and cfg.device != "cpu" and clock.left() >= cfg.min_step_s:
         # the probe holds three seeds' inputs and outputs and compares in float64: more than one
