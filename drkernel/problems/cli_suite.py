@@ -144,6 +144,12 @@ def _register_survey(verbs: argparse._SubParsersAction) -> None:  # type: ignore
     sv.add_argument("--budget-s", type=float, default=None,
                     help="start no work past this many seconds (a 10-minute device call: 540)")
     sv.add_argument("--shard", type=parse_shard, default=None, help="I/N: every N-th problem from the I-th")
+    sv.add_argument("--per-gpu", type=int, default=1, metavar="N",
+                    help="this survey is one of N on its GPU (one per shard): its judge takes 1/N of the "
+                         "candidates' memory, and a problem that fails for want of memory or time is "
+                         "deferred to a run alone (default 1: the GPU is its own)")
+    sv.add_argument("--deferred-only", action="store_true",
+                    help="with --resume: redo only the problems that a --per-gpu survey deferred, alone")
     sv.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     sv.add_argument("--size", choices=["full", "reduced"], default="full",
                     help="full (as written), or reduced: size constants halved to --max-input-numel")
@@ -196,6 +202,8 @@ def run_survey_command(args: argparse.Namespace) -> int:
     from drkernel.problems.survey import SurveyConfig, run_survey
 
     nulls = _parse_nulls(args.nulls)
+    if args.deferred_only and not args.resume:
+        raise ConfigError("--deferred-only continues a survey: pass --resume too")
     if args.max_input_numel is not None and args.size != "reduced":  # else silently a full-size survey
         raise ConfigError(f"--max-input-numel is --size reduced's: the survey runs at --size {args.size}")
     max_input_numel = 1 << 20 if args.max_input_numel is None else args.max_input_numel
@@ -212,7 +220,7 @@ def run_survey_command(args: argparse.Namespace) -> int:
                        backends=("eager",) if args.no_compile else ("eager", "compile"),
                        budget_s=args.budget_s, probe_timeout_s=args.probe_timeout_s,
                        eval_timeout_s=args.eval_timeout_s, peak_gbs=args.peak_gbs,
-                       peak_tflops=args.peak_tflops, null_trials=args.null_trials)
+                       peak_tflops=args.peak_tflops, null_trials=args.null_trials, per_gpu=args.per_gpu)
     suite, problems = _survey_suite(args.suite, args.levels)
     if args.only:
         problems = [p for p in problems if any(o in p.name for o in args.only)]
@@ -226,23 +234,32 @@ def run_survey_command(args: argparse.Namespace) -> int:
         from drkernel.sandbox.judge import Judge
         from drkernel.settings import judge_settings_from_env
 
-        return Judge.from_config(judge_settings_from_env(), device)
+        settings = judge_settings_from_env()
+        if device.startswith("cuda"):  # one of per_gpu judges on the GPU, as serve makes them
+            settings = settings.shared(cfg.per_gpu)
+        return Judge.from_config(settings, device)
 
     def show(row: dict[str, Any], k: int, n: int) -> None:
         passed = [name for name, rec in row["nulls"].items() if rec.get("correct")]
         refused = sum(rec["outcome"] in ("incorrect", "hack_detected") for rec in row["nulls"].values())
         eager = row["timing"].get("eager_ms")
         floor = (row.get("floor") or {}).get("floor_ms")
+        if row["status"] == "deferred":
+            print(f"[{k}/{n}] {row['name'][:56]:56s} deferred to a run alone: {row['deferred'][:160]}  "
+                  f"({row['wall_s']:.1f} s)", flush=True)
+            return
         what = row["status"] if row["status"] != "error" else f"error ({row['reason']})"
         print(f"[{k}/{n}] {row['name'][:56]:56s} {what:12s} ref {_ms(eager)} floor {_ms(floor)} "
               f"nulls refused {refused}, passed {','.join(passed) or 'none'}  ({row['wall_s']:.1f} s)",
               flush=True)
 
     report = run_survey(problems, cfg, args.out, suite=suite, resume=args.resume, make_judge=make_judge,
-                        on_row=show)
-    left = len(report.left)
+                        on_row=show, deferred_only=args.deferred_only)
+    left, deferred = len(report.left), len(report.deferred)
     print(f"survey: {len(report.done)} done now, {report.skipped} already in {args.out}, {left} left"
-          + (" (budget reached: run again with --resume)" if left else ""), flush=True)
+          + (f", {deferred} deferred (redo them alone: --resume --deferred-only, no --per-gpu)"
+             if deferred else "")
+          + (" (budget reached: run again with --resume)" if report.budget_reached else ""), flush=True)
     return 0
 
 

@@ -4,6 +4,11 @@ Per problem: the reference's facts at full size (probe process: outputs, seed va
 FLOPs, determinism), the judge's own reference times (eager and torch.compile), a speed-of-light
 floor against the device's measured peaks, and the null candidates through the real judge. The file
 is rewritten atomically after every row; a call stops before its time budget, `resume` goes on.
+
+Several surveys (shards) may share one GPU (`per_gpu`): the judges' timing windows take turns on it
+host-wide (sandbox/devicelock.py), the probe holds it shared, and a problem whose step fails in a way
+the others may have caused (device memory, a time limit spent waiting for their timing) is deferred:
+its row says so, and a run alone (`deferred_only`) does it again.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ log = logging.getLogger(__name__)
 FORMAT = "drkernel-survey-v1"
 NULLS = ("identity", "zeros", "constant", "replay", "half_input")
 SIZES = ("full", "reduced")
+MAX_PER_GPU = 8  # 16 cores: each survey's judge keeps sandboxes, spares and a probe process of its own
 
 
 class _Judge(Protocol):
@@ -62,6 +68,7 @@ class SurveyConfig:
     peak_gbs: float | None = None  # used where the judge measured no peak (the CPU)
     peak_tflops: float | None = None
     audit: AuditConfig = field(default_factory=AuditConfig)
+    per_gpu: int = 1  # surveys sharing this one's GPU, itself among them (1: it has the GPU alone)
 
     def __post_init__(self) -> None:
         if self.size not in SIZES:
@@ -74,6 +81,8 @@ class SurveyConfig:
             raise ConfigError("survey.backends: eager, optionally with compile")
         if not 2 <= self.null_trials <= 20:  # a replay is caught from its second call on
             raise ConfigError(f"survey.null_trials: {self.null_trials} not in 2..20")
+        if not 1 <= self.per_gpu <= MAX_PER_GPU:
+            raise ConfigError(f"survey.per_gpu: {self.per_gpu} not in 1..{MAX_PER_GPU}")
         for name in ("budget_s", "probe_timeout_s", "eval_timeout_s", "peak_gbs", "peak_tflops"):
             value = getattr(self, name)  # None: no budget, or no peak given
             if value is not None and not (math.isfinite(value) and value > 0):
@@ -82,10 +91,12 @@ class SurveyConfig:
 
 @dataclass(slots=True)
 class SurveyReport:
-    done: list[str] = field(default_factory=list)  # rows written by this call
+    done: list[str] = field(default_factory=list)  # rows written by this call (deferred ones aside)
     skipped: int = 0  # rows already complete in the file
     left: list[str] = field(default_factory=list)  # not reached: the budget ran out
     total: int = 0
+    deferred: list[str] = field(default_factory=list)  # rows deferred to a run alone, now or before
+    budget_reached: bool = False
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -160,9 +171,9 @@ def load_survey(path: str | Path) -> dict[str, Any]:
 # holds something else is one line naming it, never a traceback further on
 _ROW_TYPES: dict[str, tuple[type | None, ...]] = {
     "level": (int, None), "attempts": (int,), "complete": (bool,), "nulls": (dict,), "timing": (dict,),
-    "floor": (dict, None), "reference": (dict, None), "findings": (list,)}
+    "floor": (dict, None), "reference": (dict, None), "findings": (list,), "deferred": (str,)}
 _WORDS: dict[type | None, str] = {int: "an integer", bool: "true or false", dict: "an object", list: "a list",
-                                  None: "null"}
+                                  str: "text", None: "null"}
 
 
 def _check_types(p: Path, where: str, record: dict[str, Any],
@@ -248,9 +259,15 @@ class _Clock:
 
 def run_survey(problems: Sequence[Problem], cfg: SurveyConfig, path: str | Path, *, suite: str = "",
                resume: bool = False, make_judge: Callable[[], _Judge],
-               on_row: Callable[[dict[str, Any], int, int], None] | None = None) -> SurveyReport:
+               on_row: Callable[[dict[str, Any], int, int], None] | None = None,
+               deferred_only: bool = False) -> SurveyReport:
     """Survey `problems` into the file at `path` (resumed: complete rows are skipped, incomplete ones
-    redone once). The judge is made on first need and closed at the end when it has a close()."""
+    redone once; rows deferred by a survey that shared its GPU are left to one that has it alone, and
+    `deferred_only` does those alone). The judge is made on first need and closed at the end when it
+    has a close()."""
+    if deferred_only and cfg.per_gpu > 1:  # they were deferred for want of the GPU to themselves
+        raise ConfigError(f"--deferred-only redoes deferred problems with the GPU alone: not with --per-gpu "
+                          f"{cfg.per_gpu}")
     out = Path(path)
     if out.is_dir():  # "", "." and "/" among them: no file name to write, nor a lock's to make
         raise ConfigError(f"{path or '.'}: is a folder, not a survey file (a .json file)")
@@ -267,24 +284,30 @@ def run_survey(problems: Sequence[Problem], cfg: SurveyConfig, path: str | Path,
         except OSError as exc:
             why = "a symlink sits there (not followed)" if lock.is_symlink() else exc.strerror or str(exc)
             raise ConfigError(f"{lock}: cannot lock {out}: {why}") from None
-        report = _run_survey(problems, cfg, out, suite, resume, make_judge, on_row)
+        report = _run_survey(problems, cfg, out, suite, resume, make_judge, on_row, deferred_only)
     return report
 
 
 def _run_survey(problems: Sequence[Problem], cfg: SurveyConfig, out: Path, suite: str, resume: bool,
-                make_judge: Callable[[], _Judge],
-                on_row: Callable[[dict[str, Any], int, int], None] | None) -> SurveyReport:
+                make_judge: Callable[[], _Judge], on_row: Callable[[dict[str, Any], int, int], None] | None,
+                deferred_only: bool) -> SurveyReport:
     data = _open(out, suite, cfg, resume)
     rows: dict[str, dict[str, Any]] = {r["name"]: r for r in data["rows"]}
-    todo = [p for p in problems if not _settled(rows.get(p.name))]
-    report = SurveyReport(skipped=len(problems) - len(todo), total=len(problems))
+    if deferred_only:
+        todo = [p for p in problems if _deferred(rows.get(p.name))]
+    else:  # a shared GPU leaves the deferred ones to a run alone: they would fail the same way
+        todo = [p for p in problems if not _settled(rows.get(p.name))
+                and not (cfg.per_gpu > 1 and _deferred(rows.get(p.name)))]
+    report = SurveyReport(skipped=sum(_settled(rows.get(p.name)) for p in problems), total=len(problems))
+    offset = len(problems) - len(todo)  # the progress count's start
     clock, slowest = _Clock(cfg.budget_s), 0.0
     judge: _Judge | None = None
     worker = ProbeWorker()
     try:
         for k, problem in enumerate(todo):
             if clock.left() < max(slowest, cfg.min_step_s):
-                report.left = [p.name for p in todo[k:]]
+                report.left = [p.name for p in todo[k:] if not _deferred(rows.get(p.name))]
+                report.budget_reached = True
                 break
             if judge is None:
                 judge = make_judge()
@@ -295,11 +318,13 @@ def _run_survey(problems: Sequence[Problem], cfg: SurveyConfig, out: Path, suite
             rows[problem.name] = row
             data["rows"] = sorted(rows.values(), key=lambda r: (r.get("level") or 0, _natural(r["name"])))
             _write(out, data)
-            report.done.append(problem.name)
+            if not _deferred(row):
+                report.done.append(problem.name)
             if on_row is not None:
-                on_row(row, report.skipped + k + 1, len(problems))
+                on_row(row, offset + k + 1, len(problems))
         if not report.done and not out.exists():
             _write(out, data)
+        report.deferred = [p.name for p in problems if _deferred(rows.get(p.name))]
     finally:
         worker.close()
         close = getattr(judge, "close", None)
@@ -312,6 +337,15 @@ def _settled(row: dict[str, Any] | None) -> bool:
     return row is not None and (row.get("complete", False) or int(row.get("attempts", 0)) >= 2)
 
 
+def _deferred(row: dict[str, Any] | None) -> bool:
+    return row is not None and row.get("status") == "deferred" and not row.get("complete", False)
+
+
+class _Deferred(Exception):
+    """A step failed in a way the other surveys on the GPU may have caused: the problem waits for a
+    run alone (the message says which step, and how it failed)."""
+
+
 def _natural(name: str) -> tuple[Any, ...]:
     import re
 
@@ -320,12 +354,26 @@ def _natural(name: str) -> tuple[Any, ...]:
 
 def _survey_one(problem: Problem, cfg: SurveyConfig, judge: _Judge, worker: ProbeWorker, clock: _Clock,
                 data: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "name": problem.name, "level": problem.level, "code_hash": problem.code_hash, "size": cfg.size,
-        "size_ratio": 1.0, "status": "ok", "reason": None, "complete": True,
-        "attempts": int((before or {}).get("attempts", 0)) + 1, "skipped_steps": [],
-        "reference": None, "timing": {}, "floor": None, "nulls": {}, "judge_warnings": [], "findings": [],
-    }
+    attempts = int((before or {}).get("attempts", 0))
+
+    def fresh() -> dict[str, Any]:
+        return {"name": problem.name, "level": problem.level, "code_hash": problem.code_hash,
+                "size": cfg.size, "size_ratio": 1.0, "status": "ok", "reason": None, "complete": True,
+                "attempts": attempts + 1, "skipped_steps": [], "reference": None, "timing": {},
+                "floor": None, "nulls": {}, "judge_warnings": [], "findings": []}
+
+    try:
+        return _survey_steps(problem, cfg, judge, worker, clock, data, fresh())
+    except _Deferred as why:
+        # nothing of a shared try is kept: the run alone redoes every step, and this is no attempt
+        row = fresh()
+        row.update(status="deferred", reason="shared_gpu", complete=False, attempts=attempts,
+                   deferred=str(why)[:500])
+        return row
+
+
+def _survey_steps(problem: Problem, cfg: SurveyConfig, judge: _Judge, worker: ProbeWorker, clock: _Clock,
+                  data: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     if cfg.size == "reduced":
         try:  # in this process: the reference's get_inputs on the meta device
             problem, row["size_ratio"] = shrink_sizes(problem, cfg.max_input_numel)
@@ -337,6 +385,9 @@ def _survey_one(problem: Problem, cfg: SurveyConfig, judge: _Judge, worker: Prob
     with gpu_work(cfg.device, "survey_probe"):
         facts = worker.probe(problem, cfg.device, cfg.audit, timeout_s)
     facts["probe_device"] = cfg.device
+    budget_cut = facts.get("reason") == "timeout" and timeout_s < cfg.probe_timeout_s
+    if cfg.per_gpu > 1 and facts.get("reason") in ("oom", "timeout", "crash") and not budget_cut:
+        raise _Deferred(f"probe: {facts['reason']} ({str(facts.get('error') or '')[:300]})")
     if facts.get("reason") == "oom" and cfg.device != "cpu" and clock.left() >= cfg.min_step_s:
         # the probe holds three seeds' inputs and outputs and compares in float64: more than one
         # call needs. Its facts do not depend on the device, so the host's memory may hold them.
@@ -417,6 +468,7 @@ def _judge_steps(problem: Problem, cfg: SurveyConfig, judge: _Judge, clock: _Clo
         if _cut_short(result, opts, cfg):
             row["skipped_steps"].append(f"timing:{backend} (budget)")
             continue
+        _defer_if_shared(cfg, f"timing:{backend}", result)
         last[backend] = result
     _record_device(judge, data)
     for backend in cfg.backends:
@@ -449,6 +501,7 @@ def _run_nulls(problem: Problem, cfg: SurveyConfig, judge: _Judge, clock: _Clock
         if _cut_short(result, opts, cfg):
             row["skipped_steps"].append(f"null:{name} (budget)")
             continue
+        _defer_if_shared(cfg, f"null:{name}", result)
         last["eager"] = result
         row["nulls"][name] = _null_record(result)
         row["judge_warnings"] = sorted(set(row["judge_warnings"]) | set(result.warnings))
@@ -461,6 +514,23 @@ def _run_nulls(problem: Problem, cfg: SurveyConfig, judge: _Judge, clock: _Clock
 def _cut_short(result: EvalResult, opts: EvalOptions, cfg: SurveyConfig) -> bool:
     """A timeout under a time limit that the budget, not the survey's setting, made short."""
     return result.outcome is EvalOutcome.TIMEOUT and opts.timeout_s < cfg.eval_timeout_s
+
+
+def _defer_if_shared(cfg: SurveyConfig, step: str, result: EvalResult) -> None:
+    """On a shared GPU, a failure the other surveys may have caused is no finding: an infra_error (the
+    judge's side failed: its reference out of device memory, L1/4 on the H200), a timeout (the time
+    limit runs while the judge waits for their timing windows), a candidate's sandbox out of memory
+    (L1/5) or a resource the judge shares run out. The problem is deferred (`_Deferred`)."""
+    from drkernel.sandbox.channel import resource_shaped
+
+    error = result.error
+    if cfg.per_gpu == 1 or not result.status.is_error():  # a verdict is a verdict
+        return
+    resource = error is not None and (error.kind == "resource_exhaustion" or resource_shaped(error.message))
+    if not (resource or result.outcome in (EvalOutcome.TIMEOUT, EvalOutcome.INFRA_ERROR)):
+        return
+    detail = f" ({error.kind}: {error.message[:300]})" if error is not None else ""
+    raise _Deferred(f"{step}: {result.outcome.value}{detail}")
 
 
 def _evaluate(judge: _Judge, problem: Problem, source: str, opts: EvalOptions, task_id: str) -> EvalResult:

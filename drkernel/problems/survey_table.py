@@ -65,6 +65,8 @@ def judge_failure(row: dict[str, Any]) -> str | None:
 def _cells(row: dict[str, Any]) -> list[str]:
     ref, floor, timing = row.get("reference") or {}, row.get("floor") or {}, row.get("timing") or {}
     status = row["status"] if row["status"] != "error" else f"error: {row.get('reason')}"
+    if row["status"] == "deferred":  # by a survey that shared its GPU: a run alone redoes it
+        status = "deferred (shared GPU)"
     failed = judge_failure(row) if row["status"] != "error" else None
     if failed:
         status = f"{status}, judge: {failed}"
@@ -76,7 +78,8 @@ def _cells(row: dict[str, Any]) -> list[str]:
 
 def summarize_levels(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per level: problems, how many ran, errors (by reason), problems whose reference ran but the judge
-    could not do its part (by reason, `judge_failure`), median eager headroom, memory-bound, weak
+    could not do its part (by reason, `judge_failure`), incomplete ones (deferred ones among them: a
+    survey that shared its GPU left them to a run alone), median eager headroom, memory-bound, weak
     references, and problems where some null candidate passed."""
     out = []
     for level in sorted({r.get("level") or 0 for r in rows}):
@@ -91,9 +94,10 @@ def summarize_levels(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             elif (failed := judge_failure(r)) is not None:
                 judge[failed] = judge.get(failed, 0) + 1
         out.append({
-            "level": level, "problems": len(mine), "ran": sum(r["status"] != "error" for r in mine),
+            "level": level, "problems": len(mine),
+            "ran": sum(r["status"] not in ("error", "deferred") for r in mine),
             "errors": reasons, "judge_failed": judge,
-            "incomplete": sum(r["status"] == "incomplete" for r in mine),
+            "incomplete": sum(r["status"] in ("incomplete", "deferred") for r in mine),
             "median_headroom_eager": statistics.median(headroom) if headroom else None,
             "memory_bound": sum((r.get("floor") or {}).get("bound") == "memory" for r in mine),
             "compute_bound": sum((r.get("floor") or {}).get("bound") == "compute" for r in mine),

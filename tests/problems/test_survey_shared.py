@@ -1,5 +1,6 @@
-"""Surveys that share one GPU: the probe holds the GPU shared (it runs the reference at full size on
-the device, outside the judge)."""
+"""Surveys that share one GPU (`--per-gpu N`): the probe holds the GPU shared, a failure the other
+surveys may have caused defers the problem instead of recording it, a run alone (`--deferred-only`)
+redoes the deferred ones, and the shards' files merge into one table."""
 
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ from typing import Any
 
 import pytest
 
+from drkernel.cli import main
+from drkernel.errors import ConfigError
 from drkernel.problems.audit import AuditConfig
 from drkernel.problems.loaders import load_suite
-from drkernel.problems.survey import SurveyConfig, run_survey
-from drkernel.types import Problem
+from drkernel.problems.survey import SurveyConfig, load_survey, run_survey
+from drkernel.types import ErrorInfo, EvalOutcome, EvalRequest, EvalResult, Problem
 from tests.problems.test_survey import _StubJudge, _tree
+
+_OOM = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of "
+        "139.80 GiB of which 208.88 MiB is free.")
 
 
 class _InProcessWorker:
@@ -37,6 +43,19 @@ class _InProcessWorker:
     def close(self) -> None:
         pass
 
+
+class _FailingJudge(_StubJudge):
+    """Answers `result` for the evaluations whose task id holds `where`, INCORRECT for the others."""
+
+    def __init__(self, where: str, result: EvalResult) -> None:
+        super().__init__()
+        self.where, self.result = where, result
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        self.seen.append(request.task_id or "")
+        if self.where in (request.task_id or ""):
+            return self.result
+        return EvalResult(outcome=EvalOutcome.INCORRECT)
 
 
 def _problems(tmp_path: Path) -> list[Problem]:
@@ -72,3 +91,115 @@ def test_the_probe_holds_the_gpu_shared(held: str, waits: bool, tmp_path: Path,
         holder.kill()
     assert (worker.started[0] - said > 1.3) is waits
     assert (tmp_path / "locks" / "gpu-7.timing.lock").exists()
+
+
+@pytest.mark.parametrize("result", [
+    EvalResult(outcome=EvalOutcome.RUNTIME_ERROR, error=ErrorInfo("harness_error", _OOM)),
+    EvalResult(outcome=EvalOutcome.INFRA_ERROR, error=ErrorInfo("reference_error", _OOM)),
+    EvalResult(outcome=EvalOutcome.RUNTIME_ERROR, error=ErrorInfo("resource_exhaustion", "the judge's side")),
+    EvalResult(outcome=EvalOutcome.TIMEOUT),
+], ids=["candidate-oom", "reference-oom", "resource", "timeout"])
+def test_a_failure_others_may_have_caused_defers_the_problem_to_a_run_alone(
+        result: EvalResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """L1/5 on the H200 (run BH): every null of an 8 GiB problem was `runtime_error`, out of device
+    memory that the judge's own processes held; beside other surveys, more problems would end so. A
+    shared survey records no such row: it defers the problem (no attempt spent) and goes on with the
+    next; a later shared run leaves it alone too; a run alone redoes it and records what happens."""
+    from drkernel.problems import survey
+
+    monkeypatch.setattr(survey, "ProbeWorker", _InProcessWorker)
+    problems, out = _problems(tmp_path), tmp_path / "s.json"
+    shared = SurveyConfig(per_gpu=2, backends=("eager",))
+    judge = _FailingJudge("L1/1_Square:constant", result)
+    report = run_survey(problems, shared, out, make_judge=lambda: judge)
+    assert report.done == ["L1/3_Flat", "L2/1_Gemm_ReLU"] and report.deferred == ["L1/1_Square"]
+    # nothing after the failed step ran: identity, zeros, then constant, for the first problem
+    assert [t for t in judge.seen if "Square" in t] == [f"survey:L1/1_Square:{n}"
+                                                         for n in ("identity", "zeros", "constant")]
+    row = load_survey(out)["rows"][0]
+    assert row["status"] == "deferred" and row["reason"] == "shared_gpu" and not row["complete"]
+    assert row["attempts"] == 0 and row["nulls"] == {} and row["reference"] is None
+    assert row["deferred"].startswith(f"null:constant: {result.outcome.value}")
+    report = run_survey(problems, shared, out, resume=True, make_judge=lambda: judge)
+    assert report.done == [] and report.deferred == ["L1/1_Square"] and report.skipped == 2
+    with pytest.raises(ConfigError, match="--deferred-only redoes deferred problems with the GPU alone"):
+        run_survey(problems, shared, out, resume=True, make_judge=lambda: judge, deferred_only=True)
+    alone = SurveyConfig(backends=("eager",))
+    report = run_survey(problems, alone, out, resume=True, make_judge=lambda: judge, deferred_only=True)
+    assert report.done == ["L1/1_Square"] and report.deferred == [] and report.skipped == 2
+    row = load_survey(out)["rows"][0]  # alone, the same failure is the row's, as it always was
+    assert row["status"] == "ok" and row["complete"] and row["attempts"] == 1
+    assert row["nulls"]["constant"]["outcome"] == result.outcome.value
+    assert "constant_did_not_run" in row["findings"]
+
+
+def test_alone_or_for_an_intrinsic_failure_nothing_is_deferred(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure of the candidate's own (a compile error) is recorded beside other surveys too, and any
+    failure is recorded by a survey that has the GPU alone (--per-gpu 1, the default)."""
+    from drkernel.problems import survey
+
+    monkeypatch.setattr(survey, "ProbeWorker", _InProcessWorker)
+    square = [p for p in _problems(tmp_path) if p.name == "L1/1_Square"]
+    own = EvalResult(outcome=EvalOutcome.COMPILE_ERROR, error=ErrorInfo("triton_compile_error", "bad"))
+    oom = EvalResult(outcome=EvalOutcome.RUNTIME_ERROR, error=ErrorInfo("harness_error", _OOM))
+    for cfg, result, name in ((SurveyConfig(per_gpu=3, backends=("eager",)), own, "a.json"),
+                              (SurveyConfig(backends=("eager",)), oom, "b.json")):
+        judge = _FailingJudge("zeros", result)
+        report = run_survey(square, cfg, tmp_path / name, make_judge=lambda: judge)
+        assert report.done == ["L1/1_Square"] and report.deferred == []
+        row = load_survey(tmp_path / name)["rows"][0]
+        assert row["status"] == "ok" and row["nulls"]["zeros"]["outcome"] == result.outcome.value
+
+
+def test_a_probe_out_of_memory_beside_others_is_deferred_not_run_on_the_cpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alone, a probe out of GPU memory runs again on the CPU; shared, the memory may have been the
+    others': the run alone probes on the GPU again. A probe the budget cut short stays `incomplete`."""
+    from drkernel.problems import survey
+
+    worker = _InProcessWorker({"ok": False, "reason": "oom", "error": _OOM})
+    monkeypatch.setattr(survey, "ProbeWorker", lambda: worker)
+    square = [p for p in _problems(tmp_path) if p.name == "L1/1_Square"]
+    judge = _StubJudge()
+    run_survey(square, SurveyConfig(device="cuda:0", per_gpu=2, backends=("eager",)), tmp_path / "s.json",
+               make_judge=lambda: judge)
+    row = load_survey(tmp_path / "s.json")["rows"][0]
+    assert row["status"] == "deferred" and row["deferred"].startswith("probe: oom (OutOfMemoryError")
+    assert len(worker.started) == 1 and judge.seen == []
+    worker.failure = {"ok": False, "reason": "timeout", "error": "the reference did not finish within 50 s"}
+    run_survey(square, SurveyConfig(device="cuda:0", per_gpu=2, backends=("eager",), budget_s=50,
+                                    probe_timeout_s=300), tmp_path / "t.json", make_judge=lambda: judge)
+    row = load_survey(tmp_path / "t.json")["rows"][0]
+    assert row["status"] == "incomplete" and row["skipped_steps"] == ["probe (budget)"]
+
+
+def test_the_table_counts_a_deferred_row_as_incomplete_and_a_complete_shard_row_wins(tmp_path: Path) -> None:
+    from drkernel.problems.survey_table import render_table
+
+    def row(name: str, **fields: Any) -> dict[str, Any]:
+        return {"name": name, "level": 1, "status": "ok", "complete": True, "findings": [], "nulls": {},
+                "timing": {}, "reference": {}, "floor": None, **fields}
+
+    deferred = row("L1/5_big", status="deferred", complete=False, reason="shared_gpu", deferred="null:zeros")
+    shard = {"rows": [deferred, row("L1/1_a")], "suite": "kb", "size": "full"}
+    table = render_table([shard], markdown=True)
+    assert "| L1 | 2 | 1 | 0 | 0 | 1 |" in table and "| L1/5_big | deferred (shared GPU) |" in table, table
+    alone = {"rows": [row("L1/5_big")], "suite": "kb", "size": "full"}  # the run alone, in another file
+    table = render_table([shard, alone], markdown=True)
+    assert "| L1 | 2 | 2 | 0 | 0 | 0 |" in table and "| L1/5_big | ok |" in table, table
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--per-gpu", "0"], "survey.per_gpu: 0 not in 1..8"),
+    (["--per-gpu", "9"], "survey.per_gpu: 9 not in 1..8"),
+    (["--deferred-only"], "--deferred-only continues a survey: pass --resume too"),
+    (["--deferred-only", "--resume", "--per-gpu", "2"], "not with --per-gpu 2"),
+])
+def test_bad_sharing_arguments_are_one_line_usage_errors(argv: list[str], message: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    kb = _tree(tmp_path / "kb")
+    code = main(["suite", "survey", f"kernelbench:{kb}", "--out", str(tmp_path / "s.json"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "s.json").exists()
