@@ -1,9 +1,12 @@
-"""Surveys that share one GPU (`--per-gpu N`): the probe holds the GPU shared, a failure the other
-surveys may have caused defers the problem instead of recording it, a run alone (`--deferred-only`)
-redoes the deferred ones, and the shards' files merge into one table."""
+"""Surveys that share one GPU (`--per-gpu N`, bench/survey_device.sh's PER_GPU): the probe holds the GPU
+shared, a failure the other surveys may have caused defers the problem instead of recording it, a run
+alone (`--deferred-only`) redoes the deferred ones, and the shards' files merge into one table."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +23,7 @@ from drkernel.problems.survey import SurveyConfig, load_survey, run_survey
 from drkernel.types import ErrorInfo, EvalOutcome, EvalRequest, EvalResult, Problem
 from tests.problems.test_survey import _StubJudge, _tree
 
+REPO = Path(__file__).resolve().parents[2]
 _OOM = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of "
         "139.80 GiB of which 208.88 MiB is free.")
 
@@ -203,3 +207,59 @@ def test_bad_sharing_arguments_are_one_line_usage_errors(argv: list[str], messag
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "s.json").exists()
+
+
+@pytest.mark.slow  # two surveys through the real CPU judge at once, then one alone: minutes on 2 cores
+def test_the_device_script_runs_shards_on_one_device_then_the_deferred_alone(tmp_path: Path) -> None:
+    """bench/survey_device.sh with PER_GPU=2 on the CPU: two shards at once (`--shard I/2 --per-gpu 2`),
+    each into its own file; then the problems they deferred, alone (`--deferred-only`), then one table
+    merged from both files. Shard 1's file holds a deferred row before the call (as a shared run that
+    ran out of memory leaves it): the shared shard leaves it, the run alone does it. Shard 2's file
+    starts as a copy of the survey's file from before it was sharded, which holds shard 2's problem."""
+    work = tmp_path / "repo"
+    (work / "bench").mkdir(parents=True)
+    shutil.copy(REPO / "bench" / "survey_device.sh", work / "bench")
+    kb = tmp_path / "kb"
+    (kb / "level1").mkdir(parents=True)
+    tree = _tree(tmp_path / "tree", gemm=False)
+    for name in ("1_Square.py", "3_Flat.py"):
+        shutil.copy(tree / "level1" / name, kb / "level1" / name)
+    (kb / "level1" / "4_Cube.py").write_text((tree / "level1" / "1_Square.py").read_text().replace(
+        "return x * x", "return x * x * x"))
+    # shard 1 of 2 holds L1/1 and L1/4; a shared survey deferred L1/1 earlier, with these options
+    stem = work / ".survey" / "kernelbench_h200"
+    stem.parent.mkdir()
+    first = [p for p in load_suite(str(kb)) if p.name.startswith("L1/1_")]
+    judge = _FailingJudge("zeros", EvalResult(outcome=EvalOutcome.TIMEOUT))
+    run_survey(first, SurveyConfig(per_gpu=2, nulls=("zeros",), backends=("eager",)),
+               f"{stem}.shard1of2.json", make_judge=lambda: judge)
+    assert load_survey(f"{stem}.shard1of2.json")["rows"][0]["status"] == "deferred"
+    # and L1/3 (shard 2's) is complete in the file of a survey run before without shards
+    flat = [p for p in load_suite(str(kb)) if p.name.startswith("L1/3_")]
+    run_survey(flat, SurveyConfig(nulls=("zeros",), backends=("eager",)), f"{stem}.json",
+               make_judge=_StubJudge)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OUT": str(tmp_path / "out"), "KB": str(kb), "LEVELS": "1",
+           "DEVICE": "cpu", "PER_GPU": "2", "BUDGET": "400", "EXTRA": "--nulls zeros --no-compile"}
+    done = subprocess.run(["bash", "bench/survey_device.sh"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=590)
+    out = tmp_path / "out"
+    logs = {p.name: p.read_text() for p in out.glob("survey*.log")}
+    assert done.returncode == 0, (done.stdout, done.stderr, logs)
+    assert sorted(logs) == ["survey.shard1.log", "survey.shard1.solo.log", "survey.shard2.log"], logs
+    lines = {name: log.splitlines()[0] for name, log in logs.items()}  # each log opens with its command
+    assert "--shard 1/2 --per-gpu 2 --eval-timeout-s 240 --nulls zeros" in lines["survey.shard1.log"]
+    assert "--shard 2/2 --per-gpu 2" in lines["survey.shard2.log"]
+    assert "--shard 1/2 --deferred-only --eval-timeout-s 120" in lines["survey.shard1.solo.log"]
+    assert all("--device cpu" in line and "kernelbench_h200.shard" in line for line in lines.values())
+    assert "0 left, 1 deferred" in logs["survey.shard1.log"]
+    assert "[2/2] L1/4_Cube" in logs["survey.shard1.log"] and "L1/1_Square" not in logs["survey.shard1.log"]
+    assert "0 done now, 1 already in" in logs["survey.shard2.log"]  # its copy of the unsharded file
+    assert "L1/1_Square" in logs["survey.shard1.solo.log"] and "Cube" not in logs["survey.shard1.solo.log"]
+    rows = {r["name"]: r for f in ("shard1of2", "shard2of2")
+            for r in json.loads((out / f"kernelbench_h200.{f}.json").read_text())["rows"]}
+    assert sorted(rows) == ["L1/1_Square", "L1/3_Flat", "L1/4_Cube"]
+    assert all(r["complete"] and r["status"] == "ok" for r in rows.values()), rows
+    assert rows["L1/1_Square"]["attempts"] == 1  # the deferral spent no attempt
+    table = (out / "survey_table.md").read_text()
+    # L1/3's row is the stub judge's of the unsharded file: it timed nothing ("judge failed")
+    assert "| L1 | 3 | 3 | 0 | error 1 | 0 |" in table and "| L1/3_Flat | ok, judge: error |" in table, table
