@@ -114,6 +114,55 @@ class Load:
         return self.done
 
 
+class CardWatch:
+    """--trace on a GPU: the card's SM and memory clocks, power and memory used, read through NVML
+    (drkernel.device.card_state) every `every_s` in a thread of its own, so that each timed op can be
+    set beside what the card did meanwhile (`card_during`): a clock that dips, a card at its power limit,
+    memory that others allocate or free (which slowed every window of a timed op evenly in run AP's
+    disturb probe). Nothing where NVML cannot read the card (the CPU)."""
+
+    def __init__(self, device: str = "cuda:0", every_s: float = 0.005) -> None:
+        from drkernel.device import card_state, gpu_key
+
+        key = gpu_key(device)
+        self.card = key.removeprefix("gpu-") if key is not None else ""
+        self.samples: list[tuple[float, int, int, float, int]] = []  # (monotonic, SM, mem MHz, W, used B)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self.card and card_state(self.card) is not None:
+            self._thread = threading.Thread(target=self._run, args=(card_state, every_s), name="card-watch",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self, read: Any, every_s: float) -> None:
+        while not self._stop.is_set():
+            state = read(self.card)
+            if state is not None:
+                self.samples.append((time.monotonic(), *state))
+            self._stop.wait(every_s)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def card_during(samples: list[tuple[float, int, int, float, int]], start: float,
+                end: float) -> dict[str, Any] | None:
+    """What the card did between `start` and `end` (monotonic) by the samples taken then: the lowest and
+    highest SM clock, the lowest memory clock, the highest power, and how far the memory in use moved
+    (MiB: others' allocations and frees); None where no sample fell inside."""
+    inside = [s for s in samples if start <= s[0] <= end]
+    if not inside:
+        return None
+    watts = [s[3] for s in inside if s[3] == s[3]]  # NaN: the card gave no power reading
+    used = [s[4] for s in inside]
+    return {"samples": len(inside), "sm_mhz_min": min(s[1] for s in inside),
+            "sm_mhz_max": max(s[1] for s in inside), "mem_mhz_min": min(s[2] for s in inside),
+            "power_w_max": max(watts) if watts else None,
+            "used_mib_moved": (max(used) - min(used)) / (1 << 20)}
+
+
 class Trace:
     """--trace: what every judge thread of this process did, stamped with the host's monotonic clock:
     the evaluation stages, each sandbox op (its seconds as the sandbox timed them, ending when the judge
@@ -219,9 +268,11 @@ class Trace:
             wrap(module, "timing_lock", traced_lock("exclusive"))
         for module in (timing, correctness):  # the sealed stage takes no shared hold
             wrap(module, "gpu_work", traced_lock("shared"))
+        self.watch = CardWatch()
 
     def close(self) -> None:
-        """Put back every function the trace wrapped."""
+        """Put back every function the trace wrapped, and stop watching the card."""
+        self.watch.close()
         while self._undo:
             owner, name, original = self._undo.pop()
             setattr(owner, name, original)
@@ -260,7 +311,8 @@ class Trace:
                 if a2 < b and b2 > a:
                     key = w2 if n2 != thread else f"own {w2}"
                     others[key] = others.get(key, 0) + 1
-            rows.append({"start": a, "took_ms": round((b - a) * 1e3, 1), "others": others})
+            rows.append({"start": a, "took_ms": round((b - a) * 1e3, 1), "others": others,
+                         "card": card_during(self.watch.samples, a, b)})
         return rows
 
 
@@ -286,7 +338,8 @@ def precision(evals: int, shapes: list[tuple[int, int]], under_load: int = 0, pa
                 print(f"  {row['shape']} evaluation {k}: windows min {w[0]:.3f}, q1 {w[1]:.3f}, "
                       f"median {w[2]:.3f}, max {w[3]:.3f} us; runs, disturbed: {row['runs_each'][k]}; "
                       f"during its timed op(s): "
-                      f"{[o['others'] for o in row['overlaps'][k]]}", flush=True)
+                      f"{[o['others'] for o in row['overlaps'][k]]}; the card meanwhile: "
+                      f"{[o['card'] for o in row['overlaps'][k]]}", flush=True)
     return table
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from drkernel.errors import ConfigError
 
-__all__ = ["JUDGE_CARD_BYTES", "card_memory", "card_memory_bytes", "gpu_key", "judges_that_fit", "lock_dir",
-           "is_device_name", "resolve_device"]
+__all__ = ["JUDGE_CARD_BYTES", "card_memory", "card_memory_bytes", "card_state", "gpu_key", "judges_that_fit",
+           "lock_dir", "is_device_name", "resolve_device"]
 
 # Of a GPU's memory, what one judge may need at 2048^2: its reference with a sealed span (8-9 GiB), its
 # candidate, its comparison child and its warm spares. Judge processes on one H100 80GB judged every honest
@@ -102,6 +102,18 @@ def card_memory(card: str) -> tuple[int, int] | None:
     writes it), its PCI bus id ("0000:19:00.0") or its physical index ("3"); None where NVML cannot say.
     The one reader of a card's memory: the executor's judges-per-GPU warning and the judge's witness of
     who ran a card short (sandbox/cardmem.py) both ask here."""
+    found = _card_handle(card)
+    if found is None:
+        return None
+    lib, handle = found
+    memory = _Memory()
+    if lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0:
+        return None
+    return int(memory.free), int(memory.total)
+
+
+def _card_handle(card: str) -> tuple[ctypes.CDLL, ctypes.c_void_p] | None:
+    """NVML and its handle of the card `card` names (as card_memory takes it); None where NVML cannot say."""
     lib = _nvml_library() if card else None
     if lib is None:
         return None
@@ -112,10 +124,29 @@ def card_memory(card: str) -> tuple[int, int] | None:
         found = lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(int(card)), ctypes.byref(handle))
     else:
         found = lib.nvmlDeviceGetHandleByPciBusId_v2(key, ctypes.byref(handle))
-    memory = _Memory()
-    if found != 0 or lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0:
+    return (lib, handle) if found == 0 else None
+
+
+_NVML_CLOCK_SM, _NVML_CLOCK_MEM = 1, 2
+
+
+def card_state(card: str) -> tuple[int, int, float, int] | None:
+    """What the card `card` runs at now, as NVML reads it: (SM clock MHz, memory clock MHz, power W,
+    memory used bytes); None where NVML cannot say. For benchmarks that look for what slows a timed
+    window (bench/judge_speed.py --trace): a clock that dips, a card at its power limit, another
+    process's allocations and frees."""
+    found = _card_handle(card)
+    if found is None:
         return None
-    return int(memory.free), int(memory.total)
+    lib, handle = found
+    sm, mem, power, memory = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint(), _Memory()
+    if (lib.nvmlDeviceGetClockInfo(handle, _NVML_CLOCK_SM, ctypes.byref(sm)) != 0
+            or lib.nvmlDeviceGetClockInfo(handle, _NVML_CLOCK_MEM, ctypes.byref(mem)) != 0
+            or lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0):
+        return None
+    read = lib.nvmlDeviceGetPowerUsage(handle, ctypes.byref(power)) == 0  # milliwatts; some cards say none
+    watts = power.value / 1000.0 if read else float("nan")
+    return int(sm.value), int(mem.value), watts, int(memory.used)
 
 
 def card_memory_bytes(device: str) -> int | None:

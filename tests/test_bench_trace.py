@@ -114,3 +114,27 @@ def test_the_lock_summary_counts_each_sections_holds_and_waits_per_evaluation() 
             "shared window_build": {"holds": 0.5, "wait_s": 0.0, "held_s": 0.125}}
     finally:
         trace.close()
+
+
+def test_card_during_sets_a_timed_op_beside_what_the_card_did_then() -> None:
+    """--trace on a GPU samples the card's clocks, power and memory in use; a timed op gets the samples
+    inside it: the lowest clocks, the highest power, how far the memory in use moved (others' allocations)."""
+    card_during = _judge_speed().card_during
+    samples = [(0.0, 1980, 2619, 300.0, 1 << 30), (0.1, 1755, 2619, 650.5, 3 << 30),
+               (0.15, 1980, 2619, float("nan"), 2 << 30), (0.3, 900, 1, 1.0, 0)]
+    assert card_during(samples, 0.0, 0.2) == {
+        "samples": 3, "sm_mhz_min": 1755, "sm_mhz_max": 1980, "mem_mhz_min": 2619, "power_w_max": 650.5,
+        "used_mib_moved": 2048.0}
+    assert card_during(samples, 0.16, 0.29) is None  # no sample inside: nothing said
+    assert card_during([(0.0, 1980, 2619, float("nan"), 0)], 0.0, 1.0)["power_w_max"] is None
+
+
+def test_the_card_watch_reads_nothing_where_nvml_cannot_read_the_card() -> None:
+    """On the CPU (CI) the watch starts no thread and keeps no sample; the trace still closes."""
+    module = _judge_speed()
+    watch = module.CardWatch("cpu")
+    try:
+        assert watch.samples == [] and watch._thread is None
+    finally:
+        watch.close()
+    assert module.card_during(watch.samples, 0.0, 1e9) is None

@@ -26,3 +26,14 @@ def test_names() -> None:
         True, True, True, False, False, False]
     with pytest.raises(ConfigError, match="unknown device 'gpu0'"):
         resolve_device("gpu0")
+
+
+def test_card_state_says_nothing_where_nvml_cannot_read_a_card() -> None:
+    """bench/judge_speed.py --trace reads the card's clocks, power and memory through card_state: where
+    there is no driver (CI) or no such card, None, never an exception."""
+    from drkernel import device
+
+    assert device.card_state("") is None
+    assert device.card_state("GPU-no-such-card") is None
+    if device._nvml_library() is None:  # the CPU
+        assert device.card_state("0") is None
