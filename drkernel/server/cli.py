@@ -7,13 +7,18 @@ interrupted (exit code 0), or exit code 2 with a one-line message for a usage er
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import socket
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from drkernel.errors import ConfigError
+
+if TYPE_CHECKING:
+    import uvicorn
 
 __all__ = ["register", "run"]
 
@@ -85,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from drkernel.server.app import create_app
+    from drkernel.server.app import begin_shutdown, create_app
     from drkernel.server.settings import Settings, scrub_secrets
 
     names = ("host", "port", "db_path", "executor", "ray_address", "num_workers", "judges_per_gpu",
@@ -147,12 +152,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"drkernel serve: {_executor_error(settings, exc)}", file=sys.stderr)
         return 2
     app = create_app(settings, lambda _: executor)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
+                            workers=1, timeout_graceful_shutdown=30)
+    server = _server(config, lambda: begin_shutdown(app))
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level,
-                    workers=1, timeout_graceful_shutdown=30)
+        with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run
+            server.run()
     finally:
         executor.close()  # idempotent: the app's shutdown closed it, unless uvicorn never started it
-    return 0
+    return 0 if server.started else 3  # 3: uvicorn's exit code for a server that never started
+
+
+def _server(config: uvicorn.Config, stopping: Callable[[], None]) -> uvicorn.Server:
+    """uvicorn's server, telling the app first when it begins to stop: uvicorn waits for open requests
+    before the app's own shutdown, and a long poll held it 30 s (then answered 500)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            stopping()
+            await super().shutdown(sockets)
+
+    return Server(config)
 
 
 def _flag_conflict(args: argparse.Namespace, settings: Any) -> str | None:

@@ -87,6 +87,7 @@ _ENVELOPE: dict[str, tuple[str, str | None]] = {
     "NOT_FOUND": ("NotFound", None),
     "QUEUE_FULL": ("QueueFull", "RESOURCE_ERROR"),
     "STORE_UNAVAILABLE": ("StoreUnavailable", "RESOURCE_ERROR"),
+    "SHUTTING_DOWN": ("ShuttingDown", "RESOURCE_ERROR"),
     "SYSTEM": ("InternalServerError", "SYSTEM_ERROR"),
 }
 

@@ -25,13 +25,17 @@ from drkernel.server.settings import Settings
 from drkernel.server.store import NewTask, StoreUnavailable, TaskRecord, TaskStore
 from drkernel.types import EvalOutcome, EvalResult
 
-__all__ = ["PRIORITIES", "Scheduler", "TaskQueue"]
+__all__ = ["PRIORITIES", "Scheduler", "ShuttingDown", "TaskQueue"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 PRIORITIES = ("high", "normal", "low")
+
+
+class ShuttingDown(Exception):
+    """A wait the server ended because it is stopping: the tasks are kept, a restarted server answers."""
 
 
 class TaskQueue:
@@ -92,6 +96,7 @@ class Scheduler:
         self._running: dict[str, float] = {}  # task_id -> start time
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
         self._stop = threading.Event()
+        self._closing = False  # stopping: waits for unfinished tasks raise ShuttingDown
         self._threads: list[threading.Thread] = []
         self.started_at = time.time()
         self.counters: Counter[str] = Counter()
@@ -124,7 +129,19 @@ class Scheduler:
         purge.start()
         self._threads.append(purge)
 
+    def close_waits(self) -> None:
+        """The server begins to stop: every pending wait raises ShuttingDown now, and so does each new one
+        for a task not finished (uvicorn held a long poll 30 s before the drain, then answered 500)."""
+        with self._cv:
+            self._closing = True
+            waiters = [w for ws in self._waiters.values() for w in ws]
+        for loop, fut in waiters:
+            loop.call_soon_threadsafe(_resolve, fut)
+
     def stop(self, timeout_s: float = 10.0) -> None:
+        """Drain: running tasks get up to `timeout_s` to finish (it returns as soon as they have), then
+        go back to the queue."""
+        self.close_waits()
         self._stop.set()
         with self._cv:
             self._cv.notify_all()
@@ -309,6 +326,8 @@ class Scheduler:
                 remaining = deadline - loop.time()
                 if not pending or remaining <= 0:
                     return records
+                if self._closing:
+                    raise ShuttingDown("the server is shutting down; its tasks are kept: ask again")
                 await asyncio.wait(pending, timeout=remaining)
             finally:
                 self._unregister(futures)

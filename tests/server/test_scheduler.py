@@ -13,7 +13,7 @@ import pytest
 
 from drkernel.errors import ExecutorError, Overloaded
 from drkernel.executors.fake import FakeExecutor, scripted_result
-from drkernel.server.scheduler import Scheduler, TaskQueue
+from drkernel.server.scheduler import Scheduler, ShuttingDown, TaskQueue
 from drkernel.server.settings import Settings
 from drkernel.server.store import NewTask, TaskStore
 from drkernel.types import EvalOutcome, EvalRequest, EvalResult
@@ -173,6 +173,30 @@ def test_wait_is_bounded_and_returns_unfinished_records(tmp_path: Path) -> None:
     assert 0.15 < time.monotonic() - started < 2
     assert records["stuck"].state == "queued" and "unknown" not in records
     assert not s._waiters  # nothing left registered
+
+
+def test_a_stopping_server_ends_its_waits_at_once_and_refuses_new_ones(tmp_path: Path) -> None:
+    """close_waits (SIGTERM): a pending wait raises ShuttingDown now, not at its deadline, and so does a new
+    one; a wait for finished tasks, or one that asks no wait, still answers."""
+    s = scheduler(tmp_path)  # never started: the task stays queued
+    s.submit([task("stuck"), task("gone")])
+    s.cancel("gone")
+
+    async def stop_while_waiting() -> float:
+        started = time.monotonic()
+        waiting = asyncio.ensure_future(s.wait(["stuck"], 30.0))
+        await asyncio.sleep(0.1)
+        s.close_waits()
+        with pytest.raises(ShuttingDown):
+            await waiting
+        return time.monotonic() - started
+
+    assert asyncio.run(stop_while_waiting()) < 2
+    with pytest.raises(ShuttingDown):
+        asyncio.run(s.wait(["stuck"], 30.0))
+    assert asyncio.run(s.wait(["gone"], 30.0))["gone"].state == "cancelled"
+    assert asyncio.run(s.wait(["stuck"], 0.0))["stuck"].state == "queued"
+    assert not s._waiters
 
 
 class _BrokenExecutor(FakeExecutor):

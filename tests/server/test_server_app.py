@@ -278,7 +278,7 @@ def test_serve_help_and_start_up_say_how_auth_works(capsys, monkeypatch) -> None
     text = " ".join(capsys.readouterr().out.split())
     assert "DRKERNEL_AUTH_TOKEN" in text and "Bearer" in text
     assert "--max-queue MAX_QUEUE tasks waiting beyond this are refused with 429" in text
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: setattr(self, "started", True))
     monkeypatch.setenv("DRKERNEL_AUTH_TOKEN", "s3cret")
     assert main(["serve", "--judge", "fake", "--db", ":memory:"]) == 0
     err = capsys.readouterr().err

@@ -114,3 +114,99 @@ def test_sigterm_of_an_idle_server_exits_at_once(tmp_path: Path) -> None:
         server.proc.wait(timeout=30)
         seconds = time.monotonic() - start
     assert seconds < 2.0, seconds
+
+
+def _busy_server(tmp_path: Path, name: str, sleep_s: float) -> tuple[ServerProcess, dict]:
+    """A server of one fake judge running task `long`, which takes `sleep_s`."""
+    server = ServerProcess(tmp_path / f"{name}.db", extra=["--judge", "fake", "--workers", "1"]).start()
+    body = {"task_id": "long", "request": {
+        "reference_code": REF, "options": {"timeout_s": 120.0},
+        "kernel_code": f"# fake: sleep={sleep_s}\n# fake: speedup=2\nclass ModelNew:\n    pass\n"}}
+    assert httpx.post(f"{server.url}/v1/tasks", json=body).status_code == 202
+    _until(lambda: httpx.get(f"{server.url}/v1/tasks/long").json()["state"] == "running", 10,
+           "the task did not start")
+    return server, body
+
+
+def test_sigterm_answers_long_polls_at_once_and_drains_within_its_bound(tmp_path: Path) -> None:
+    """SIGTERM of a busy server: a pending long poll answers within ~2 s with 503 and Retry-After (the
+    clients retry it), where uvicorn held it 30 s and answered 500; the server exits after the 10 s drain
+    of its running task, which goes back to the queue."""
+    server, _ = _busy_server(tmp_path, "poll", 60)
+    assert server.proc is not None
+    try:
+        answer: dict = {}
+
+        def poll() -> None:
+            response = httpx.get(f"{server.url}/v1/tasks/long", params={"wait": 60}, timeout=90)
+            answer.update(status=response.status_code, retry_after=response.headers.get("retry-after"),
+                          at=time.monotonic())
+
+        t = threading.Thread(target=poll)
+        t.start()
+        time.sleep(0.5)  # the poll is waiting
+        start = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        t.join(timeout=60)
+        server.proc.wait(timeout=60)
+        exited = time.monotonic() - start
+    finally:
+        server.stop()
+    answered = answer["at"] - start
+    assert answer["status"] == 503 and answer["retry_after"], answer
+    assert answered < 2.0, answered
+    assert exited < 14.0, exited  # the 10 s drain, then the judge's close
+    server.start()
+    try:
+        view = httpx.get(f"{server.url}/v1/tasks/long").json()
+        assert view["state"] in ("queued", "running")  # re-queued, not lost nor failed
+    finally:
+        server.stop()
+
+
+def test_sigterm_exits_once_the_running_task_finishes(tmp_path: Path) -> None:
+    """The drain waits for a running task only as long as it runs: a 2 s one ends done, not re-queued."""
+    server, _ = _busy_server(tmp_path, "short", 2)
+    assert server.proc is not None
+    try:
+        start = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=60)
+        exited = time.monotonic() - start
+        server.start()
+        view = httpx.get(f"{server.url}/v1/tasks/long").json()
+    finally:
+        server.stop()
+    assert exited < 5.0, exited
+    assert view["state"] == "done" and view["result"]["outcome"] == "ok"
+
+
+def test_client_wait_across_a_restart_ends_with_the_result(tmp_path: Path) -> None:
+    """A Client.wait running while its server restarts (SIGTERM, then a new server on the same store and
+    port) gets the result of the re-queued task, not an error: the task outlasts uvicorn's 30 s wait for open
+    requests, which answered the poll 500 (not retried) before the fix."""
+    from drkernel.executors.http_client import Client
+
+    server, _ = _busy_server(tmp_path, "restart", 40)
+    outcome: dict = {}
+
+    def wait() -> None:
+        with Client(base_url=server.url, poll_s=60) as client:
+            try:
+                outcome["result"] = client.wait(["long"], timeout_s=150)["long"]
+                outcome["seconds"] = time.monotonic() - start
+            except Exception as exc:  # what the test reports
+                outcome["error"] = exc
+
+    start = time.monotonic()
+    t = threading.Thread(target=wait)
+    t.start()
+    try:
+        time.sleep(0.5)
+        server.stop(timeout_s=60)  # a polite stop, not cut short by SIGKILL (restart()'s after 30 s)
+        server.start()
+        t.join(timeout=150)
+    finally:
+        server.stop()
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["result"].outcome.value == "ok"
