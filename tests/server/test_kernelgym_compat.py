@@ -13,6 +13,7 @@ decoy_kernel true (drkernel: also correctness false, the deliberate difference).
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -390,3 +391,41 @@ def test_the_real_cpu_judge_through_the_authors_client_flow(serve) -> None:
             assert ours["metadata"]["error_kind"] == kinds[case], (case, ours["metadata"])
         kg.Evaluation.model_validate(srv.http.get(f"/results/real_{case}").json())
     assert client.reposts == 0
+
+
+class _HeldJudge(FakeJudge):
+    """A fake judge that holds every evaluation until the test lets it go (a kernel still running)."""
+
+    release = threading.Event()
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        _HeldJudge.release.wait(30)
+        return super().evaluate(request)
+
+
+@pytest.mark.parametrize("route", ["/evaluate", "/evaluate/batch"])
+def test_the_blocking_routes_answer_503_once_the_server_begins_to_stop(serve: Any, route: str) -> None:
+    """SIGTERM (begin_shutdown) while the authors' client waits on a blocking route: 503 with Retry-After
+    at once, which their client retries against the restarted server, not a 500 after uvicorn's 30 s."""
+    from drkernel.server.app import begin_shutdown
+
+    _HeldJudge.release.clear()
+    srv = serve(workers=1, judge=_HeldJudge)
+    body = payload("held", "") if route == "/evaluate" else {"batch_id": "B", "tasks": [payload("held", "")]}
+    answers: list[Any] = []
+    poster = threading.Thread(target=lambda: answers.append(srv.http.post(route, json=body)))
+    poster.start()
+    try:
+        deadline = time.monotonic() + 10
+        while srv.http.get("/v1/tasks/held").json().get("state") != "running":  # 404 until submitted
+            assert time.monotonic() < deadline, "the task never started"
+            time.sleep(0.05)
+        stopped_at = time.monotonic()
+        begin_shutdown(srv.app)
+        poster.join(timeout=5)
+        assert answers, "the blocking route did not answer once the server began to stop"
+        assert time.monotonic() - stopped_at < 2
+        assert answers[0].status_code == 503 and answers[0].headers.get("retry-after"), answers[0].text
+    finally:
+        _HeldJudge.release.set()
+        poster.join(timeout=5)
