@@ -18,7 +18,8 @@ from typing import Any
 from drkernel.errors import ConfigError
 
 __all__ = ["DEBUG_FAULTS", "DEFAULT_SPARES", "JUDGE_ENV", "MAX_MEMORY_LIMIT_MB", "JudgeSettings",
-           "default_timing_cache", "is_header_value", "judge_settings_from_env", "read_environment"]
+           "cache_folder", "default_timing_cache", "is_header_value", "judge_settings_from_env",
+           "read_environment"]
 
 MAX_MEMORY_LIMIT_MB = 1 << 40  # 1 EiB: the most a sandbox's host memory limit may say
 DEFAULT_SPARES = {"cuda": 6, "cpu": 2}  # warm sandboxes (6 beat 3 by 10-13 % a minute on the H200)
@@ -32,16 +33,20 @@ def is_header_value(token: str) -> bool:
     return token.isascii() and token.isprintable() and token == token.strip()
 
 
-def default_timing_cache(environ: Mapping[str, str] | None = None) -> str:
-    """The user's reference-timing cache (a judge's `cache_path`): `drkernel eval` and `drkernel serve`'s
-    judges keep the device's peaks and each problem's reference times there, one file for all of them.
-    Under $XDG_CACHE_HOME where it is an absolute path (the XDG spec ignores an empty or relative one),
-    else ~/.cache. `environ`: where that is read (None: os.environ; a judge, which reads no variable,
-    passes {})."""
+def cache_folder(environ: Mapping[str, str] | None = None) -> Path:
+    """drkernel's folder of the user's cache: under $XDG_CACHE_HOME where it is an absolute path (the XDG
+    spec ignores an empty or relative one), else ~/.cache. `environ`: where that is read (None:
+    os.environ; a judge, which reads no variable, passes {})."""
     env = os.environ if environ is None else environ
     xdg = env.get("XDG_CACHE_HOME", "")
-    root = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
-    return str(root / "drkernel" / "reference_timings.sqlite")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "drkernel"
+
+
+def default_timing_cache(environ: Mapping[str, str] | None = None) -> str:
+    """The user's reference-timing cache (a judge's `cache_path`): `drkernel eval` and `drkernel serve`'s
+    judges keep the device's peaks and each problem's reference times there, one file for all of them,
+    in `cache_folder`."""
+    return str(cache_folder(environ) / "reference_timings.sqlite")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -25,6 +25,7 @@ from drkernel.errors import ConfigError
 from drkernel.files import held_lock, write_text_atomically
 from drkernel.problems.reference import load_reference
 from drkernel.sandbox.devicelock import gpu_work, no_candidates, timing_lock
+from drkernel.settings import cache_folder
 from drkernel.types import Problem
 
 __all__ = ["BACKENDS", "BaselineStore", "BaselineTiming", "default_store_path", "measure_baseline",
@@ -36,7 +37,9 @@ BACKENDS = ("eager", "compile")
 
 
 def default_store_path() -> Path:
-    return Path.home() / ".cache" / "drkernel" / "baselines.json"
+    """Where `drkernel suite baselines` keeps its timings without --store: in drkernel's cache folder
+    ($XDG_CACHE_HOME's where set, as the reference-timing cache's)."""
+    return cache_folder() / "baselines.json"
 
 
 @dataclass(slots=True)

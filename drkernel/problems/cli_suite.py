@@ -47,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                       help="time the reference as written, through torch.compile, or both")
     base.add_argument("--trials", type=int, default=20, help="timed calls of each reference")
     base.add_argument("--warmup", type=int, default=3, help="untimed calls before them")
-    base.add_argument("--store", default=None, help="JSON store (default ~/.cache/drkernel/baselines.json)")
+    base.add_argument("--store", default=None, help="JSON store (default: ~/.cache/drkernel/baselines.json, "
+                      "$XDG_CACHE_HOME/drkernel/ where that is set)")
     base.add_argument("--force", action="store_true", help="re-measure even when a stored timing exists")
     base.add_argument("--only", action="append", default=None, help="keep problems whose name contains this")
     base.add_argument("--json", action="store_true", help="the times as JSON instead of a table")

@@ -215,3 +215,17 @@ def test_a_baseline_is_timed_only_once_the_gpu_and_the_host_are_its_own(
         holder.kill()
     assert timing.n == 3 and len(timed) == 3
     assert timed[0] - said > 1.3, "a call was timed while the other process held the lock"
+
+
+def test_the_default_store_lives_in_drkernels_cache_folder_under_xdg_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store without --store sat in ~/.cache whatever $XDG_CACHE_HOME said, beside a timing cache that
+    honours it; both are in settings.cache_folder now."""
+    from drkernel.problems.baselines import default_store_path
+    from drkernel.settings import default_timing_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_store_path() == tmp_path / "xdg" / "drkernel" / "baselines.json"
+    assert default_store_path().parent == Path(default_timing_cache()).parent
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # the XDG spec: a relative path is ignored
+    assert default_store_path() == Path.home() / ".cache" / "drkernel" / "baselines.json"
