@@ -93,12 +93,14 @@ class HttpExecutor:
             raise ExecutorError("executor is closed")
         if not requests:
             return []
+        from drkernel.executors.http_client import seconds_left
+
         start = time.monotonic()
         seconds = self._deadline(requests)  # the capacity it may ask for counts too
         try:
-            ids = self._client.submit(requests, self.config.priority, _left(start + seconds))
+            ids = self._client.submit(requests, self.config.priority, seconds_left(start + seconds))
             try:
-                results = self._client.wait(ids, _left(start + seconds))
+                results = self._client.wait(ids, seconds_left(start + seconds))
             except EvalTimeout:
                 self._client.cancel_all(ids)  # do not leave orphans running on the server
                 raise
@@ -120,10 +122,6 @@ class HttpExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _left(deadline: float) -> float:
-    return max(0.0, deadline - time.monotonic())
 
 
 def _workers_total(health: dict[str, Any]) -> int:

@@ -149,7 +149,9 @@ def _deadline(name: str, timeout_s: float | None) -> float:
     return time.monotonic() + timeout_s
 
 
-def _left(deadline: float) -> float:
+def seconds_left(deadline: float) -> float:
+    """What is left of a deadline (time.monotonic()), never below 0: the client's calls and HttpExecutor's
+    batches hand it on as the next step's timeout."""
     return max(0.0, deadline - time.monotonic())
 
 
@@ -348,7 +350,7 @@ class Client(_Base):
         """Submit and wait: `timeout_s` counts from the call, the time the submission took included."""
         deadline = _deadline("evaluate timeout_s", timeout_s)
         ids = self.submit(requests, priority, timeout_s)
-        results = self.wait(ids, _left(deadline))
+        results = self.wait(ids, seconds_left(deadline))
         return [results[i] for i in ids]
 
     def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
@@ -372,7 +374,7 @@ class Client(_Base):
             if time.monotonic() >= deadline:
                 break
             with contextlib.suppress(ExecutorError):
-                stopped += self.cancel(task_id, _left(deadline))
+                stopped += self.cancel(task_id, seconds_left(deadline))
         return stopped
 
     def health(self) -> dict[str, Any]:
@@ -470,7 +472,7 @@ class AsyncClient(_Base):
                        priority: str = "normal") -> list[EvalResult]:
         deadline = _deadline("evaluate timeout_s", timeout_s)
         ids = await self.submit(requests, priority, timeout_s)
-        results = await self.wait(ids, _left(deadline))
+        results = await self.wait(ids, seconds_left(deadline))
         return [results[i] for i in ids]
 
     async def get(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
@@ -490,7 +492,7 @@ class AsyncClient(_Base):
             if time.monotonic() >= deadline:
                 break
             with contextlib.suppress(ExecutorError):
-                stopped += await self.cancel(task_id, _left(deadline))
+                stopped += await self.cancel(task_id, seconds_left(deadline))
         return stopped
 
     async def health(self) -> dict[str, Any]:
