@@ -173,27 +173,35 @@ def _read(path: Path, what: str) -> str:
     """A source file's UTF-8 text, less the byte-order mark an editor may put first: Python runs such a
     file, and the problem loaders read references the same way (a kernel's BOM was its compile_error)."""
     try:
-        if path.is_file() and path.stat().st_size > MAX_SOURCE_BYTES:
-            raise ConfigError(f"{what} file {path} is {path.stat().st_size} bytes: the judge takes sources "
-                              f"of at most {MAX_SOURCE_BYTES >> 20} MiB (the server's limit too)")
-        return path.read_text(encoding="utf-8-sig")
+        with open(path, "rb") as f:
+            data = f.read(MAX_SOURCE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"{what} file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise ConfigError(f"cannot read {what} file {path}: {exc}") from None
+    return _decode(data, f"{what} file {path}")
 
 
 def _read_stdin() -> str:
     """The kernel's source from stdin (`drkernel eval ref.py -`: a model's answer piped in), read as a
-    file's is: UTF-8 less a byte-order mark, at most the judge's source limit."""
+    file's is (_decode)."""
     try:
         data = sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1)
-        if len(data) > MAX_SOURCE_BYTES:
-            raise ConfigError(f"the kernel on stdin is over {MAX_SOURCE_BYTES >> 20} MiB: the judge takes "
-                              "sources of at most that (the server's limit too)")
-        return data.decode("utf-8-sig")
-    except (AttributeError, OSError, ValueError) as exc:  # no stdin, a closed one, or not UTF-8
+    except (AttributeError, OSError, ValueError) as exc:  # no stdin, or a closed one
         raise ConfigError(f"cannot read the kernel on stdin: {exc}") from None
+    return _decode(data, "the kernel on stdin")
+
+
+def _decode(data: bytes, where: str) -> str:
+    """`data` (read up to one byte past the limit) as UTF-8 less a byte-order mark; at most the judge's
+    source limit."""
+    if len(data) > MAX_SOURCE_BYTES:
+        raise ConfigError(f"{where} is too large: the judge takes sources of at most "
+                          f"{MAX_SOURCE_BYTES >> 20} MiB (the server's limit too)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read {where}: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -36,7 +36,7 @@ from drkernel.sandbox.plumbing.process import (
 from drkernel.sandbox.plumbing.tritonseed import TritonSeed
 from drkernel.sandbox.refcache import ReferenceTimingCache
 from drkernel.sandbox.requestcheck import validate_request
-from drkernel.settings import DEFAULT_SPARES, JudgeSettings, default_timing_cache
+from drkernel.settings import DEFAULT_SPARES, JudgeSettings, cache_folder
 from drkernel.types import (
     DeviceInfo,
     ErrorInfo,
@@ -355,7 +355,8 @@ def _seed_folder(scratch: str | None, cache_path: str | Path | None, insecure: b
     import tempfile
 
     if not insecure:
-        return Path(os.path.abspath(cache_path or default_timing_cache({}))).parent / "triton-seed", True
+        folder = Path(os.path.abspath(cache_path)).parent if cache_path else cache_folder({})
+        return folder / "triton-seed", True
     return Path(tempfile.mkdtemp(prefix="drkernel-seed-", dir=scratch or tempfile.gettempdir())), False
 
 
