@@ -213,6 +213,15 @@ class EvalRequest:
     problem_name: str | None = None
     shape_variants: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        # An editor's byte-order mark before the first line: Python runs such a file, but compile() refuses
+        # it in a string ("invalid non-printable character U+FEFF"), so a source read with "utf-8" and sent
+        # through the API was the candidate's compile_error (the CLI already read files with "utf-8-sig").
+        for name in ("reference_code", "kernel_code"):
+            value = getattr(self, name)
+            if isinstance(value, str) and value.startswith("\ufeff"):
+                object.__setattr__(self, name, value[1:])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "reference_code": self.reference_code,

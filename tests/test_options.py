@@ -81,3 +81,16 @@ def test_every_option_of_its_type_is_taken() -> None:
     options = EvalOptions(num_perf_trials=3, timeout_s=10, atol=1, seed=7, launch_preroll_us=0)
     assert EvalOptions.from_dict(options.to_dict()) == options
     assert EvalOptions.from_dict(EvalOptions.paper().to_dict()) == EvalOptions.paper()
+
+
+def test_a_leading_byte_order_mark_is_dropped_from_both_sources() -> None:
+    """A source read with "utf-8" from a file an editor saved with a BOM starts with U+FEFF, which
+    compile() refuses in a string: through the API the kernel was a compile_error, where the CLI (which
+    reads "utf-8-sig") judged it. Every path builds an EvalRequest, which now drops the mark."""
+    source = "class ModelNew:\n    pass\n"
+    with pytest.raises(SyntaxError):
+        compile("\ufeff" + source, "kernel.py", "exec")
+    request = EvalRequest.from_dict({"reference_code": "\ufeffx = 1\n", "kernel_code": "\ufeff" + source})
+    assert request.reference_code == "x = 1\n" and request.kernel_code == source
+    compile(request.kernel_code, "kernel.py", "exec")
+    assert EvalRequest(reference_code="a\ufeff", kernel_code="").reference_code == "a\ufeff"  # only the first
