@@ -9,7 +9,7 @@
 #   mkdir -p .survey                              # the file of record lives here between calls (ignored)
 # Each device call (the `run` tool, carry [".kb", ".survey"]), from the repository root:
 #   bash bench/survey_device.sh
-# then copy $OUT/kernelbench_h200*.json back over .survey/, and call again until every log's last line
+# then copy $OUT/kernelbench_*.json back over .survey/, and call again until every log's last line
 # says "0 left" and no problem is deferred. Rows already in a file are skipped (--resume); the file is
 # rewritten after every problem, so a call cut off loses at most the problem it was on.
 #
@@ -36,13 +36,18 @@
 # PER_GPU > 1; the alone phase also gets what the shards leave of BUDGET); EVAL_TIMEOUT (seconds for
 # one evaluation: 120, and 240 while shards share a GPU); CALL_S (no piece runs past this many seconds
 # of the call, default 590). With S = G x N shards, shard I runs on GPU (I-1)/N (PARALLEL > 1) into
-# .survey/kernelbench_h200.shardIofS.json (`drkernel suite table` merges them; carry and copy back every
+# .survey/kernelbench_<card>.shardIofS.json (`drkernel suite table` merges them; carry and copy back every
 # shard's file; later calls must keep S, or the shards' problems change). The exit code is the last
 # failing survey's (2: a usage error, in its log; 124: cut off at CALL_S).
 set -u
 OUT=${OUT:-gpu-out}
 KB=${KB:-.kb}
-STEM=${STEM:-.survey/kernelbench_h200}
+# the file of record is named after the card (h200, h100, ...): a survey's times and floors are its card's,
+# and a file of one card resumed on another is refused (drkernel suite survey)
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr '[:upper:]' '[:lower:]' |
+       grep -o '[a-z][0-9][0-9][0-9]*' | head -1)
+[ "${DEVICE:-cuda}" = cpu ] && card=cpu
+STEM=${STEM:-.survey/kernelbench_${card:-gpu}}
 PARALLEL=${PARALLEL:-1}
 PER_GPU=${PER_GPU:-1}
 BUDGET=${BUDGET:-480}

@@ -311,6 +311,7 @@ def _run_survey(problems: Sequence[Problem], cfg: SurveyConfig, out: Path, suite
                 break
             if judge is None:
                 judge = make_judge()
+                _check_same_card(out, data, judge)
             started = time.monotonic()
             row = _survey_one(problem, cfg, judge, worker, clock, data, rows.get(problem.name))
             row["wall_s"] = round(time.monotonic() - started, 2)
@@ -549,6 +550,17 @@ def _null_record(result: EvalResult) -> dict[str, Any]:
     if issues:
         record["detail"] = issues[0][:200]
     return record
+
+
+def _check_same_card(path: Path, data: dict[str, Any], judge: _Judge) -> None:
+    """A file surveyed on one card, resumed on another, is refused: its rows' times and floors are its
+    card's, and the resume would have put the other card's name and peaks over them (an H200's file of
+    record resumed on an H100 did, session 32)."""
+    was = (data.get("device") or {}).get("name")
+    now = judge.device_info().name
+    if was and was != now:
+        raise ConfigError(f"{path} holds a survey on {was}, not on {now}: its rows' times and floors are "
+                          "that card's (survey this one into another --out)")
 
 
 def _record_device(judge: _Judge, data: dict[str, Any]) -> None:

@@ -470,6 +470,27 @@ def test_a_resume_with_other_options_is_refused_naming_them(tmp_path: Path) -> N
     assert run_survey(square, cfg, tmp_path / "s.json", resume=True, make_judge=_StubJudge).skipped == 1
 
 
+def test_a_survey_of_one_card_resumed_on_another_is_refused(tmp_path: Path) -> None:
+    """A file of record from an H200 resumed on an H100 took the H100's name and peaks in its header,
+    over rows measured against the H200's: the resume is refused before any work, the file unchanged."""
+    from drkernel.problems.loaders import load_suite
+
+    problems = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if "Broken" not in p.name]
+    cfg = SurveyConfig(nulls=("zeros",), backends=("eager",))
+    run_survey(problems[:1], cfg, tmp_path / "s.json", make_judge=_StubJudge)
+    before = (tmp_path / "s.json").read_text()
+
+    class OtherCard(_StubJudge):
+        def device_info(self) -> DeviceInfo:
+            return DeviceInfo(kind="cpu", name="another cpu", interpreter=True)
+
+    other = OtherCard()
+    with pytest.raises(ConfigError, match=r"s.json holds a survey on cpu, not on another cpu"):
+        run_survey(problems, cfg, tmp_path / "s.json", resume=True, make_judge=lambda: other)
+    assert (tmp_path / "s.json").read_text() == before and other.seen == []
+    assert run_survey(problems, cfg, tmp_path / "s.json", resume=True, make_judge=_StubJudge).skipped == 1
+
+
 @pytest.fixture(scope="module")
 def one_row(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A fake tree and the text of a survey of its L1/1_Square (a stub judge)."""

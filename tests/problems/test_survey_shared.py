@@ -227,7 +227,7 @@ def test_the_device_script_runs_shards_on_one_device_then_the_deferred_alone(tmp
     (kb / "level1" / "4_Cube.py").write_text((tree / "level1" / "1_Square.py").read_text().replace(
         "return x * x", "return x * x * x"))
     # shard 1 of 2 holds L1/1 and L1/4; a shared survey deferred L1/1 earlier, with these options
-    stem = work / ".survey" / "kernelbench_h200"
+    stem = work / ".survey" / "kernelbench_cpu"  # named after the card: DEVICE=cpu
     stem.parent.mkdir()
     first = [p for p in load_suite(str(kb)) if p.name.startswith("L1/1_")]
     judge = _FailingJudge("zeros", EvalResult(outcome=EvalOutcome.TIMEOUT))
@@ -250,13 +250,13 @@ def test_the_device_script_runs_shards_on_one_device_then_the_deferred_alone(tmp
     assert "--shard 1/2 --per-gpu 2 --eval-timeout-s 240 --nulls zeros" in lines["survey.shard1.log"]
     assert "--shard 2/2 --per-gpu 2" in lines["survey.shard2.log"]
     assert "--shard 1/2 --deferred-only --eval-timeout-s 120" in lines["survey.shard1.solo.log"]
-    assert all("--device cpu" in line and "kernelbench_h200.shard" in line for line in lines.values())
+    assert all("--device cpu" in line and "kernelbench_cpu.shard" in line for line in lines.values())
     assert "0 left, 1 deferred" in logs["survey.shard1.log"]
     assert "[2/2] L1/4_Cube" in logs["survey.shard1.log"] and "L1/1_Square" not in logs["survey.shard1.log"]
     assert "0 done now, 1 already in" in logs["survey.shard2.log"]  # its copy of the unsharded file
     assert "L1/1_Square" in logs["survey.shard1.solo.log"] and "Cube" not in logs["survey.shard1.solo.log"]
     rows = {r["name"]: r for f in ("shard1of2", "shard2of2")
-            for r in json.loads((out / f"kernelbench_h200.{f}.json").read_text())["rows"]}
+            for r in json.loads((out / f"kernelbench_cpu.{f}.json").read_text())["rows"]}
     assert sorted(rows) == ["L1/1_Square", "L1/3_Flat", "L1/4_Cube"]
     assert all(r["complete"] and r["status"] == "ok" for r in rows.values()), rows
     assert rows["L1/1_Square"]["attempts"] == 1  # the deferral spent no attempt
