@@ -138,3 +138,20 @@ def test_the_card_watch_reads_nothing_where_nvml_cannot_read_the_card() -> None:
     finally:
         watch.close()
     assert module.card_during(watch.samples, 0.0, 1e9) is None
+
+
+def test_the_placement_probe_tells_a_slow_buffer_set_from_a_slow_moment() -> None:
+    """bench/probes/placement_probe.py times every set twice: a set slow both times is slow for where
+    its memory lies, one slow once was slowed by something passing, and a process slow in every set is
+    slow for itself (the three answers the 4096^2 spread's next run needs, session 32)."""
+    spec = importlib.util.spec_from_file_location("placement_probe_under_test",
+                                                  ROOT / "bench" / "probes" / "placement_probe.py")
+    assert spec is not None and spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    fast, slow = 46.6, 50.1
+    procs = [{"sets": [{"us": fast, "again_us": fast}, {"us": slow, "again_us": slow}]},  # one slow set
+             {"sets": [{"us": slow, "again_us": fast}, {"us": slow, "again_us": slow}]},  # slow process
+             {"sets": [{"us": fast, "again_us": fast}, {"us": fast}]}]  # a set timed once
+    assert probe.slow_sets(procs) == {"slow_both_times": 2, "slow_once": 1, "processes_slow_in_every_set": 1,
+                                      "sets": 6}
