@@ -491,6 +491,30 @@ def test_a_survey_of_one_card_resumed_on_another_is_refused(tmp_path: Path) -> N
     assert run_survey(problems, cfg, tmp_path / "s.json", resume=True, make_judge=_StubJudge).skipped == 1
 
 
+def test_a_resumed_survey_keeps_the_peaks_of_its_first_piece(tmp_path: Path) -> None:
+    """Each piece's judge measures the device's peaks again (three shards on one H100: 2,944, 3,085
+    and 3,010 GB/s): the file keeps its first piece's, and every row's floor is against them."""
+    from drkernel.problems.loaders import load_suite
+    from drkernel.sandbox.stages.timing import peak_cache_key
+
+    problems = [p for p in load_suite(str(_tree(tmp_path / "kb"))) if "Broken" not in p.name]
+
+    def measured(gbs: float) -> _StubJudge:
+        judge = _StubJudge()
+        info = judge.device_info()
+        judge.cache.put_json(peak_cache_key(judge.cache, info.name, info.torch_version),
+                             {"bandwidth_gbs": gbs, "tflops_fp32": 50.0, "tflops_bf16": 700.0})
+        return judge
+
+    cfg = SurveyConfig(nulls=("zeros",), backends=("eager",))
+    first, later = measured(4000.0), measured(3800.0)
+    run_survey(problems[:1], cfg, tmp_path / "s.json", make_judge=lambda: first)
+    run_survey(problems, cfg, tmp_path / "s.json", resume=True, make_judge=lambda: later)
+    data = load_survey(tmp_path / "s.json")
+    assert data["peaks"]["bandwidth_gbs"] == 4000.0 and len(data["rows"]) == len(problems)
+    assert {r["floor"]["bandwidth_gbs"] for r in data["rows"] if r.get("floor")} == {4000.0}
+
+
 @pytest.fixture(scope="module")
 def one_row(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A fake tree and the text of a survey of its L1/1_Square (a stub judge)."""
