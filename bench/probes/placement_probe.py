@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -73,10 +74,13 @@ def one_process(rows: int, cols: int, sets: int, windows: int, calls: int, locke
                 gap_s: float = 0.0) -> dict:
     """Time SETS buffer sets made one after another, `gap_s` apart, each as it is made and again once
     all exist; under the device's timing lock with `locked` (the judge's own, host-wide)."""
-    hold: contextlib.AbstractContextManager = contextlib.nullcontext()
+    hold: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     if locked:
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from drkernel.sandbox.devicelock import timing_lock
+
+        def hold() -> contextlib.AbstractContextManager:
+            return timing_lock("cuda:0", "probe")
     torch.manual_seed(0)
     b = torch.randn(cols, device="cuda")
     kept, rows_out = [], []
@@ -86,13 +90,13 @@ def one_process(rows: int, cols: int, sets: int, windows: int, calls: int, locke
         x = torch.randn(rows, cols, device="cuda")
         o = torch.empty_like(x)
         kept.append((x, o))
-        with timing_lock("cuda:0", "probe") if locked else hold:
+        with hold():
             us = _time_us(x, b, o, windows, calls)
         rows_out.append({"set": k, "x_ptr": x.data_ptr(), "o_ptr": o.data_ptr(), "us": us})
     for row, (x, o) in zip(rows_out, kept):
         if gap_s:
             time.sleep(gap_s)
-        with timing_lock("cuda:0", "probe") if locked else hold:
+        with hold():
             row["again_us"] = _time_us(x, b, o, windows, calls)
     return {"sets": rows_out}
 
