@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import math
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -35,6 +36,9 @@ _LONGEST_POLL_S = 3600.0
 # a call with a deadline gives each try what is left of it, and at least this (wait(ids, 0) still asks
 # once); a long poll that ends at the deadline gets this more for its answer to arrive
 _ANSWER_S = 1.0
+# a wait outlasting an outage (a server restarting) asks again this often once its retries' backoff is spent:
+# the server back, the wait goes on within seconds, not after a 30 s backoff
+_OUTAGE_PAUSE_S = 5.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -233,8 +237,8 @@ class _Base:
         self._common = dict(base_url=self.config.base_url, headers=headers,
                             timeout=self.config.request_timeout_s)
 
-    def _retryable(self, attempt: int, response: httpx.Response | None) -> bool:
-        if attempt >= self.config.max_retries:
+    def _retryable(self, attempt: int, response: httpx.Response | None, outlast: bool = False) -> bool:
+        if attempt >= self.config.max_retries and not outlast:
             return False
         return response is None or response.status_code in _RETRY_STATUS
 
@@ -250,14 +254,25 @@ class _Base:
     def _pause(self, what: str, attempt: int, response: httpx.Response | None,
                failure: ExecutorError | None, deadline: float) -> float:
         """The sleep before the next try, cut to what is left of the deadline (the backoff slept up to
-        31.5 s past it, each try taking its whole request_timeout_s); _OutOfTime once nothing is left."""
+        31.5 s past it, each try taking its whole request_timeout_s); _OutOfTime once nothing is left.
+        Tries past max_retries (a wait outlasting an outage) come every _OUTAGE_PAUSE_S at most."""
         left = deadline - time.monotonic()
         if left <= 0:
             last = f"HTTP {response.status_code}" if response is not None else \
                 str(failure).removeprefix(f"{what}: ")
             raise _OutOfTime(f"{what}: no answer in time ({counted(attempt + 1, 'try', 'tries')}, the last: "
                              f"{last})") from failure
-        return min(_delay(self.config, attempt, response), left)
+        delay = _delay(self.config, attempt, response)
+        if attempt >= self.config.max_retries:
+            delay = min(delay, _OUTAGE_PAUSE_S)
+        return min(delay, left)
+
+    def _tries(self, outlast: bool, deadline: float) -> Iterable[int]:
+        """The attempts of one exchange: max_retries + 1, or, for a call that outlasts outages, as many
+        as its (finite) deadline leaves time for (_pause ends them)."""
+        if outlast and math.isfinite(deadline):
+            return itertools.count()
+        return range(self.config.max_retries + 1)
 
 
 class Client(_Base):
@@ -269,23 +284,24 @@ class Client(_Base):
         self._http = httpx.Client(transport=transport, **self._common)  # type: ignore[arg-type]
 
     def _call(self, method: str, path: str, extra_timeout: float = 0.0, deadline: float = math.inf,
-              **kw: Any) -> Any:
+              outlast: bool = False, **kw: Any) -> Any:
         """One exchange with its retries; with a `deadline` (time.monotonic()) every try and every sleep
-        ends by it, and what is left of it raises EvalTimeout."""
+        ends by it, and what is left of it raises EvalTimeout. With `outlast` (and a deadline), a
+        connection lost or a busy answer is tried again until the deadline, past max_retries."""
         what = f"{method} {path}"
         if self._http.is_closed:
             raise ExecutorError(f"{what}: the client is closed")
-        for attempt in range(self.config.max_retries + 1):
+        for attempt in self._tries(outlast, deadline):
             response, failure = None, None
             try:
                 with http_errors(what):
                     response = self._http.request(method, path,
                                                   timeout=self._timeout(extra_timeout, deadline), **kw)
             except ExecutorError as exc:
-                if not self._retryable(attempt, None):
+                if not self._retryable(attempt, None, outlast):
                     raise
                 failure = exc
-            if response is not None and not self._retryable(attempt, response):
+            if response is not None and not self._retryable(attempt, response, outlast):
                 _raise_for(response, what)
                 return _json(response, what)
             time.sleep(self._pause(what, attempt, response, failure, deadline))
@@ -339,7 +355,7 @@ class Client(_Base):
             poll = max(0.0, min(self.config.poll_s, left))
             try:
                 body = self._call("POST", "/v1/tasks/wait", extra_timeout=poll, deadline=deadline,
-                                  json={"task_ids": pending, "timeout_s": poll})
+                                  outlast=True, json={"task_ids": pending, "timeout_s": poll})
             except _OutOfTime as exc:
                 raise EvalTimeout(f"{_unfinished(len(task_ids) - len(done), timeout_s)}: {exc}") from exc
             _collect(body["tasks"], done)
@@ -399,21 +415,21 @@ class AsyncClient(_Base):
         self._http = httpx.AsyncClient(transport=transport, **self._common)  # type: ignore[arg-type]
 
     async def _call(self, method: str, path: str, extra_timeout: float = 0.0, deadline: float = math.inf,
-                    **kw: Any) -> Any:
+                    outlast: bool = False, **kw: Any) -> Any:
         what = f"{method} {path}"
         if self._http.is_closed:
             raise ExecutorError(f"{what}: the client is closed")
-        for attempt in range(self.config.max_retries + 1):
+        for attempt in self._tries(outlast, deadline):
             response, failure = None, None
             try:
                 with http_errors(what):
                     response = await self._http.request(method, path,
                                                         timeout=self._timeout(extra_timeout, deadline), **kw)
             except ExecutorError as exc:
-                if not self._retryable(attempt, None):
+                if not self._retryable(attempt, None, outlast):
                     raise
                 failure = exc
-            if response is not None and not self._retryable(attempt, response):
+            if response is not None and not self._retryable(attempt, response, outlast):
                 _raise_for(response, what)
                 return _json(response, what)
             await asyncio.sleep(self._pause(what, attempt, response, failure, deadline))
@@ -462,7 +478,7 @@ class AsyncClient(_Base):
             poll = max(0.0, min(self.config.poll_s, left))
             try:
                 body = await self._call("POST", "/v1/tasks/wait", extra_timeout=poll, deadline=deadline,
-                                        json={"task_ids": pending, "timeout_s": poll})
+                                        outlast=True, json={"task_ids": pending, "timeout_s": poll})
             except _OutOfTime as exc:
                 raise EvalTimeout(f"{_unfinished(len(task_ids) - len(done), timeout_s)}: {exc}") from exc
             _collect(body["tasks"], done)

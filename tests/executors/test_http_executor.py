@@ -398,6 +398,58 @@ def test_a_wait_whose_connections_drop_ends_at_its_deadline() -> None:
     assert isinstance(raised, EvalTimeout) and seconds < 1.5
 
 
+class RestartingServer(FakeServer):
+    """Takes submissions, then drops the connection of its first `drops` waits (a server restarting: its
+    store keeps the tasks), then answers."""
+
+    def __init__(self, drops: int) -> None:
+        super().__init__()
+        self.drops = drops
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/tasks/wait" and self.drops > 0:
+            self.drops -= 1
+            self.calls.append("dropped")
+            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        return super().__call__(request)
+
+
+def test_a_wait_outlasts_a_server_restart_longer_than_its_retries() -> None:
+    """Client.wait(ids, 3600) across a server restart of more than ~30 s raised the refused connection
+    once its max_retries were spent (0.5 + 1 + ... + 16 s with the defaults), though its deadline was an
+    hour off and the restarted server still had the tasks. A wait now asks again until its deadline."""
+    server = RestartingServer(drops=6)
+    got: dict[str, EvalResult] = {}
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(server), max_retries=1,
+                backoff_s=0.01) as client:
+        ids = client.submit([req("a")])
+        seconds, raised = within(5.0, lambda: got.update(client.wait(ids, 60.0)))
+    assert raised is None and got["a"].outcome.value == "ok", raised
+    assert server.calls.count("dropped") == 6 and seconds < 2.0
+
+    async def run() -> None:
+        transport = httpx.MockTransport(RestartingServer(drops=6))
+        async with AsyncClient(base_url="http://judge.test", transport=transport, max_retries=1,
+                               backoff_s=0.01) as aclient:
+            got.update(await aclient.wait(await aclient.submit([req("b")]), 60.0))
+
+    seconds, raised = within(5.0, lambda: asyncio.run(run()))
+    assert raised is None and got["b"].outcome.value == "ok", raised
+
+
+def test_other_calls_keep_their_bounded_retries_while_the_server_is_down() -> None:
+    """Only a wait outlasts an outage: a submission to a server that is down still fails after its
+    max_retries, with the refused connection."""
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(refuse), max_retries=2,
+                backoff_s=0.01) as client:
+        seconds, raised = within(5.0, lambda: client.submit([req("c")], timeout_s=60.0))
+    assert isinstance(raised, ExecutorError) and "Connection refused" in str(raised), raised
+    assert seconds < 1.0
+
+
 def test_a_wait_on_a_hung_server_ends_at_its_deadline() -> None:
     """A server that accepts and never answers held each try of a wait for request_timeout_s past the
     caller's deadline (here 5 s for a wait of 0.5 s; 60 s with the defaults), once per retry."""
