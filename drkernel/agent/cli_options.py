@@ -244,12 +244,17 @@ def start_policy_and_executor(args: argparse.Namespace) -> tuple[Policy, Executo
 
 
 def _check_server(executor: HttpExecutor, url: str) -> None:
-    """--server answers as a drkernel server, asked once; else one line (the executor closed)."""
+    """--server answers as a drkernel server and takes the token, asked once; else one line (the executor
+    closed)."""
     try:
         executor.check_server()
     except ExecutorError as exc:
         executor.close()
         raise ConfigError(f"--server {url}: no drkernel server answers there ({exc})") from None
+    except ConfigError as exc:  # HTTP 401/403: no token sent, or not the server's
+        executor.close()
+        raise ConfigError(f"--server {url}: {exc}; --server-token-env names the variable that holds "
+                          "the server's DRKERNEL_AUTH_TOKEN") from None
 
 
 def close_policy(policy: Policy) -> None:

@@ -69,13 +69,15 @@ class HttpExecutor:
     def check_server(self, timeout_s: float = 10.0) -> None:
         """Ask the server's /health once, without the retries of a run (30 s of them): a client command
         says at its start that no drkernel server answers at its URL (ExecutorError), instead of failing
-        each evaluation after the model's answer was spent on it."""
+        each evaluation after the model's answer was spent on it. Then an empty wait on the native API,
+        which takes the token where /health takes none: a missing or wrong token is a ConfigError now."""
         from drkernel.executors.http_client import Client, ClientConfig
 
         probe = Client(ClientConfig(base_url=self.config.base_url, token=self.config.token,
                                     request_timeout_s=timeout_s, max_retries=0), transport=self._transport)
         try:
             self._capacity = _workers_total(probe.health())
+            probe._call("POST", "/v1/tasks/wait", json={"task_ids": [], "timeout_s": 0})
         finally:
             probe.close()
 

@@ -162,6 +162,57 @@ def test_a_server_nobody_answers_at_is_one_line_before_the_model_is_asked(
     assert srv.requests == [] and time.monotonic() - start < 15  # no answer spent, no 30 s of retries
 
 
+@pytest.mark.parametrize("token", [None, "wrong"])
+def test_a_server_that_wants_another_token_is_one_line_before_the_model_is_asked(
+        token: str | None, chat_server, tmp_path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A server started with DRKERNEL_AUTH_TOKEN answers /health without it: the start's check passed, and
+    each evaluation failed HTTP 401 after the model's answer was spent on it (exit 1, 'ended early')."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from pathlib import Path
+
+    import drkernel
+    from tests.agent.test_cli_bench import fake_answer
+
+    class Guarded(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _answer(self) -> None:
+            open_route = self.path == "/health"
+            ok = open_route or self.headers.get("authorization") == "Bearer right"
+            body = json.dumps({"workers": {"total": 1}} if ok else {"message": "bad bearer token"}).encode()
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer  # noqa: N815 (http.server naming)
+
+    judge = ThreadingHTTPServer(("127.0.0.1", 0), Guarded)
+    threading.Thread(target=judge.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{judge.server_address[1]}"
+    srv = chat_server(fake_answer)
+    ref = str(Path(drkernel.__file__).parent / "examples" / "relu_scale" / "reference.py")
+    args = ["optimize", ref, "--model", "stub", "--base-url", srv.base_url, "--executor", "http",
+            "--server", url, "--turns", "1", "--out", str(tmp_path / "o")]
+    if token:
+        monkeypatch.setenv("JUDGE_TOKEN", token)
+        args += ["--server-token-env", "JUDGE_TOKEN"]
+    try:
+        code = main(args)
+    finally:
+        judge.shutdown()
+        judge.server_close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"drkernel optimize: --server {url}: "), err
+    assert "401" in err[0] and "--server-token-env" in err[0], err
+    assert srv.requests == []  # no answer of the model spent
+
+
 def _bench_folder(tmp_path, episodes: str) -> tuple:
     """A bench --out with a minimal config.json, the given episodes.jsonl and a summary.json of its own."""
     import json

@@ -95,6 +95,27 @@ def test_a_bad_token_is_a_config_error() -> None:
         ex.evaluate([req("a")])
 
 
+def test_the_start_check_refuses_a_missing_or_wrong_token() -> None:
+    """/health is serve's one route open without the token: check_server passed with no token or a wrong
+    one, and each evaluation of the run then failed HTTP 401, after the model's answer was spent on it."""
+    inner = FakeServer()
+
+    def guarded(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/health" and request.headers.get("authorization") != "Bearer right":
+            return httpx.Response(401, json={"message": "missing or bad bearer token"})
+        return inner(request)
+
+    for token in (None, "wrong", "right"):
+        config = HttpExecutor.Config(base_url="http://judge.test", token=token, max_retries=0)
+        with HttpExecutor(config, transport=httpx.MockTransport(guarded)) as ex:
+            if token == "right":
+                ex.check_server()
+                assert ex.capacity == 2
+                continue
+            with pytest.raises(ConfigError, match="401.*token"):
+                ex.check_server()
+
+
 def test_an_unreachable_server_is_an_executor_error() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
