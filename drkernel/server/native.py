@@ -65,8 +65,16 @@ def _check_options(options: Any) -> None:
             ok = False
         if not ok:
             raise ApiError(400, "VALIDATION", f"request.options.{name}: expected {kind.__name__}")
-        if isinstance(value, float) and not math.isfinite(value):  # JSON's Infinity, NaN, 1e999
+        if kind is float and not _finite(value):  # JSON's Infinity, NaN, 1e999, an integer of 400 digits
             raise ApiError(400, "VALIDATION", f"request.options.{name}: expected a finite number")
+
+
+def _finite(value: float) -> bool:
+    """Whether a JSON number is a finite float: an integer past float's range (JSON sets none) is not."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _new_task(state: ServerState, item: Any, default_priority: str, client: str) -> NewTask:
@@ -121,6 +129,8 @@ def task_view(state: ServerState, record: TaskRecord) -> dict[str, Any]:
 def _wait_s(state: ServerState, value: Any) -> float:
     try:
         wait = float(value or 0)
+    except OverflowError:  # an integer past float's range: as Infinity (the longest wait) or -Infinity
+        wait = math.inf if value > 0 else -math.inf
     except (TypeError, ValueError):
         wait = math.nan
     if isinstance(value, bool) or math.isnan(wait):  # true was 1 s, NaN 0 s: not what was meant

@@ -35,6 +35,22 @@ def test_an_infinite_or_nan_option_is_a_400_not_a_worker_busy_for_ever(serve) ->
     assert srv.http.get("/v1/tasks/after?wait=10").json()["state"] == "done"  # the one worker is free
 
 
+def test_an_integer_past_the_range_of_a_float_is_a_400_or_a_bounded_wait_not_a_500(serve) -> None:
+    """JSON integers have no bound: 10**400 in a number option (atol, coverage_weight) or in a wait's
+    timeout_s overflowed float() and answered 500 'internal error: OverflowError'."""
+    srv = serve(workers=1)
+    huge = 10**400
+    for name in ("atol", "coverage_weight", "timeout_s"):
+        body = {"request": {"reference_code": REF, "kernel_code": kernel(""), "options": {name: huge}}}
+        r = post_raw(srv, "/v1/tasks", body)
+        assert r.status_code == 400, (name, r.text)
+        assert r.json()["message"] == f"request.options.{name}: expected a finite number", r.text
+    for value in (huge, -huge):  # as Infinity and -Infinity: the longest wait, or none
+        r = post_raw(srv, "/v1/tasks/wait", {"task_ids": ["x"], "timeout_s": value})
+        assert r.status_code == 200, (value, r.text)
+        assert r.json()["tasks"] == [{"task_id": "x", "state": "unknown", "result": None}]
+
+
 def test_a_timeout_past_the_clock_leaves_a_thread_judge_free(serve) -> None:
     """timeout_s: 1e300 is finite, but its watchdog deadline overflowed the thread judge's wait: the
     task failed and its worker stayed `busy` for ever, so the server lost it."""
