@@ -227,6 +227,7 @@ def _build_loop_config(args: argparse.Namespace, default_turns: int) -> LoopConf
 def start_policy_and_executor(args: argparse.Namespace) -> tuple[Policy, Executor]:
     """The policy, its endpoint checked (a model server that is down, refuses the key, does not serve
     the model or is not one: one line now, not retries and an all-zero table), then the executor."""
+    _check_judge_flags(args)
     policy = build_policy(args)
     try:
         check = getattr(policy, "check_endpoint", None)
@@ -241,6 +242,22 @@ def start_policy_and_executor(args: argparse.Namespace) -> tuple[Policy, Executo
         close_policy(policy)
         raise
     return policy, executor
+
+
+def _check_judge_flags(args: argparse.Namespace) -> None:
+    """A judge flag the chosen --executor would ignore: `--server URL` without `--executor http` judged on
+    this machine's local pool (the CPU interpreter where it has no GPU), and --workers with the http or
+    fake executor set nothing, both without a word."""
+    if args.executor != "http":
+        for flag, dest in (("--server", "server"), ("--server-token-env", "server_token_env")):
+            if getattr(args, dest, None):
+                raise ConfigError(f"{flag}: --executor http's; add --executor http (the {args.executor} "
+                                  "executor would ignore it)")
+    elif args.workers is not None:
+        raise ConfigError("--workers: the local executor's; with --executor http the server's workers judge "
+                          "(drkernel serve --workers)")
+    if args.executor == "fake" and args.workers is not None:
+        raise ConfigError("--workers: the local executor's; the fake executor runs no judge")
 
 
 def _check_server(executor: HttpExecutor, url: str) -> None:

@@ -213,6 +213,29 @@ def test_a_server_that_wants_another_token_is_one_line_before_the_model_is_asked
     assert srv.requests == []  # no answer of the model spent
 
 
+@pytest.mark.parametrize("command", ["bench", "optimize"])
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--server", "http://gpu-host:8000"], "--server: --executor http's"),
+    (["--executor", "local", "--server-token-env", "TOKEN"], "--server-token-env: --executor http's"),
+    (["--executor", "fake", "--server", "http://gpu-host:8000"], "--server: --executor http's"),
+    (["--executor", "http", "--server", "http://gpu-host:8000", "--workers", "4"], "--workers: the local"),
+])
+def test_a_judge_flag_the_executor_would_ignore_is_one_line(
+        command: str, flags: list[str], said: str, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--server URL` without `--executor http` judged on this machine's local pool (the CPU interpreter
+    where it has no GPU), and --workers with the http or fake executor set nothing, without a word."""
+    from pathlib import Path
+
+    import drkernel
+
+    target = ("builtin:cpu" if command == "bench"
+              else str(Path(drkernel.__file__).parent / "examples" / "relu_scale" / "reference.py"))
+    code = main([command, target, "--model", "m", "--base-url", "http://127.0.0.1:1/v1", *flags,
+                 "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"drkernel {command}: {said}"), err
+
+
 def _bench_folder(tmp_path, episodes: str) -> tuple:
     """A bench --out with a minimal config.json, the given episodes.jsonl and a summary.json of its own."""
     import json
