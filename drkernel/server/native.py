@@ -91,8 +91,10 @@ def _new_task(state: ServerState, item: Any, default_priority: str, client: str)
             raise ApiError(400, "VALIDATION", f"request.{key}: a non-empty string is required")
     _check_options(body.get("options"))
     check_code_size(state.settings, body["reference_code"], body["kernel_code"])
-    given = body.get("task_id") or item.get("task_id")
-    task_id = given or f"task-{uuid.uuid4().hex}"
+    # no id or an empty one: the server names the task; any other value is checked (0, false or [] were
+    # replaced by a new id without a word, where 123 was refused)
+    given = next((v for v in (body.get("task_id"), item.get("task_id")) if v is not None and v != ""), None)
+    task_id = given if given is not None else f"task-{uuid.uuid4().hex}"
     why = task_id_error(task_id)
     if why:
         raise ApiError(400, "VALIDATION", f"task_id: {why}")
@@ -104,7 +106,7 @@ def _new_task(state: ServerState, item: Any, default_priority: str, client: str)
     if force is not None and not isinstance(force, bool):  # "no" was truthy: a re-run nobody asked for
         raise ApiError(400, "VALIDATION", "force: expected true or false")
     task = NewTask(request=request, priority=priority, meta={"api": "native"}, force=bool(force))
-    if not given:
+    if given is None:
         task.dedupe = dedupe_key(state, client, request)
     return task
 

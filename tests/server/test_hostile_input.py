@@ -202,6 +202,24 @@ def test_both_apis_accept_and_refuse_the_same_task_ids(serve) -> None:
             assert native.json()["message"] == "task_id: a string of 1-200 printable characters"
 
 
+def test_a_task_id_that_is_not_text_is_refused_not_replaced(serve) -> None:
+    """On /v1/tasks a task_id of 0, false or [] was replaced by a new id without a word (the caller then
+    waited on an id the server never had), where 123 was refused. Each is a 400 now; an empty id, or
+    none, still lets the server name the task."""
+    srv = serve(workers=1)
+    for bad in (0, False, [], {}, 0.0, 123):
+        for where in ("request", "item"):
+            item: dict = {"request": {"reference_code": REF, "kernel_code": kernel("")}}
+            (item["request"] if where == "request" else item)["task_id"] = bad
+            r = srv.http.post("/v1/tasks", json=item)
+            assert r.status_code == 400, (bad, where, r.text)
+            assert r.json()["message"] == "task_id: a string of 1-200 printable characters", r.text
+    for none in (None, ""):
+        r = srv.http.post("/v1/tasks", json={"request": {"reference_code": REF, "kernel_code": kernel(""),
+                                                         "task_id": none}})
+        assert r.status_code == 202 and r.json()["task_id"].startswith("task-"), r.text
+
+
 def test_a_task_id_reused_across_the_two_apis_says_what_differs(serve) -> None:
     """The same code under one id through /evaluate then /v1/tasks was a 409 'already names a different
     request' with task_id null: the two APIs' default options (timeouts 300 and 180 s) differ."""
