@@ -77,7 +77,7 @@ class HttpExecutor:
                                     request_timeout_s=timeout_s, max_retries=0), transport=self._transport)
         try:
             self._capacity = _workers_total(probe.health())
-            probe._call("POST", "/v1/tasks/wait", json={"task_ids": [], "timeout_s": 0})
+            probe.check_native_api()
         finally:
             probe.close()
 

@@ -216,13 +216,24 @@ def _refused(exc: ExecutorError, count: int, timeout_s: float | None, queued: li
     return kind(text)
 
 
-def _collect(tasks: list[dict[str, Any]], done: dict[str, EvalResult]) -> None:
-    """A task cancelled on the server is its own infra result, as the local pool gives it (the batch's
-    other results still come back); one the server does not know is the caller's mistake."""
+def _collect(body: Any, done: dict[str, EvalResult]) -> None:
+    """A wait's answer into `done`. A task cancelled on the server is its own infra result, as the local
+    pool gives it (the batch's other results still come back); one the server does not know is the
+    caller's mistake. An answer of another shape (a server that is not drkernel's, answering 200 to
+    anything) is an ExecutorError, where it was a KeyError out of the client."""
+    tasks = body.get("tasks") if isinstance(body, dict) else None
+    if not isinstance(tasks, list) or not all(isinstance(v, dict) and isinstance(v.get("task_id"), str)
+                                              for v in tasks):
+        raise ExecutorError(f"POST /v1/tasks/wait: the answer holds no list of tasks ({str(body)[:120]!r}): "
+                            "is the server a drkernel serve?")
     for view in tasks:
         task_id, state = view["task_id"], view.get("state")
         if state == "done" and view.get("result"):
-            done[task_id] = EvalResult.from_dict(view["result"])
+            try:
+                done[task_id] = EvalResult.from_dict(view["result"])
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise ExecutorError(f"task {task_id}: the server's result could not be read "
+                                    f"({type(exc).__name__}: {exc})") from None
         elif state == "cancelled":
             done[task_id] = EvalResult.failure(EvalOutcome.INFRA_ERROR, "cancelled",
                                                f"task {task_id} was cancelled on the server", task_id=task_id)
@@ -358,7 +369,7 @@ class Client(_Base):
                                   outlast=True, json={"task_ids": pending, "timeout_s": poll})
             except _OutOfTime as exc:
                 raise EvalTimeout(f"{_unfinished(len(task_ids) - len(done), timeout_s)}: {exc}") from exc
-            _collect(body["tasks"], done)
+            _collect(body, done)
         return done
 
     def evaluate(self, requests: list[EvalRequest], timeout_s: float = 3600.0,
@@ -395,6 +406,11 @@ class Client(_Base):
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/health")  # type: ignore[no-any-return]
+
+    def check_native_api(self) -> None:
+        """An empty wait on the native API, which takes the token where /health takes none: ConfigError for
+        a token refused (HTTP 401/403), ExecutorError for an answer no drkernel server gives."""
+        _collect(self._call("POST", "/v1/tasks/wait", json={"task_ids": [], "timeout_s": 0}), {})
 
     def close(self) -> None:
         self._http.close()
@@ -481,7 +497,7 @@ class AsyncClient(_Base):
                                         outlast=True, json={"task_ids": pending, "timeout_s": poll})
             except _OutOfTime as exc:
                 raise EvalTimeout(f"{_unfinished(len(task_ids) - len(done), timeout_s)}: {exc}") from exc
-            _collect(body["tasks"], done)
+            _collect(body, done)
         return done
 
     async def evaluate(self, requests: list[EvalRequest], timeout_s: float = 3600.0,

@@ -116,6 +116,29 @@ def test_the_start_check_refuses_a_missing_or_wrong_token() -> None:
                 ex.check_server()
 
 
+def test_a_server_that_is_not_drkernels_is_an_executor_error_not_a_key_error() -> None:
+    """A server answering 200 and `{}` to anything (another service on the port, a stub) passed the start
+    check, and the first wait raised KeyError: 'tasks' out of the client: `drkernel optimize` called it
+    a bug of drkernel (exit 70). The start check and the wait now say what answered."""
+    def anything(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"ok": True})
+
+    config = HttpExecutor.Config(base_url="http://other.test", max_retries=0)
+    with HttpExecutor(config, transport=httpx.MockTransport(anything)) as ex:
+        with pytest.raises(ExecutorError, match="no list of tasks.*drkernel serve"):
+            ex.check_server()
+    with Client(base_url="http://other.test", transport=httpx.MockTransport(anything)) as client:
+        with pytest.raises(ExecutorError, match="no list of tasks"):
+            client.wait(["a"], 5.0)
+
+    def bad_result(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"tasks": [{"task_id": "a", "state": "done", "result": {"x": 1}}]})
+
+    with Client(base_url="http://other.test", transport=httpx.MockTransport(bad_result)) as client:
+        with pytest.raises(ExecutorError, match="task a: the server's result could not be read"):
+            client.wait(["a"], 5.0)
+
+
 def test_an_unreachable_server_is_an_executor_error() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
