@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from drkernel.device import card_memory_bytes
 from drkernel.errors import ConfigError
 from drkernel.files import held_lock, write_text_atomically
 from drkernel.problems.audit import AuditConfig
 from drkernel.problems.nulls import constant_candidate, identity_candidate, shrink_sizes, wrapper_candidate
 from drkernel.problems.survey_probe import ProbeWorker
-from drkernel.sandbox.devicelock import gpu_work
+from drkernel.sandbox.devicelock import SPAN_SHARE, card_memory, gpu_work
 from drkernel.types import DeviceInfo, EvalOptions, EvalOutcome, EvalRequest, EvalResult, Problem, TimingStats
 
 __all__ = ["FORMAT", "NULLS", "SurveyConfig", "SurveyReport", "load_survey", "parse_shard", "run_survey",
@@ -382,8 +383,14 @@ def _survey_steps(problem: Problem, cfg: SurveyConfig, judge: _Judge, worker: Pr
             return _failed(row, "error", f"resizing: {type(exc).__name__}: {exc}")
     timeout_s = min(cfg.probe_timeout_s, clock.left())
     # the reference at full size on the device, untimed: held shared, so that it never runs inside a
-    # timing window of another judge or survey on this GPU (nothing on the CPU)
-    with gpu_work(cfg.device, "survey_probe"):
+    # timing window of another judge or survey on this GPU (nothing on the CPU). Its peak is not known
+    # before it runs (4-14 GiB at once for KernelBench's elementwise, norm and reduction problems at full
+    # size): it takes the judges' whole budget of the card's memory, as a sealed span takes its part,
+    # so that no span of another shard's judge, nor another probe, shares the card with it (three shards
+    # on an H100 80GB deferred 37 problems of 46, nearly all out of memory: run CI). The memory first,
+    # then the device, in the sealed stage's order.
+    card = card_memory_bytes(cfg.device) or 0
+    with card_memory(cfg.device, int(card * SPAN_SHARE), card), gpu_work(cfg.device, "survey_probe"):
         facts = worker.probe(problem, cfg.device, cfg.audit, timeout_s)
     facts["probe_device"] = cfg.device
     budget_cut = facts.get("reason") == "timeout" and timeout_s < cfg.probe_timeout_s

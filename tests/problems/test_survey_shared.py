@@ -97,6 +97,40 @@ def test_the_probe_holds_the_gpu_shared(held: str, waits: bool, tmp_path: Path,
     assert (tmp_path / "locks" / "gpu-7.timing.lock").exists()
 
 
+_SPAN = ("import sys, time\nfrom drkernel.sandbox.devicelock import card_memory\n"
+         "with card_memory('cuda:0', 256 << 20, 4 << 30):\n    print('held', flush=True)\n"
+         "    time.sleep(float(sys.argv[1]))\n")
+
+
+def test_the_probe_takes_the_judges_memory_budget_of_the_card(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three shards on an H100 80GB deferred 37 problems of 46 (run CI): the probe allocates 4-14 GiB at
+    once at full size, beside other shards' sealed spans and probes. It takes the whole budget of the
+    judges' spans now: it waits for a span of another judge that holds a part of it (a card of 4 GiB to
+    the budget here; GPU 7 to the lock files; the probe itself runs on the CPU)."""
+    from drkernel.problems import survey
+
+    monkeypatch.setenv("DRKERNEL_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    monkeypatch.setattr(survey, "card_memory_bytes", lambda device: 4 << 30)
+    worker = _InProcessWorker()
+    monkeypatch.setattr(survey, "ProbeWorker", lambda: worker)
+    square = [p for p in _problems(tmp_path) if p.name == "L1/1_Square"]
+    env = {**os.environ, "DRKERNEL_LOCK_DIR": str(tmp_path / "locks"), "CUDA_VISIBLE_DEVICES": "7"}
+    holder = subprocess.Popen([sys.executable, "-c", _SPAN, "1.5"], stdout=subprocess.PIPE, text=True,
+                              env=env)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        said = time.monotonic()  # the span ends 1.5 s after it said so
+        run_survey(square, SurveyConfig(device="cuda:0", nulls=("zeros",), backends=("eager",), per_gpu=2),
+                   tmp_path / "s.json", make_judge=_StubJudge)
+        assert holder.wait(timeout=10) == 0
+    finally:
+        holder.kill()
+    assert worker.started[0] - said > 1.3
+    assert (tmp_path / "locks" / "gpu-7.mem7.lock").exists()  # the budget's last slot: all 8 taken
+
+
 @pytest.mark.parametrize("result", [
     EvalResult(outcome=EvalOutcome.RUNTIME_ERROR, error=ErrorInfo("harness_error", _OOM)),
     EvalResult(outcome=EvalOutcome.INFRA_ERROR, error=ErrorInfo("reference_error", _OOM)),
