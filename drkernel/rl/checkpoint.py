@@ -23,6 +23,7 @@ from drkernel.files import write_text_atomically
 
 __all__ = [
     "TrainState", "latest_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state",
+    "torch_seed",
 ]
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,17 @@ class TrainState:
     step: int = 0  # completed steps
     cursor: int = 0  # prompts drawn from the data so far
     extra: dict[str, Any] | None = None
+
+
+def torch_seed(value: int) -> int:
+    """`value` (a config's seed, or a seed derived from it) as torch's seeding takes it: wrapped to 64
+    bits, as torch wraps a negative seed itself, so that every seed that worked seeds the same. Any
+    other was a ValueError mid-run (`trainer.seed=$(date +%s%N)` times 100_003).
+
+    >>> torch_seed(-1) == 2**64 - 1, torch_seed(7)
+    (True, 7)
+    """
+    return value % 2**64
 
 
 def rng_state() -> dict[str, Any]:

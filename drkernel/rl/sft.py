@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from drkernel.errors import ConfigError
+from drkernel.rl.checkpoint import torch_seed
 from drkernel.rl.config import SFTConfig
 from drkernel.rl.progress import Progress
 from drkernel.rl.runlog import RunLog
@@ -235,7 +236,7 @@ def run_sft(
     """Train `model` on the conversations; write out_dir/model and out_dir/metrics.jsonl."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(torch_seed(cfg.seed))
     examples = [tokenize_conversation(tokenizer, c, cfg.max_length) for c in conversations]
     examples = [e for e in examples if any(e.labels[1:])]
     if not examples:

@@ -15,6 +15,7 @@ import torch
 from drkernel.agent.extraction import NotJudged, why_not_judged
 from drkernel.agent.metrics import fast_p
 from drkernel.rl.advantages import compute_advantages
+from drkernel.rl.checkpoint import torch_seed
 from drkernel.rl.config import RunConfig
 from drkernel.rl.masks import last_present_values, void_turn_mask
 from drkernel.rl.metrics import mismatch_metrics
@@ -92,7 +93,7 @@ def prepare_step(
     prs_kept = torch.ones(b, turns, dtype=torch.bool)
     if rl.prs.enabled:
         p = rl.prs
-        gen = torch.Generator().manual_seed(cfg.trainer.seed * 1_000_003 + step)
+        gen = torch.Generator().manual_seed(torch_seed(cfg.trainer.seed * 1_000_003 + step))
         prs_kept = prs_keep_mask(tr.coverage, tr.correct, tau=p.tau, slope=p.slope, speedup=tr.speedup,
                                  speedup_threshold=p.speedup_threshold, missing=p.missing, generator=gen)
     kept = mrs_kept & prs_kept

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drkernel.errors import ConfigError, ProblemError
+from drkernel.rl.checkpoint import torch_seed
 from drkernel.rl.config import TinyModelConfig
 from drkernel.types import Problem
 
@@ -102,7 +103,7 @@ def build_tiny(
     )
     gen = torch.random.fork_rng(devices=[])
     with gen:
-        torch.manual_seed(seed)
+        torch.manual_seed(torch_seed(seed))
         model = Qwen2ForCausalLM(model_config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id

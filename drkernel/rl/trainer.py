@@ -45,6 +45,7 @@ from drkernel.rl.checkpoint import (
     rng_state,
     save_checkpoint,
     set_rng_state,
+    torch_seed,
 )
 from drkernel.rl.config import RunConfig, save_config, to_dict
 from drkernel.rl.config_layout import judge_verdict_scope
@@ -100,7 +101,7 @@ class Trainer:
         given = _Parts(**parts)
         cfg = config
         random.seed(cfg.trainer.seed)
-        torch.manual_seed(cfg.trainer.seed)
+        torch.manual_seed(torch_seed(cfg.trainer.seed))
         self.problems = given.problems if given.problems is not None else training_problems(cfg.data)
         self.validation = given.validation if given.validation is not None else validation_problems(cfg.data)
         # the judge before the model: a judge that cannot be had is said before minutes of loading
@@ -240,7 +241,7 @@ class Trainer:
         n = len(self.problems)
         for _ in range(count):
             epoch, pos = divmod(self.state.cursor, n)
-            gen = torch.Generator().manual_seed(self.config.trainer.seed * 100_003 + epoch)
+            gen = torch.Generator().manual_seed(torch_seed(self.config.trainer.seed * 100_003 + epoch))
             out.append(self.problems[int(torch.randperm(n, generator=gen)[pos])])
             self.state.cursor += 1
         return out

@@ -61,6 +61,13 @@ def test_sft_teaches_a_tiny_model_the_assistant_answer(tmp_path):
     assert tok2.convert_ids_to_tokens(out[0, ids.shape[1] :]) == ["ok", macro_text(KERNEL), "<|end|>"]
 
 
+def test_sft_takes_a_seed_of_any_size(tmp_path):
+    # `--set sft.seed=$(date +%s%N)` (or a negative past torch's range) was a ValueError out of torch
+    model, tok = _tiny()
+    cfg = SFTConfig(batch_size=2, micro_batch_size=2, epochs=1, max_length=128, seed=10**30)
+    assert run_sft(cfg, [_conversation()] * 2, model, tok, tmp_path, tensorboard=False)["steps"] == 1
+
+
 def test_lora_adapters_are_merged_into_the_saved_model(tmp_path):
     pytest.importorskip("peft")
     model, tok = _tiny()

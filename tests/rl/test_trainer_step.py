@@ -135,6 +135,17 @@ def test_resume_restores_weights_tokenizer_optimizer_and_cursor(tmp_path):
     assert m["step"] == 2
 
 
+@pytest.mark.parametrize("seed", [1733000000123456789, -(2**63), 10**30])
+def test_a_seed_of_any_size_trains_and_builds_its_model(tmp_path, seed):
+    # `--set trainer.seed=$(date +%s%N)` passed the config and ended the first step in a traceback: the
+    # prompt order's and PRS's seeds (seed * 100_003 + epoch, seed * 1_000_003 + step) left torch's 64 bits
+    (tmp_path / "a").mkdir()
+    with _trainer(tmp_path / "a", [f"trainer.seed={seed}"]) as tr:
+        (m,) = tr.fit()
+    assert m["step"] == 1
+    assert build_tiny(TinyModelConfig(), {"x": {"honest": "class ModelNew: pass"}}, seed=seed)[0] is not None
+
+
 def test_a_step_reports_its_phases_with_the_time_left(tmp_path):
     """Rollouts (generation, judging with a count), scoring, update, then the run's time left."""
     import io

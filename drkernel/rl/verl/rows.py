@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from drkernel.rl.advantages import compute_advantages
+from drkernel.rl.checkpoint import torch_seed
 from drkernel.rl.config import RLConfig
 from drkernel.rl.filters import dynamic_sampling_filter
 from drkernel.rl.masks import last_present_values, void_turn_mask
@@ -54,7 +55,7 @@ class RowStep:
 
 def prs_generator(seed: int, step: int) -> torch.Generator:
     """The PRS random stream of a step, as the own trainer seeds it."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + step)
+    return torch.Generator().manual_seed(torch_seed(seed * 1_000_003 + step))
 
 
 def turn_rows_step(
