@@ -3,9 +3,10 @@ and the lock file that lets one writer at a time replace a shared one.
 
 Input: a path and its text; output: the file replaced by one rename, its data on disk first. The
 writer of the package's files that must be whole or old (run configs, a resumed run's metrics, the
-`latest` pointer, the survey, the baseline store, the reports and their plot); a failure at any point
-leaves the old file, or none, and no temporary file beside it. `held_lock` / `hold_lock` is the one file
-lock of the package outside the GPU's (the survey, the baseline store, serve's task store).
+`latest` pointer, the survey, the baseline store, the reports and their plot, verl's parquet); a
+failure at any point leaves the old file, or none, and no temporary file beside it. `held_lock` /
+`hold_lock` is the one file lock of the package outside the GPU's (the survey, the baseline store,
+serve's task store).
 """
 
 from __future__ import annotations

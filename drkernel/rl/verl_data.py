@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from drkernel.errors import ConfigError
+from drkernel.files import write_file_atomically
 from drkernel.types import Problem
 
 __all__ = ["AGENT_NAME", "DATA_SOURCE", "parquet_rows", "write_parquet"]
@@ -58,7 +59,7 @@ def parquet_rows(problems: Sequence[Problem]) -> list[dict[str, Any]]:
 
 
 def write_parquet(problems: Sequence[Problem], out: str | Path, *, overwrite: bool = False) -> Path:
-    """Write the rows to `out` (a .parquet file; its folder is created)."""
+    """Write the rows to `out` (a .parquet file; its folder is created), whole or not at all."""
     path = Path(out)
     if path.suffix != ".parquet":
         raise ConfigError(f"--out {path}: must name a .parquet file")
@@ -74,9 +75,9 @@ def write_parquet(problems: Sequence[Problem], out: str | Path, *, overwrite: bo
     except ModuleNotFoundError:
         raise ConfigError("writing parquet needs pyarrow: pip install pyarrow") from None
     table = pa.Table.from_pylist(parquet_rows(problems))
-    try:
+    try:  # replaced whole: a Ctrl-C or a full disk mid-write leaves the old file, not a torn one
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, path)
+        write_file_atomically(path, lambda tmp: pq.write_table(table, tmp))
     except OSError as exc:
         raise ConfigError(f"--out {path}: cannot write: {exc.strerror or exc}") from None
     return path

@@ -95,6 +95,24 @@ def test_bad_input_is_one_line_without_a_traceback(tmp_path, args, words):
     assert not (tmp_path / "x.parquet").exists()
 
 
+@pytest.mark.parametrize("stop, code", [(KeyboardInterrupt, 130), (OSError(28, "No space left"), 2)])
+def test_a_write_stopped_midway_leaves_the_old_file_whole(tmp_path, monkeypatch, capsys, stop, code):
+    # pyarrow wrote --out in place: a Ctrl-C or a full disk mid-write left a torn file where the old
+    # one had been, which verl then failed to read and which a rerun without --overwrite refused
+    out = tmp_path / "train.parquet"
+    assert main(["train", "parquet", "builtin", "--out", str(out), "--limit", "2"]) == 0
+    before = out.read_bytes()
+
+    def torn(table, where, **kwargs):
+        Path(where).write_bytes(before[:10])
+        raise stop
+
+    monkeypatch.setattr(pq, "write_table", torn)
+    assert main(["train", "parquet", "builtin", "--out", str(out), "--limit", "1", "--overwrite"]) == code
+    assert out.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["train.parquet"]
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_verls_dataset_and_the_agent_loop_read_the_file(tmp_path):
     pytest.importorskip("verl")
     with warnings.catch_warnings():
