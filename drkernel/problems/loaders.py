@@ -140,6 +140,20 @@ def prompt_messages(value: Any, origin: str) -> list[dict[str, str]]:
     return out
 
 
+def _shape_variants(value: Any, origin: str) -> tuple[str, ...]:
+    """A row's held-out shapes: a list of size snippets (pandas gives an array); none where it has none.
+    Anything else is a ProblemError naming the row: a lone snippet was split into its characters, each
+    a "shape" of its own, and a number was a TypeError out of the loader."""
+    if value is None or (isinstance(value, float) and value != value):  # pandas: NaN for a missing one
+        return ()
+    if not isinstance(value, (str, bytes, dict)) and hasattr(value, "__iter__"):
+        value = list(value)
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise ProblemError(f"{origin}: 'shape_variants' must be a list of size snippets "
+                           f"(e.g. [\"batch_size = 3\"]), got {value!r:.80}")
+    return tuple(value)
+
+
 def problem_from_record(record: dict[str, Any], origin: str) -> Problem:
     """A Problem from one JSONL object or RL parquet row.
 
@@ -168,8 +182,8 @@ def problem_from_record(record: dict[str, Any], origin: str) -> Problem:
         name=str(name),
         reference_code=code,
         entry_point=entry_point,
-        level=int(level) if level is not None and str(level).isdigit() else None,
-        shape_variants=tuple(record.get("shape_variants") or ()),
+        level=int(level) if level is not None and str(level).isdecimal() else None,  # int() reads those
+        shape_variants=_shape_variants(record.get("shape_variants"), origin),
         metadata={**metadata, "source": origin},
     )
 

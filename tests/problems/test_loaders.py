@@ -114,6 +114,22 @@ def test_jsonl_errors_are_clear(tmp_path: Path, line: str, message: str) -> None
         load_jsonl(path)
 
 
+@pytest.mark.parametrize("variants", ["dim = 3", 5, ["dim = 3", 4], {"dim": 3}])
+def test_shape_variants_that_are_no_list_of_snippets_are_named(tmp_path: Path, variants) -> None:
+    # a lone snippet was split into its characters, each a held-out "shape" ("d", "i", "m", " ", "=", ...);
+    # a number was a TypeError out of the loader (`drkernel audit`: internal error, exit 70)
+    path = tmp_path / "problems.jsonl"
+    path.write_text(json.dumps({"name": "a", "reference_code": REF, "shape_variants": variants}) + "\n")
+    with pytest.raises(ProblemError, match=r"problems.jsonl:1: 'shape_variants' must be a list of size"):
+        load_jsonl(path)
+
+
+def test_a_level_that_is_no_decimal_number_is_no_level() -> None:
+    # "²" passed str.isdigit() and int() raised ValueError out of the loader
+    assert problem_from_record({"name": "a", "reference_code": REF, "level": "²"}, "row 1").level is None
+    assert problem_from_record({"name": "a", "reference_code": REF, "level": "2"}, "row 1").level == 2
+
+
 def test_rl_parquet_rows(tmp_path: Path) -> None:
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
