@@ -31,6 +31,7 @@ from drkernel.rl.config import (
     to_dict,
 )
 from drkernel.rl.config_layout import JUDGE_TRANSPORT_KEYS
+from drkernel.rl.runlog import require_wandb
 from drkernel.wording import counted
 
 __all__ = ["RESUMABLE", "register", "resolve_config", "run"]
@@ -184,6 +185,7 @@ def run_rl(args: argparse.Namespace) -> int:
             "--run-dir is required to train (it holds checkpoints, metrics.jsonl, tensorboard/)"
         )
     run_dir = Path(args.run_dir)
+    require_wandb(cfg.log.wandb)
     changed = _check_resume(cfg, run_dir, args.force_config)
     if changed:
         print(f"{run_dir}: resuming with {', '.join(changed)}", file=sys.stderr)
@@ -254,6 +256,7 @@ def run_sft_command(args: argparse.Namespace) -> int:
     if earlier and not args.overwrite:
         raise ConfigError(f"--out {out} already holds a run ({', '.join(earlier)}): choose a new folder, "
                           "or --overwrite to replace it")
+    require_wandb(cfg.log.wandb)
     make_folder(out, "--out")  # before the model loads: a folder that cannot be made is said at once
     _line_buffered()
     _quiet_progress_bars()

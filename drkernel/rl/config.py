@@ -241,7 +241,8 @@ class LogConfig:
     tensorboard: bool = True  # also write TensorBoard events (needs the tensorboard package)
     save_rollouts: bool = True  # run_dir/rollouts/step_XXXXXX.jsonl, one trajectory a line
     # Weights & Biases: "auto" when the wandb package is installed and set up (WANDB_API_KEY or
-    # WANDB_MODE in the environment, or a `wandb login`); "on" always (fails without wandb); "off" never
+    # WANDB_MODE in the environment, or a `wandb login`); "on" always (a run without the wandb package
+    # is refused before it starts); "off" never
     wandb: Literal["auto", "on", "off"] = "auto"
     wandb_project: str = "drkernel"
 

@@ -17,9 +17,10 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from drkernel.errors import ConfigError
 from drkernel.files import write_text_atomically
 
-__all__ = ["RunLog", "read_metrics", "wandb_wanted"]
+__all__ = ["RunLog", "read_metrics", "require_wandb", "wandb_wanted"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,14 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return out
+
+
+def require_wandb(setting: str) -> None:
+    """log.wandb=on with no wandb package is a ConfigError, said before a run starts: the run trained
+    without W&B, a warning among the model's loading lines the only sign of it."""
+    if setting == "on" and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("log.wandb=on: the wandb package is not installed (pip install wandb); "
+                          "log.wandb=auto logs to W&B only where it is installed and set up")
 
 
 def wandb_wanted(setting: str) -> bool:

@@ -105,3 +105,25 @@ def test_a_resume_says_in_one_line_what_changed(tmp_path, capsys):
                  "--set", "trainer.micro_batch_tokens=4096"]) == 0
     err = capsys.readouterr().err
     assert f"{run}: resuming with trainer.micro_batch_tokens: 8192 -> 4096, trainer.steps: 1 -> 2\n" in err
+
+
+def test_log_wandb_on_without_the_package_is_one_line_before_anything_starts(tmp_path, capsys, monkeypatch):
+    """log.wandb=on says "always", yet with no wandb package the run trained without it, a warning among
+    the model's loading lines the only sign; now it is one line and exit code 2, before the run folder."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wandb" else real(name, *a))
+    run = tmp_path / "run"
+    assert main(["train", "rl", *FAST, "--run-dir", str(run), "--set", "log.wandb=on"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "log.wandb=on: the wandb package is not installed" in err[0], err
+    assert not run.exists()
+    out = tmp_path / "sft"
+    data = tmp_path / "d.jsonl"
+    data.write_text("")
+    assert main(["train", "sft", "--recipe", "debug_cpu", "--data", str(data), "--out", str(out),
+                 "--set", "log.wandb=on"]) == 2
+    assert "log.wandb=on: the wandb package is not installed" in capsys.readouterr().err
+    assert not out.exists()
