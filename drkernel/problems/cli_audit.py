@@ -15,6 +15,7 @@ from typing import Any
 from drkernel.errors import ConfigError
 from drkernel.problems.audit import AuditConfig, ProblemAudit, audit_suite
 from drkernel.problems.loaders import load_suite, parse_levels
+from drkernel.wording import counted
 
 __all__ = ["register"]
 
@@ -76,6 +77,6 @@ def run(args: argparse.Namespace) -> int:
                    "problems": [a.to_dict() for a in results]}, sys.stdout, indent=1, allow_nan=False)
         print()
     else:
-        print(f"{len(results)} problems: {summary['ok']} ok, {summary['flagged']} flagged, "
-              f"{summary['error']} errors")
+        print(f"{counted(len(results), 'problem')}: {summary['ok']} ok, {summary['flagged']} flagged, "
+              f"{counted(summary['error'], 'error')}")
     return 1 if args.fail_on_flag and (summary["flagged"] or summary["error"]) else 0

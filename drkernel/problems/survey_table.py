@@ -10,6 +10,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from drkernel.wording import counted
+
 __all__ = ["judge_failure", "merge_rows", "render_table", "summarize_levels"]
 
 _COLUMNS = ("problem", "status", "eager ms", "compile ms", "floor ms", "bound", "headroom", "max|ref|",
@@ -134,7 +136,7 @@ def render_table(surveys: Sequence[dict[str, Any]], markdown: bool = False) -> s
         ("bandwidth_gbs", "GB/s"), ("tflops_fp32", "TFLOP/s fp32"), ("tflops_bf16", "TFLOP/s bf16"))
         if peaks.get(key))
     head = (f"Survey of {first.get('suite') or '?'} at size {first.get('size') or '?'} on {device}; "
-            f"measured peaks: {measured if peaks else 'none'}; {len(rows)} problems.")
+            f"measured peaks: {measured if peaks else 'none'}; {counted(len(rows), 'problem')}.")
     summary = [_summary_cells(s) for s in summarize_levels(rows)]
     problems = [_cells(r) for r in rows]
     table = _markdown if markdown else _plain

@@ -49,7 +49,9 @@ def test_audit_json_and_fail_on_flag(tmp_path: Path, capsys: pytest.CaptureFixtu
         "def get_init_inputs():\n    return []\n"
     )
     assert main(["audit", str(bad), "--fail-on-flag"]) == 1
-    assert "identity_passes@drkernel" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "identity_passes@drkernel" in out
+    assert "1 problem: 0 ok, 1 flagged, 0 errors" in out  # it said "1 problems"
     assert main(["audit", str(tmp_path / "missing")]) == 2
 
 
