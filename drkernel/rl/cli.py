@@ -45,7 +45,9 @@ __all__ = ["RESUMABLE", "register", "resolve_config", "run"]
 # batch_timeout_s: they decide when a slow evaluation is the judge's fault, which ends its episode and
 # leaves it out of the batch).
 RESUMABLE = (
-    "trainer.steps",  # how far the run goes: a larger one goes on from the last checkpoint
+    # how far the run goes: a larger one goes on from the last checkpoint (with a constant learning rate
+    # and no warm-up only: a cosine schedule or a warm-up is drawn over trainer.steps, _check_resume)
+    "trainer.steps",
     "trainer.save_every",  # how often a checkpoint is written
     "trainer.keep_checkpoints",  # how many stay on disk
     "trainer.validate_every",  # validation measures the model, it never trains it
@@ -138,6 +140,15 @@ def _check_resume(cfg: RunConfig, run_dir: Path, force: bool) -> list[str]:
     old, new = _flatten(to_dict(load_config(saved))), _flatten(to_dict(cfg))
     changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     diff = [k for k in changed if not _resumable(k)]
+    if "trainer.steps" in changed and (cfg.optim.schedule != "constant" or cfg.optim.warmup_ratio > 0):
+        # the learning rate of each step is read off trainer.steps then (Trainer._lr): a resume that
+        # changed it changed what every later step learns, without a word
+        steps = f"{_shown(old.get('trainer.steps'))} -> {_shown(new.get('trainer.steps'))}"
+        raise ConfigError(
+            f"{run_dir}: trainer.steps {steps} moves the learning rate of every step after the resume "
+            f"(optim.schedule={cfg.optim.schedule}, optim.warmup_ratio={cfg.optim.warmup_ratio:g} follow "
+            "trainer.steps): --force-config to resume so"
+        )
     if diff:
         raise ConfigError(
             f"{run_dir} holds a run with another config ({', '.join(diff[:6])}): use a new --run-dir, "

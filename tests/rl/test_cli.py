@@ -127,3 +127,19 @@ def test_log_wandb_on_without_the_package_is_one_line_before_anything_starts(tmp
                  "--set", "log.wandb=on"]) == 2
     assert "log.wandb=on: the wandb package is not installed" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_resume_that_moves_the_learning_rate_schedule_is_refused(tmp_path, capsys):
+    """trainer.steps may change on a resume because it changes no step's learning; with a cosine schedule
+    or a warm-up, each step's learning rate is drawn over trainer.steps, so a resume with another one
+    trained every later step at another rate without a word. It is refused now (--force-config resumes)."""
+    run = str(tmp_path / "run")
+    cosine = ["--set", "optim.schedule=cosine"]
+    assert main(["train", "rl", *FAST, *cosine, "--run-dir", run, "--set", "trainer.steps=1"]) == 0
+    capsys.readouterr()
+    assert main(["train", "rl", *FAST, *cosine, "--run-dir", run, "--set", "trainer.steps=2"]) == 2
+    err = capsys.readouterr().err
+    assert "trainer.steps 1 -> 2 moves the learning rate of every step after the resume" in err, err
+    assert "--force-config" in err
+    assert main(["train", "rl", *FAST, *cosine, "--run-dir", run, "--set", "trainer.steps=2",
+                 "--force-config"]) == 0
