@@ -154,6 +154,18 @@ def _shape_variants(value: Any, origin: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _level(value: Any) -> int | None:
+    """A row's KernelBench level: a whole number, written as an integer, as text ("2") or as a float (2.0,
+    as pandas writes a column with a missing level in it); anything else is no level. A float level was
+    dropped, and `--levels 2` left those problems out."""
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, bool) or value is None:
+        return None
+    text = str(value)
+    return int(text) if text.isdecimal() else None  # isdecimal: what int() reads ("²" is a digit, not one)
+
+
 def problem_from_record(record: dict[str, Any], origin: str) -> Problem:
     """A Problem from one JSONL object or RL parquet row.
 
@@ -182,7 +194,7 @@ def problem_from_record(record: dict[str, Any], origin: str) -> Problem:
         name=str(name),
         reference_code=code,
         entry_point=entry_point,
-        level=int(level) if level is not None and str(level).isdecimal() else None,  # int() reads those
+        level=_level(level),
         shape_variants=_shape_variants(record.get("shape_variants"), origin),
         metadata={**metadata, "source": origin},
     )

@@ -130,6 +130,15 @@ def test_a_level_that_is_no_decimal_number_is_no_level() -> None:
     assert problem_from_record({"name": "a", "reference_code": REF, "level": "2"}, "row 1").level == 2
 
 
+@pytest.mark.parametrize("level, expected", [(2, 2), (2.0, 2), ("3", 3), (2.5, None), (float("nan"), None),
+                                             (True, None), (-1.0, None), ("x", None), (None, None)])
+def test_a_level_written_as_a_whole_float_is_that_level(level: object, expected: int | None) -> None:
+    """pandas writes a level column with a missing level in it as floats: 2.0 was dropped (no level), and
+    `--levels 2` then left the problem out."""
+    record = {"name": "a", "reference_code": REF, "level": level}
+    assert problem_from_record(record, "row 1").level == expected
+
+
 def test_rl_parquet_rows(tmp_path: Path) -> None:
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
