@@ -268,10 +268,11 @@ def run_sft_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {out} already holds a run ({', '.join(earlier)}): choose a new folder, "
                           "or --overwrite to replace it")
     require_wandb(cfg.log.wandb)
+    # the data before the folder: data that cannot be read left an empty --out behind
+    conversations = load_conversations(args.data)
     make_folder(out, "--out")  # before the model loads: a folder that cannot be made is said at once
     _line_buffered()
     _quiet_progress_bars()
-    conversations = load_conversations(args.data)
     if cfg.model.tiny is not None:
         print(f"note: recipe {cfg.name} trains a tiny random model with toy settings "
               f"({cfg.model.device}, {cfg.model.dtype}, lr {cfg.sft.lr:g})", file=sys.stderr)

@@ -107,6 +107,10 @@ def test_cli_sft_on_agent_trajectories(tmp_path, capsys):
     assert main(["train", "sft", "--recipe", "debug_cpu", "--data", str(tmp_path / "empty.jsonl"),
                  "--out", str(tmp_path / "sft2")]) == 2
     assert "no conversation with an assistant message" in capsys.readouterr().err
+    assert not (tmp_path / "sft2").exists()  # data that cannot be read left an empty --out behind
+    assert main(["train", "sft", "--recipe", "debug_cpu", "--data", str(tmp_path / "missing.jsonl"),
+                 "--out", str(tmp_path / "sft3")]) == 2
+    assert "no such file" in capsys.readouterr().err and not (tmp_path / "sft3").exists()
     # a second run into the same --out is refused, not a silent overwrite; --overwrite replaces it
     before = (out / "model" / "model.safetensors").stat().st_mtime_ns
     assert main(["train", "sft", "--recipe", "debug_cpu", "--data", str(data), "--out", str(out)]) == 2
