@@ -164,7 +164,9 @@ def _delay(config: ClientConfig, attempt: int, response: httpx.Response | None) 
         retry_after = response.headers.get("retry-after", "")
         if retry_after.replace(".", "", 1).isdigit():
             return min(float(retry_after), config.backoff_cap_s)
-    return float(min(config.backoff_s * 2.0**attempt, config.backoff_cap_s))
+    # the exponent capped: a wait outlasting an hours-long outage counts past a thousand tries, where
+    # 2.0**attempt overflows
+    return float(min(config.backoff_s * 2.0 ** min(attempt, 64), config.backoff_cap_s))
 
 
 def _prepare(requests: list[EvalRequest]) -> list[EvalRequest]:

@@ -479,6 +479,13 @@ def test_a_wait_outlasts_a_server_restart_longer_than_its_retries() -> None:
 
     seconds, raised = within(5.0, lambda: asyncio.run(run()))
     assert raised is None and got["b"].outcome.value == "ok", raised
+    # an hours-long outage counts past a thousand tries: the backoff's 2.0**attempt overflowed
+    server = RestartingServer(drops=1100)
+    with Client(base_url="http://judge.test", transport=httpx.MockTransport(server), max_retries=1,
+                backoff_s=0.0) as client:
+        ids = client.submit([req("c")])
+        seconds, raised = within(10.0, lambda: got.update(client.wait(ids, 60.0)))
+    assert raised is None and got["c"].outcome.value == "ok", raised
 
 
 def test_other_calls_keep_their_bounded_retries_while_the_server_is_down() -> None:
