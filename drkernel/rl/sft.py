@@ -23,7 +23,7 @@ from drkernel.errors import ConfigError
 from drkernel.rl.checkpoint import torch_seed
 from drkernel.rl.config import SFTConfig
 from drkernel.rl.progress import Progress
-from drkernel.rl.runlog import RunLog
+from drkernel.rl.runlog import RunLog, require_wandb
 
 __all__ = ["Example", "assistant_spans", "load_conversations", "run_sft", "tokenize_conversation"]
 
@@ -234,6 +234,7 @@ def run_sft(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Train `model` on the conversations; write out_dir/model and out_dir/metrics.jsonl."""
+    require_wandb(wandb)  # before out_dir is made: as `drkernel train sft` says it
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(torch_seed(cfg.seed))

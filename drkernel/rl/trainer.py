@@ -54,7 +54,7 @@ from drkernel.rl.masks import last_present_values
 from drkernel.rl.progress import Progress, format_duration
 from drkernel.rl.rewards import turn_rewards
 from drkernel.rl.rollout import RolloutBatch, Sampler, collect_rollouts
-from drkernel.rl.runlog import RunLog
+from drkernel.rl.runlog import RunLog, require_wandb
 from drkernel.rl.step import StepTensors, batch_metrics, prepare_step
 from drkernel.rl.update import backward_rows
 from drkernel.types import Problem
@@ -91,6 +91,7 @@ class Trainer:
     def __init__(self, config: RunConfig, run_dir: str | Path, *, progress: Progress | None = None,
                  **parts: Any) -> None:
         self.config = config
+        require_wandb(config.log.wandb)  # before the run's folder: as `drkernel train rl` says it
         # in every judge task id, with the step and round: a run resumed in the same step, or another
         # run against the same judge server, never reuses an id (the server refuses one with a new body)
         self._run_tag = secrets.token_hex(3)

@@ -483,3 +483,23 @@ def test_progress_of_one_says_one_in_the_singular(tmp_path):
     assert "turn 1/1: generating 1 response" in text and "step 1/1: scoring 1 turn " in text
     assert "step 1/1: validating on 1 problem" in text
     assert not re.search(r"\b1 (problem|prompt|sample|turn|response|row|token)s\b", text), text
+
+
+def test_log_wandb_on_without_the_package_is_refused_by_the_trainer_itself(tmp_path, monkeypatch):
+    """`drkernel train rl` refused it; a Trainer built in Python trained without W&B, a warning the only
+    sign. Refused before the run's folder is made, as the CLI does; the same for run_sft."""
+    import importlib.util
+
+    from drkernel.errors import ConfigError
+    from drkernel.rl.config import SFTConfig
+    from drkernel.rl.sft import run_sft
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ConfigError, match="log.wandb=on: the wandb package is not installed"):
+        _trainer(tmp_path / "run", ["log.wandb=on"])
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match="log.wandb=on"):
+        run_sft(SFTConfig(), [], None, None, tmp_path / "sft", wandb="on")
+    assert not (tmp_path / "sft").exists()
