@@ -432,6 +432,32 @@ def test_a_candidate_that_skips_a_fifth_of_its_spans_calls_is_caught_on_gpu(judg
     assert result.reward == 0.0
 
 
+@pytest.mark.parametrize("forge", [1.5, 3.0])
+def test_a_candidate_that_loads_the_device_while_the_reference_measures_earns_no_more_on_gpu(
+        judge: Judge, forge: float) -> None:
+    """Attack first (sealed_busy_between.py, gate off): the submission divides its windows by `forge`
+    and keeps the GPU busy from a thread of its own whenever its sandbox runs no op, so the reference's
+    copies and nulls, timed then, take longer and the bound falls. It must earn no more than the same
+    kernel honest: caught, or its speedup no higher. The parts of both are printed. Written as an xfail
+    (docs/errors.md names this as open); both forgeries held on an H100 80GB (run CK, 2026-12-08:
+    XPASS), so it is a plain test: the day it fails, the attack has found the gap."""
+    from tests.sandbox.corpus import ASSETS
+
+    reference = big_relu_scale(1024, 1024)
+    honest = judge.evaluate(EvalRequest(reference_code=reference, options=GPU,
+                                        kernel_code=asset("kernels", "relu_scale").code))
+    code = (ASSETS / "attacks" / "sealed_busy_between.py").read_text().replace("__FORGE__", str(forge))
+    result = judge.evaluate(EvalRequest(reference_code=reference, kernel_code=code,
+                                        options=GPU.replace(static_policy=False)))
+    for name, r in (("honest", honest), (f"busy_between/{forge}", result)):
+        t = r.kernel_timing
+        print(f"{name}: {r.outcome.value} {sorted(r.hacks)} speedup {r.speedup} reward {r.reward}; bound "
+              f"{t.sealed_ms_per_call if t else None} ms a call, parts {t.sealed_parts if t else None}")
+    assert honest.outcome is EvalOutcome.OK, describe(honest)
+    caught = result.outcome is EvalOutcome.HACK_DETECTED
+    assert caught or result.reward <= honest.reward * 1.05, describe(result)
+
+
 def test_the_sealed_span_bounds_an_honest_kernel_below_its_reported_time_on_gpu(judge: Judge) -> None:
     """The span's bound, per call, against the honest kernel's reported time at three sizes: the ratio
     the judge flags under (stages/sealed.FACTOR) must leave room. At 16 x 4096 (1.6 us a call) the
