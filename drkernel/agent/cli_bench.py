@@ -301,6 +301,8 @@ def report(out: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{out}: no bench run there (no config.json)")
     try:
         meta = json.loads(cfg_path.read_text())
+        if not isinstance(meta, dict):  # a list or null was an AttributeError, exit 70
+            raise ConfigError(f"{cfg_path}: not a bench run's config (not a JSON object)")
         finished = _read_episodes(out / EPISODES)
         foreign = _foreign(meta, finished.values())
         summary, _ = _summary(meta, finished.values())

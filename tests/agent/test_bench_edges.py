@@ -308,6 +308,19 @@ def test_report_of_an_interrupted_run_writes_its_reports_and_exits_1(
     assert "missing" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text", ["[]", "null", "3", '"config"'])
+def test_report_beside_a_config_json_that_is_no_object_is_one_line(
+        tmp_path, text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A config.json that is JSON but no object (a list, null) was 'internal error (AttributeError)', exit
+    70, where `bench --resume` beside it said in one line that it is not a bench run's config."""
+    out, summary = _bench_folder(tmp_path, "")
+    (out / "config.json").write_text(text)
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"drkernel report: {out / 'config.json'}: not a bench run's config (not a JSON object)"]
+    assert (out / "summary.json").read_text() == summary
+
+
 def test_report_of_a_verdict_this_version_does_not_know_names_the_log(
         tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     """A record with a verdict unknown here (a newer judge's) was blamed on config.json ("not a bench
