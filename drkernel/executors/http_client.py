@@ -69,6 +69,10 @@ class ClientConfig:
         for name in ("request_timeout_s", "poll_s", "backoff_cap_s", "cancel_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"client.{name}: {getattr(self, name)} must be > 0")
+        # every call has a deadline: an infinite one was OverflowError from the socket at the first call
+        if not math.isfinite(self.request_timeout_s):
+            raise ConfigError(f"client.request_timeout_s: {self.request_timeout_s} must be a finite number "
+                              "of seconds (a wait's own timeout_s may be inf)")
 
 
 @contextlib.contextmanager

@@ -179,7 +179,10 @@ def test_a_task_id_given_twice_in_one_batch_is_answered_twice() -> None:
 @pytest.mark.parametrize("bad", [{"base_url": "127.0.0.1:8000"}, {"base_url": ""},
                                  {"max_retries": -1}, {"request_timeout_s": 0},
                                  {"poll_s": 0}, {"backoff_s": -1}, {"backoff_s": float("nan")},
-                                 {"cancel_timeout_s": 0}])
+                                 {"cancel_timeout_s": 0},
+                                 # each call was OverflowError ('timestamp out of range for platform
+                                 # time_t') from the socket, outside the client's exceptions
+                                 {"request_timeout_s": float("inf")}])
 def test_a_client_config_mistake_is_a_config_error_at_once(bad: dict) -> None:
     with pytest.raises(ConfigError, match=next(iter(bad))):
         Client(**bad)
