@@ -20,6 +20,7 @@ from drkernel.server.envelope import (
     ApiError,
     ServerState,
     check_code_size,
+    client_identity,
     dedupe_key,
     read_json,
     server_state,
@@ -159,7 +160,7 @@ async def submit_workflow(request: Request) -> dict[str, Any]:
             raise ApiError(400, "VALIDATION", "Request validation failed: task_id is required")
         return _unsupported_workflow(task_id, name)
     req = parse(AnchorRequest, payload)
-    (task,) = anchor_tasks(state, [req])
+    (task,) = anchor_tasks(state, [req], client_identity(request))  # deduplicated, as /evaluate
     (record,) = await asyncio.to_thread(submit_anchor, state, [task])
     records = await wait_finished(state, [record.task_id])
     latest = records.get(record.task_id, record)

@@ -124,6 +124,18 @@ def test_identical_requests_without_task_id_are_evaluated_once(serve) -> None:
     assert n1["task_id"] == n2["task_id"] and n1["created"] and not n2["created"]
 
 
+def test_identical_workflow_submissions_without_task_id_are_evaluated_once(serve) -> None:
+    """POST /workflow/submit (KernelGYM's other route to /evaluate) was never deduplicated: a client
+    that sent it again after a dropped connection had its kernel judged twice."""
+    srv = serve(evaluate_wait_s=5)
+    body = {"workflow": "kernelbench", "payload": payload("# fake: speedup=2")}
+    a = srv.http.post("/workflow/submit", json=body).json()
+    b = srv.http.post("/workflow/submit", json=body).json()
+    assert a["task_id"] == b["task_id"] and b["status"] == "completed"
+    forced = srv.http.post("/workflow/submit", json=body | {"force_refresh": True}).json()
+    assert forced["task_id"] != a["task_id"]
+
+
 def test_deduplication_can_be_turned_off(serve) -> None:
     srv = serve(dedupe_window_s=0)
     a = srv.http.post("/evaluate", json=payload("# fake: speedup=2")).json()
