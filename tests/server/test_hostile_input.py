@@ -51,6 +51,18 @@ def test_an_integer_past_the_range_of_a_float_is_a_400_or_a_bounded_wait_not_a_5
         assert r.json()["tasks"] == [{"task_id": "x", "state": "unknown", "result": None}]
 
 
+def test_a_wait_whose_timeout_is_no_number_is_a_400(serve) -> None:
+    """POST /v1/tasks/wait took [], {} and "" for a wait of 0 s and "30" for one of 30 s, without a word."""
+    srv = serve(workers=1)
+    for value in ([], {}, "", "30", True):
+        r = srv.http.post("/v1/tasks/wait", json={"task_ids": ["x"], "timeout_s": value})
+        assert r.status_code == 400, (value, r.text)
+        assert r.json()["message"] == "wait/timeout_s must be a number of seconds", r.text
+    for value in (0, 0.5, None):  # a number, or none (no wait)
+        r = srv.http.post("/v1/tasks/wait", json={"task_ids": ["x"], "timeout_s": value})
+        assert r.status_code == 200, (value, r.text)
+
+
 def test_a_timeout_past_the_clock_leaves_a_thread_judge_free(serve) -> None:
     """timeout_s: 1e300 is finite, but its watchdog deadline overflowed the thread judge's wait: the
     task failed and its worker stayed `busy` for ever, so the server lost it."""
