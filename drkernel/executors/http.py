@@ -37,7 +37,7 @@ class HttpExecutor:
         cancel_timeout_s: float = 5.0  # the cancels of a batch past its deadline, all together
 
         def __post_init__(self) -> None:
-            if not self.base_url.startswith(("http://", "https://")):
+            if not self.base_url.lower().startswith(("http://", "https://")):
                 raise ConfigError(f"executor.base_url: {self.base_url!r} is not an http(s) URL")
             if self.priority not in ("high", "normal", "low"):
                 raise ConfigError(f"executor.priority: {self.priority!r} not in high|normal|low")

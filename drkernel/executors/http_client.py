@@ -53,11 +53,15 @@ class ClientConfig:
     cancel_timeout_s: float = 5.0  # a cancel, retries included: a hung server never holds its caller
 
     def __post_init__(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
+        if not self.base_url.lower().startswith(("http://", "https://")):  # a scheme has no case
             raise ConfigError(f"client.base_url: {self.base_url!r} is not an http(s) URL")
         # the server's root: the client adds /v1/... itself, and an OpenAI-style '.../v1' (or a
         # trailing '/') made every path '/v1/v1/...', each call a bare 404
-        object.__setattr__(self, "base_url", self.base_url.rstrip("/").removesuffix("/v1"))
+        scheme, _, rest = self.base_url.partition("://")
+        object.__setattr__(self, "base_url", f"{scheme.lower()}://{rest}".rstrip("/").removesuffix("/v1"))
+        # 2.5 passed and was a TypeError at the first retry (range() of it)
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int):
+            raise ConfigError(f"client.max_retries: {self.max_retries!r} is not a whole number")
         if not (self.max_retries >= 0 and self.backoff_s >= 0):
             raise ConfigError(f"client.max_retries ({self.max_retries}) and client.backoff_s "
                               f"({self.backoff_s}) must be >= 0")

@@ -177,7 +177,7 @@ def test_a_task_id_given_twice_in_one_batch_is_answered_twice() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"base_url": "127.0.0.1:8000"}, {"base_url": ""},
-                                 {"max_retries": -1}, {"request_timeout_s": 0},
+                                 {"max_retries": -1}, {"max_retries": 2.5}, {"request_timeout_s": 0},
                                  {"poll_s": 0}, {"backoff_s": -1}, {"backoff_s": float("nan")},
                                  {"cancel_timeout_s": 0},
                                  # each call was OverflowError ('timestamp out of range for platform
@@ -204,7 +204,8 @@ def test_a_closed_client_raises_an_executor_error() -> None:
         asyncio.run(run())
 
 
-@pytest.mark.parametrize("url", ["http://judge.test/v1", "http://judge.test/v1/", "http://judge.test/"])
+@pytest.mark.parametrize("url", ["http://judge.test/v1", "http://judge.test/v1/", "http://judge.test/",
+                                 "HTTP://judge.test"])  # the scheme in capitals was refused
 def test_a_base_url_with_v1_or_a_trailing_slash_reaches_the_same_routes(url: str) -> None:
     """An OpenAI-style '.../v1' made every path /v1/v1/..., each call a bare 404."""
     server = FakeServer()
