@@ -242,6 +242,19 @@ def _check_same_config(path: Path, stored: Any, now: dict[str, Any]) -> None:
                           "options, or survey into another --out)")
 
 
+def _check_same_code(path: Path, rows: dict[str, dict[str, Any]], problems: Sequence[Problem]) -> None:
+    """A resume whose problems are other code under the file's names (another suite, builtin:gpu on a
+    builtin:cpu survey, an edited reference) is refused: its complete rows were skipped as done, each
+    the facts and times of the other code (a row that records no code_hash is not compared)."""
+    changed = [p.name for p in problems
+               if (row := rows.get(p.name)) is not None and row.get("code_hash") not in (None, p.code_hash)]
+    if changed:
+        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+        raise ConfigError(f"{path} holds rows of other code under the names of these problems ({changed[0]}"
+                          f"{more}): it is a survey of another suite, or of these references before they "
+                          "changed (survey this one into another --out)")
+
+
 def _config_record(cfg: SurveyConfig) -> dict[str, Any]:
     audit = cfg.audit
     return {"nulls": list(cfg.nulls), "null_trials": cfg.null_trials, "backends": list(cfg.backends),
@@ -294,6 +307,7 @@ def _run_survey(problems: Sequence[Problem], cfg: SurveyConfig, out: Path, suite
                 deferred_only: bool) -> SurveyReport:
     data = _open(out, suite, cfg, resume)
     rows: dict[str, dict[str, Any]] = {r["name"]: r for r in data["rows"]}
+    _check_same_code(out, rows, problems)
     if deferred_only:
         todo = [p for p in problems if _deferred(rows.get(p.name))]
     else:  # a shared GPU leaves the deferred ones to a run alone: they would fail the same way

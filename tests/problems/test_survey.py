@@ -491,6 +491,20 @@ def test_a_survey_of_one_card_resumed_on_another_is_refused(tmp_path: Path) -> N
     assert run_survey(problems, cfg, tmp_path / "s.json", resume=True, make_judge=_StubJudge).skipped == 1
 
 
+def test_a_resume_whose_problems_are_other_code_under_the_same_names_is_refused(tmp_path: Path) -> None:
+    """`survey builtin:gpu --resume` on a builtin:cpu survey (the same names, other sizes) skipped every
+    row as done, the CPU size's facts and times standing for the GPU size's: refused, the file unchanged."""
+    cfg = SurveyConfig(nulls=("zeros",), backends=("eager",))
+    run_survey([Problem("p", _reference("x * x"))], cfg, tmp_path / "s.json", make_judge=_StubJudge)
+    before = (tmp_path / "s.json").read_text()
+    judge = _StubJudge()
+    resized = [Problem("p", _reference("x * x", rows=32)), Problem("q", _reference("x + 1"))]
+    with pytest.raises(ConfigError, match=r"s.json holds rows of other code under the names of these "
+                                          r"problems \(p\)"):
+        run_survey(resized, cfg, tmp_path / "s.json", resume=True, make_judge=lambda: judge)
+    assert (tmp_path / "s.json").read_text() == before and judge.seen == []
+
+
 def test_a_resumed_survey_keeps_the_peaks_of_its_first_piece(tmp_path: Path) -> None:
     """Each piece's judge measures the device's peaks again (three shards on one H100: 2,944, 3,085
     and 3,010 GB/s): the file keeps its first piece's, and every row's floor is against them."""
