@@ -166,6 +166,18 @@ def _level(value: Any) -> int | None:
     return int(text) if text.isdecimal() else None  # isdecimal: what int() reads ("²" is a digit, not one)
 
 
+def _object(record: dict[str, Any], key: str, origin: str) -> dict[str, Any]:
+    """A row's `reward_model` or `extra_info`: an object, or none (missing, null, pandas' NaN). Anything
+    else is a ProblemError naming the row: text there (a JSON string, say) was an AttributeError out of
+    the loader, and `drkernel audit` ended in 'internal error', exit 70."""
+    value = record.get(key)
+    if value is None or (isinstance(value, float) and value != value):
+        return {}
+    if not isinstance(value, dict):
+        raise ProblemError(f"{origin}: '{key}' must be an object, got {value!r:.80}")
+    return value
+
+
 def problem_from_record(record: dict[str, Any], origin: str) -> Problem:
     """A Problem from one JSONL object or RL parquet row.
 
@@ -173,8 +185,7 @@ def problem_from_record(record: dict[str, Any], origin: str) -> Problem:
     prompt) and a plain object ({"name", "reference_code" | "code", "level", "shape_variants", and
     optionally "prompt"}). A `prompt` is kept, as chat messages, in metadata["prompt"]: the first turn
     of `--protocol paper`."""
-    reward_model = record.get("reward_model") or {}
-    extra = record.get("extra_info") or {}
+    reward_model, extra = _object(record, "reward_model", origin), _object(record, "extra_info", origin)
     code = record.get("reference_code") or record.get("code") or reward_model.get("ground_truth")
     if not isinstance(code, str) or not code.strip():
         raise ProblemError(f"{origin}: no reference code "

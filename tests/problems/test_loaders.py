@@ -124,6 +124,19 @@ def test_shape_variants_that_are_no_list_of_snippets_are_named(tmp_path: Path, v
         load_jsonl(path)
 
 
+@pytest.mark.parametrize("key", ["extra_info", "reward_model"])
+def test_an_extra_info_or_reward_model_that_is_no_object_is_named(tmp_path: Path, key: str) -> None:
+    # text there (extra_info kept as a JSON string) was an AttributeError out of the loader: `drkernel
+    # audit`'s 'internal error', exit 70
+    path = tmp_path / "problems.jsonl"
+    record = {"name": "a", key: json.dumps({"uuid": "a"})}
+    path.write_text(json.dumps(record if key == "reward_model" else {**record, "code": REF}) + "\n")
+    with pytest.raises(ProblemError, match=f"problems.jsonl:1: '{key}' must be an object, got"):
+        load_jsonl(path)
+    assert problem_from_record({"name": "a", "code": REF, key: None}, "row 1").name == "a"
+    assert problem_from_record({"name": "a", "code": REF, key: float("nan")}, "row 1").name == "a"
+
+
 def test_a_level_that_is_no_decimal_number_is_no_level() -> None:
     # "²" passed str.isdigit() and int() raised ValueError out of the loader
     assert problem_from_record({"name": "a", "reference_code": REF, "level": "²"}, "row 1").level is None
