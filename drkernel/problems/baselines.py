@@ -107,7 +107,7 @@ class BaselineStore:
     def get(self, problem: Problem, device: str, backend: str) -> BaselineTiming | None:
         key = baseline_key(problem.code_hash, _device_name(device), backend, torch.__version__)
         entry = self._entries.get(key)
-        return BaselineTiming(**entry) if entry else None
+        return _timing(entry) if entry else None
 
     def put(self, timing: BaselineTiming) -> None:
         """Store one timing. The file may be shared by runs at once (the default store is one per user):
@@ -122,10 +122,16 @@ class BaselineStore:
             raise ConfigError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
 
     def entries(self) -> list[BaselineTiming]:
-        return [BaselineTiming(**e) for e in self._entries.values()]
+        return [_timing(e) for e in self._entries.values()]
 
 
 _FIELD_TYPES = {"str": (str,), "float": (int, float), "int": (int,)}
+
+
+def _timing(entry: dict[str, Any]) -> BaselineTiming:
+    """A store entry as a BaselineTiming; a field it does not know (a note written by hand, another
+    drkernel version's) is left out: it was a TypeError, blamed on the reference the entry keys."""
+    return BaselineTiming(**{f.name: entry[f.name] for f in dataclasses.fields(BaselineTiming)})
 
 
 def _not_a_timing(entry: Any) -> str | None:

@@ -126,6 +126,24 @@ def test_a_damaged_store_entry_is_named_not_blamed_on_the_reference(
         assert len(err) == 1 and "is not a baseline timing" in err[0] and "reference failed" not in err[0]
 
 
+def test_a_store_entry_with_a_field_of_its_own_is_still_its_timing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An entry with a field BaselineTiming lacks (a note by hand, another version's) was a TypeError
+    out of the store, said as 'the reference failed' for the problem it keys, exit 1."""
+    from drkernel.cli import main
+
+    path = tmp_path / "b.json"
+    relu = builtin_problem("101_ReLU", "cpu")
+    first = refresh_baselines([relu], BaselineStore(path), trials=1, warmup=0)[0]
+    data = json.loads(path.read_text())
+    for entry in data["entries"].values():
+        entry["note"] = "timed on a quiet host"
+    path.write_text(json.dumps(data))
+    assert BaselineStore(path).get(relu, "cpu", "eager") == first
+    assert main(["suite", "baselines", "builtin:cpu", "--only", "101_ReLU", "--store", str(path)]) == 0
+    assert "reference failed" not in capsys.readouterr().err
+
+
 def test_two_runs_sharing_a_store_keep_each_others_timings(tmp_path: Path) -> None:
     """The default store is one file for every run of the user (cuda:0 and cuda:1 at once, say): a put
     wrote this run's view of it, dropping what another run had stored since this one opened it."""
