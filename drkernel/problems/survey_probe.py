@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
 import multiprocessing
 import time
 from multiprocessing.connection import Connection
@@ -56,7 +57,7 @@ def probe_reference(problem: Problem, device: str, cfg: AuditConfig) -> dict[str
         with torch.no_grad(), counter:
             raw = list(flatten_tensors(model(*first)))
         again = [t.detach().float() for t in raw]
-        diff = max((float((a - b).abs().max()) for a, b in zip(again, outs[0], strict=True) if a.numel()),
+        diff = max((_repeat_diff(a, b) for a, b in zip(again, outs[0], strict=True) if a.numel()),
                    default=0.0)
         tensors_in = list(flatten_tensors(inputs[0]))
         single = len(raw) == 1 and raw[0].dtype == torch.float32
@@ -88,6 +89,18 @@ def probe_reference(problem: Problem, device: str, cfg: AuditConfig) -> dict[str
             torch.cuda.empty_cache()
     facts["probe_s"] = round(time.monotonic() - started, 3)
     return facts
+
+
+def _repeat_diff(again: Any, first: Any) -> float:
+    """The largest difference between two calls' outputs on the same inputs; a NaN or an infinity that
+    the second call repeats where the first had it is none (NaN - NaN is NaN, and so is inf - inf: a
+    reference that returns one was called nondeterministic)."""
+    diff = (again - first).abs_()
+    worst = float(diff.max())  # NaN where any place differs by NaN: only then the masks (full-size outputs)
+    if not math.isnan(worst):
+        return worst
+    same = (again == first) | (again.isnan() & first.isnan())
+    return float(diff.masked_fill_(same, 0.0).max())
 
 
 def _serve(conn: Connection) -> None:

@@ -218,6 +218,16 @@ def test_probe_worker_survives_a_hang_and_a_crash(tmp_path: Path) -> None:
         worker.close()
 
 
+@pytest.mark.parametrize("expr", ["torch.log(x)", "x / (x * 0.0)", "torch.where(x > 0, x / 0.0, x)"])
+def test_a_reference_that_repeats_its_nans_and_infinities_is_deterministic(expr: str) -> None:
+    """NaN - NaN and inf - inf are NaN: a reference whose output holds one (a log of randn) was found
+    `nondeterministic` though its second call repeated the first bit for bit."""
+    from drkernel.problems.survey_probe import probe_reference
+
+    facts = probe_reference(Problem("p", _reference(expr)), "cpu", AuditConfig())
+    assert facts["ok"] and facts["deterministic"] and facts["repeat_max_abs_diff"] == 0.0, facts
+
+
 def test_failure_reasons_floor_and_wrapper() -> None:
     import torch
 
