@@ -136,7 +136,7 @@ def test_bench_levels_on_a_suite_without_levels_says_one_line(tmp_path, capsys) 
     code = main(["bench", str(tmp_path), "--levels", "1", "--model", "m", "--base-url", "http://127.0.0.1:1/v1",
                  "--executor", "fake", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "none of its 1 problems has a level" in err[0]
+    assert code == 2 and len(err) == 1 and "its one problem has no level" in err[0]
     assert not (tmp_path / "out").exists()
 
 

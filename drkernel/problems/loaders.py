@@ -17,6 +17,7 @@ from drkernel.errors import ProblemError
 from drkernel.problems.reference import validate_reference_source
 from drkernel.problems.suite import load_builtin_suite
 from drkernel.types import Problem
+from drkernel.wording import counted
 
 __all__ = [
     "KERNELBENCH_LEVELS",
@@ -336,9 +337,11 @@ def _of_levels(spec: str, problems: list[Problem], levels: tuple[int, ...]) -> l
     unleveled = sum(p.level is None for p in problems)
     asked = ",".join(map(str, levels))
     if unleveled == len(problems) and problems:
-        raise ProblemError(f"suite {spec!r}: levels {asked} asked for, but none of its {len(problems)} "
-                           "problems has a level (a KernelBench checkout's level folders, or a 'level' "
-                           "field of a row, give one): run it without levels")
+        which = ("its one problem has no level" if len(problems) == 1
+                 else f"none of its {len(problems)} problems has a level")
+        raise ProblemError(f"suite {spec!r}: levels {asked} asked for, but {which} (a KernelBench checkout's "
+                           "level folders, or a 'level' field of a row, give one): run it without levels")
     if unleveled:
-        log.warning("suite %r: levels %s leave out its %d problem(s) with no level", spec, asked, unleveled)
+        log.warning("suite %r: levels %s leave out its %s with no level", spec, asked,
+                    counted(unleveled, "problem"))
     return kept

@@ -243,12 +243,15 @@ def test_levels_leave_out_the_problems_with_no_level(tmp_path: Path,
     rows.write_text("".join(json.dumps({"name": name, "reference_code": REF, **extra}) + "\n"
                             for name, extra in (("a", {"level": 1}), ("b", {"level": 2}), ("c", {}))))
     assert [p.name for p in load_suite(str(rows), levels=(2,))] == ["b"]
-    assert "levels 2 leave out its 1 problem(s) with no level" in caplog.text
+    assert "levels 2 leave out its 1 problem with no level" in caplog.text
     assert [p.name for p in load_suite(str(rows))] == ["a", "b", "c"]  # no levels asked: all
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder" / "1_Op.py").write_text(REF)
-    with pytest.raises(ProblemError, match=r"levels 1,2 asked for, but none of its 1 problems has a level"):
+    with pytest.raises(ProblemError, match=r"levels 1,2 asked for, but its one problem has no level"):
         load_suite(str(tmp_path / "folder"), levels=(1, 2))
+    (tmp_path / "folder" / "2_Op.py").write_text(REF)
+    with pytest.raises(ProblemError, match=r"levels 1 asked for, but none of its 2 problems has a level"):
+        load_suite(str(tmp_path / "folder"), levels=(1,))
 
 
 @pytest.mark.parametrize("spec", ["", " "])
