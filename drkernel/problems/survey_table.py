@@ -136,7 +136,7 @@ def render_table(surveys: Sequence[dict[str, Any]], markdown: bool = False) -> s
         ("bandwidth_gbs", "GB/s"), ("tflops_fp32", "TFLOP/s fp32"), ("tflops_bf16", "TFLOP/s bf16"))
         if peaks.get(key))
     head = (f"Survey of {first.get('suite') or '?'} at size {first.get('size') or '?'} on {device}; "
-            f"measured peaks: {measured if peaks else 'none'}; {counted(len(rows), 'problem')}.")
+            f"measured peaks: {measured or 'none'}; {counted(len(rows), 'problem')}.")
     summary = [_summary_cells(s) for s in summarize_levels(rows)]
     problems = [_cells(r) for r in rows]
     table = _markdown if markdown else _plain

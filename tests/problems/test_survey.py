@@ -614,6 +614,17 @@ def test_the_table_labels_problems_without_a_level_as_such() -> None:
     assert "| no level | 1 | 1 |" in table and "| L0 |" not in table, table
 
 
+def test_the_tables_heading_says_none_where_no_peak_was_measured() -> None:
+    """Peaks present but all null (a survey on the CPU) were 'measured peaks: ;'."""
+    from drkernel.problems.survey_table import render_table
+
+    for peaks in (None, {"bandwidth_gbs": None, "tflops_fp32": None}):
+        head = render_table([{"rows": [], "suite": "s", "size": "full", "peaks": peaks}]).splitlines()[0]
+        assert "measured peaks: none;" in head, head
+    head = render_table([{"rows": [], "suite": "s", "size": "full", "peaks": {"bandwidth_gbs": 4000.0}}])
+    assert "measured peaks: 4000 GB/s;" in head.splitlines()[0]
+
+
 def test_a_second_survey_into_the_same_file_is_refused_while_one_runs(tmp_path: Path) -> None:
     """Two calls on one --out (two shards given the same file) each rewrote the file from their own
     rows, dropping the other's."""
