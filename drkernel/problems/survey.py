@@ -154,7 +154,9 @@ def load_survey(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: not JSON: not UTF-8 text (byte {exc.start})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("rows"), list):
         raise ConfigError(f"{p}: not a survey file ({FORMAT})")
-    _check_types(p, "", data, {"device": (dict, None), "peaks": (dict,), "config": (dict,)})
+    _check_types(p, "", data, {"device": (dict, None), "peaks": (dict,), "config": (dict,),
+                               "size": (str, None), "suite": (str, None)})
+    _check_types(p, "device.", data.get("device") or {}, {"name": (str, None), "kind": (str, None)})
     _check_numbers(p, "peaks.", data.get("peaks") or {})
     first: dict[str, int] = {}
     for i, row in enumerate(data["rows"], 1):
@@ -207,6 +209,7 @@ def _check_row(p: Path, where: str, row: dict[str, Any]) -> None:
                    [k for k in row.get("timing") or {} if k.endswith("_ms")])
     floor = row.get("floor") or {}
     _check_numbers(p, f"{where}floor.", floor, [k for k in floor if k != "bound"])
+    _check_types(p, f"{where}floor.", floor, {"bound": (str, None)})
     _check_numbers(p, f"{where}reference.", row.get("reference") or {}, ("max_abs", "variation"))
 
 

@@ -566,6 +566,10 @@ def one_row(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     (lambda d: d["peaks"].update(bandwidth_gbs="many"), "peaks.bandwidth_gbs is 'many', not a number"),
     (lambda d: d.update(config=3), "config is 3, not an object"),
     (lambda d: d["rows"].append(dict(d["rows"][0])), "row 2 repeats the name of row 1 (L1/1_Square)"),
+    # each was a TypeError in the table (exit 70)
+    (lambda d: d.update(size=["full"]), "size is ['full'], not text or null"),
+    (lambda d: d.update(device={"kind": "cpu", "name": ["x"]}), "device.name is ['x'], not text or null"),
+    (lambda d: d["rows"][0].update(floor={"bound": 5}), "floor.bound is 5, not text or null"),
 ])
 def test_a_hand_edited_survey_is_one_line_naming_what_is_wrong(
         edit: Any, message: str, one_row: tuple[Path, str], tmp_path: Path,
