@@ -141,11 +141,16 @@ def prompt_messages(value: Any, origin: str) -> list[dict[str, str]]:
     return out
 
 
+def _missing(value: Any) -> bool:
+    """A row's field that is not there: None, or the NaN pandas gives a missing cell."""
+    return value is None or (isinstance(value, float) and value != value)
+
+
 def _shape_variants(value: Any, origin: str) -> tuple[str, ...]:
     """A row's held-out shapes: a list of size snippets (pandas gives an array); none where it has none.
     Anything else is a ProblemError naming the row: a lone snippet was split into its characters, each
     a "shape" of its own, and a number was a TypeError out of the loader."""
-    if value is None or (isinstance(value, float) and value != value):  # pandas: NaN for a missing one
+    if _missing(value):
         return ()
     if not isinstance(value, (str, bytes, dict)) and hasattr(value, "__iter__"):
         value = list(value)
@@ -172,7 +177,7 @@ def _object(record: dict[str, Any], key: str, origin: str) -> dict[str, Any]:
     else is a ProblemError naming the row: text there (a JSON string, say) was an AttributeError out of
     the loader, and `drkernel audit` ended in 'internal error', exit 70."""
     value = record.get(key)
-    if value is None or (isinstance(value, float) and value != value):
+    if _missing(value):
         return {}
     if not isinstance(value, dict):
         raise ProblemError(f"{origin}: '{key}' must be an object, got {value!r:.80}")
