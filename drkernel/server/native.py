@@ -132,14 +132,12 @@ def _wait_s(state: ServerState, value: Any) -> float:
     # [], {} and "" waited 0 s and "30" 30 s; true 1 s and NaN 0 s: none of them what was meant
     if value is None:
         value = 0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise ApiError(400, "VALIDATION", "wait/timeout_s must be a number of seconds")
     try:
         wait = float(value)
     except OverflowError:  # an integer past float's range: as Infinity (the longest wait) or -Infinity
         wait = math.inf if value > 0 else -math.inf
-    if math.isnan(wait):
-        raise ApiError(400, "VALIDATION", "wait/timeout_s must be a number of seconds")
     return max(0.0, min(wait, state.settings.max_wait_s))
 
 
