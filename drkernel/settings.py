@@ -18,8 +18,8 @@ from typing import Any
 from drkernel.errors import ConfigError
 
 __all__ = ["DEBUG_FAULTS", "DEFAULT_SPARES", "JUDGE_ENV", "MAX_MEMORY_LIMIT_MB", "JudgeSettings",
-           "cache_folder", "default_timing_cache", "is_header_value", "judge_settings_from_env",
-           "read_environment"]
+           "cache_folder", "default_timing_cache", "is_header_value", "is_http_url",
+           "judge_settings_from_env", "read_environment"]
 
 MAX_MEMORY_LIMIT_MB = 1 << 40  # 1 EiB: the most a sandbox's host memory limit may say
 DEFAULT_SPARES = {"cuda": 6, "cpu": 2}  # warm sandboxes (6 beat 3 by 10-13 % a minute on the H200)
@@ -31,6 +31,12 @@ def is_header_value(token: str) -> bool:
     either end (a token read from a file keeps its newline). The client's `token` and serve's
     DRKERNEL_AUTH_TOKEN are held to it."""
     return token.isascii() and token.isprintable() and token == token.strip()
+
+
+def is_http_url(url: str) -> bool:
+    """Whether `url` is an http or https URL (a scheme has no case: HTTP:// is one). The client's and the
+    http executor's base_url are held to it."""
+    return url.lower().startswith(("http://", "https://"))
 
 
 def cache_folder(environ: Mapping[str, str] | None = None) -> Path:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError
+from drkernel.settings import is_http_url
 from drkernel.types import EvalRequest, EvalResult
 
 if TYPE_CHECKING:  # the Config is importable without httpx (the `server`/`agent` extras)
@@ -37,7 +38,7 @@ class HttpExecutor:
         cancel_timeout_s: float = 5.0  # the cancels of a batch past its deadline, all together
 
         def __post_init__(self) -> None:
-            if not self.base_url.lower().startswith(("http://", "https://")):
+            if not is_http_url(self.base_url):
                 raise ConfigError(f"executor.base_url: {self.base_url!r} is not an http(s) URL")
             if self.priority not in ("high", "normal", "low"):
                 raise ConfigError(f"executor.priority: {self.priority!r} not in high|normal|low")

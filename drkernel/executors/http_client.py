@@ -22,7 +22,7 @@ from urllib.parse import quote
 import httpx
 
 from drkernel.errors import ConfigError, EvalTimeout, ExecutorError, Overloaded
-from drkernel.settings import is_header_value
+from drkernel.settings import is_header_value, is_http_url
 from drkernel.types import EvalOutcome, EvalRequest, EvalResult
 from drkernel.wording import counted
 
@@ -53,7 +53,7 @@ class ClientConfig:
     cancel_timeout_s: float = 5.0  # a cancel, retries included: a hung server never holds its caller
 
     def __post_init__(self) -> None:
-        if not self.base_url.lower().startswith(("http://", "https://")):  # a scheme has no case
+        if not is_http_url(self.base_url):
             raise ConfigError(f"client.base_url: {self.base_url!r} is not an http(s) URL")
         # the server's root: the client adds /v1/... itself, and an OpenAI-style '.../v1' (or a
         # trailing '/') made every path '/v1/v1/...', each call a bare 404
